@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+
+from .models import Profile, Tag, User
+
+
+class ProfileInline(admin.StackedInline):
+    model = Profile
+    can_delete = False
+    filter_horizontal = ("tags",)
+
+
+@admin.register(User)
+class UserAdmin(BaseUserAdmin):
+    inlines = [ProfileInline]
+    list_display = ("username", "email", "is_staff", "is_active", "date_joined", "last_login")
+    list_filter = ("is_staff", "is_superuser", "is_active", "profile__tags")
+
+
+@admin.register(Tag)
+class TagAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug", "prompt_hint", "is_active", "user_count")
+    list_filter = ("is_active",)
+    search_fields = ("name", "slug", "prompt_hint")
+    prepopulated_fields = {"slug": ("name",)}
+
+    @admin.display(description="users")
+    def user_count(self, tag: Tag) -> int:
+        return tag.profiles.count()
+
+
+@admin.register(Profile)
+class ProfileAdmin(admin.ModelAdmin):
+    list_display = ("user", "display_name", "language", "expertise", "updated")
+    list_filter = ("expertise", "language", "tags")
+    search_fields = ("user__username", "display_name", "about")
+    filter_horizontal = ("tags",)
+    list_select_related = ("user",)

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractUser
+from django.db import models
+
+
+class User(AbstractUser):
+    """Sluice's user; custom from the first migration so fields can be added later."""
+
+    class Meta:
+        db_table = "accounts_user"
+
+
+class Tag(models.Model):
+    """A trait an admin defines (e.g. "teacher", "prefers-short-answers"); users pick theirs.
+
+    `prompt_hint` is the sentence the tag adds to the system prompt.
+    """
+
+    name = models.CharField(max_length=50, unique=True)
+    slug = models.SlugField(max_length=50, unique=True)
+    prompt_hint = models.CharField(max_length=300, blank=True)
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Profile(models.Model):
+    class Expertise(models.TextChoices):
+        BEGINNER = "beginner", "Beginner"
+        INTERMEDIATE = "intermediate", "Intermediate"
+        EXPERT = "expert", "Expert"
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile"
+    )
+    display_name = models.CharField(max_length=80, blank=True)
+    language = models.CharField(max_length=35, default="English")
+    expertise = models.CharField(
+        max_length=20, choices=Expertise.choices, default=Expertise.INTERMEDIATE
+    )
+    about = models.TextField("about me", max_length=500, blank=True)
+    tags = models.ManyToManyField(Tag, blank=True, related_name="profiles")
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.display_name or self.user.get_username()

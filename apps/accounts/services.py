@@ -1,0 +1,73 @@
+"""Writes for accounts: sign-up, profiles and the failed-login throttle."""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.conf import settings
+from django.db import transaction
+
+from chatsite.redis_client import get_redis, key
+
+from .models import Profile, Tag, User
+
+
+@transaction.atomic
+def user_create(*, username: str, password: str, email: str = "", is_staff: bool = False) -> User:
+    user = User(username=username, email=email, is_staff=is_staff, is_superuser=is_staff)
+    user.set_password(password)
+    user.save()
+    Profile.objects.create(user=user, display_name=username)
+    return user
+
+
+def profile_get_or_create(*, user: User) -> Profile:
+    profile, _ = Profile.objects.get_or_create(user=user, defaults={"display_name": user.username})
+    return profile
+
+
+@transaction.atomic
+def profile_update(
+    *,
+    user: User,
+    display_name: str,
+    language: str,
+    expertise: str,
+    about: str,
+    tags: list[Tag],
+) -> Profile:
+    profile = profile_get_or_create(user=user)
+    profile.display_name = display_name
+    profile.language = language
+    profile.expertise = expertise
+    profile.about = about
+    profile.save()
+    profile.tags.set([tag for tag in tags if tag.is_active])
+    return profile
+
+
+def _throttle_key(*, username: str, client_ip: str) -> str:
+    # Hashed so that arbitrary usernames make safe, bounded keys.
+    digest = hashlib.sha256(f"{username.lower()}|{client_ip}".encode()).hexdigest()[:32]
+    return key("login-failures", digest)
+
+
+def login_throttle_seconds_left(*, username: str, client_ip: str) -> int:
+    """Seconds until this account + address may try again; 0 when not throttled."""
+    throttle_key = _throttle_key(username=username, client_ip=client_ip)
+    failures, ttl = get_redis().pipeline().get(throttle_key).ttl(throttle_key).execute()
+    if int(failures or 0) < settings.LOGIN_THROTTLE_ATTEMPTS:
+        return 0
+    return max(1, ttl)
+
+
+def login_failure_record(*, username: str, client_ip: str) -> None:
+    throttle_key = _throttle_key(username=username, client_ip=client_ip)
+    # The window starts at the first failure: SET NX creates the key with its expiry once,
+    # and INCR keeps that expiry (Redis 6.2 has no EXPIRE NX).
+    window = settings.LOGIN_THROTTLE_WINDOW_SECONDS
+    get_redis().pipeline().set(throttle_key, 0, ex=window, nx=True).incr(throttle_key).execute()
+
+
+def login_failures_clear(*, username: str, client_ip: str) -> None:
+    get_redis().delete(_throttle_key(username=username, client_ip=client_ip))

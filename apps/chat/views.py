@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from django.contrib import messages as flash
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from . import selectors, services
+from .models import Conversation
+
+
+def _page_context(request: HttpRequest, conversation: Conversation | None, **extra) -> dict:
+    context = {
+        "conversations": selectors.conversation_list_for_user(user=request.user),
+        "conversation": conversation,
+        "chat_messages": (
+            selectors.message_list_for_conversation(conversation=conversation)
+            if conversation
+            else []
+        ),
+    }
+    context.update(extra)
+    return context
+
+
+@login_required
+@require_GET
+def index(request: HttpRequest) -> HttpResponse:
+    latest = selectors.conversation_list_for_user(user=request.user).first()
+    if latest:
+        return redirect("chat:conversation", id=latest.id)
+    return render(request, "chat/page.html", _page_context(request, None))
+
+
+@login_required
+@require_GET
+def conversation_detail(request: HttpRequest, id: int) -> HttpResponse:
+    conversation = selectors.conversation_get_for_user(user=request.user, id=id)
+    return render(request, "chat/page.html", _page_context(request, conversation))
+
+
+@login_required
+@require_POST
+def conversation_new(request: HttpRequest) -> HttpResponse:
+    conversation = services.conversation_create(owner=request.user)
+    return redirect("chat:conversation", id=conversation.id)
+
+
+@login_required
+@require_POST
+def conversation_rename(request: HttpRequest, id: int) -> HttpResponse:
+    conversation = selectors.conversation_get_for_user(user=request.user, id=id)
+    try:
+        services.conversation_rename(conversation=conversation, title=request.POST.get("title", ""))
+    except ValidationError as error:
+        flash.error(request, " ".join(error.messages))
+    if request.htmx:
+        return render(request, "chat/page.html#sidebar", _page_context(request, conversation))
+    return redirect("chat:conversation", id=conversation.id)
+
+
+@login_required
+@require_POST
+def conversation_delete(request: HttpRequest, id: int) -> HttpResponse:
+    conversation = selectors.conversation_get_for_user(user=request.user, id=id)
+    services.conversation_delete(conversation=conversation)
+    flash.success(request, "Chat deleted.")
+    return redirect("chat:index")
+
+
+@login_required
+@require_POST
+def message_send(request: HttpRequest, id: int) -> HttpResponse:
+    """Stores the user's message. Without JavaScript this is the whole send path."""
+    conversation = selectors.conversation_get_for_user(user=request.user, id=id)
+    text = request.POST.get("text", "")
+    error = None
+    try:
+        services.message_create(conversation=conversation, role="user", text=text)
+        text = ""
+    except ValidationError as exc:
+        error = " ".join(exc.messages)
+    if request.htmx:
+        context = _page_context(request, conversation, composer_error=error, draft=text)
+        return render(request, "chat/page.html#conversation-pane", context)
+    if error:
+        flash.error(request, error)
+    return redirect("chat:conversation", id=conversation.id)

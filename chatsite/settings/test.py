@@ -1,0 +1,18 @@
+"""Settings for pytest. `make test` starts embedded PostgreSQL and Redis and exports their URLs."""
+
+from __future__ import annotations
+
+import os
+
+from django.core.exceptions import ImproperlyConfigured
+
+from .base import *  # noqa: F403
+
+if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
+    raise ImproperlyConfigured(
+        "Tests need DATABASE_URL and REDIS_URL. Run `make test`, which starts embedded "
+        "PostgreSQL and Redis and sets both."
+    )
+
+DEBUG = False
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

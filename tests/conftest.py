@@ -1,0 +1,120 @@
+"""Fixtures shared by every test: real PostgreSQL and Redis (started by `make test`), with each
+test's Redis keys under a prefix of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+from django.conf import settings as django_settings
+from django.test import Client
+
+from apps.accounts.services import user_create
+from chatsite.redis_client import get_redis
+from chatsite.stack import free_port, socket_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def redis_prefix(settings):
+    """Every Redis key a test writes lives under its own prefix, deleted afterwards."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    settings.SLUICE_REDIS_PREFIX = prefix
+    yield prefix
+    client = get_redis()
+    stale = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    if stale:
+        client.delete(*stale)
+
+
+@pytest.fixture
+def user(db):
+    return user_create(username="alice", password="correct-horse-battery")
+
+
+@pytest.fixture
+def other_user(db):
+    return user_create(username="mallory", password="correct-horse-battery")
+
+
+@pytest.fixture
+def client_for():
+    def make(user) -> Client:
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+def database_url_for_test_db() -> str:
+    """A URL other processes can use to reach the test database pytest-django created."""
+    db = django_settings.DATABASES["default"]
+    if (db.get("HOST") or "").startswith("/"):
+        return socket_database_url(
+            socket_dir=db["HOST"], port=db.get("PORT") or 5432, name=db["NAME"], user=db["USER"]
+        )
+    auth = quote(db.get("USER") or "", safe="")
+    if db.get("PASSWORD"):
+        auth += ":" + quote(db["PASSWORD"], safe="")
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    return f"postgres://{auth}@{db['HOST']}{port}/{db['NAME']}"
+
+
+def process_env(prefix: str) -> dict[str, str]:
+    return dict(
+        os.environ,
+        DATABASE_URL=database_url_for_test_db(),
+        SLUICE_REDIS_PREFIX=prefix,
+        DJANGO_SETTINGS_MODULE="chatsite.settings.test",
+        PYTHONUNBUFFERED="1",
+    )
+
+
+def wait_for_http(url: str, process: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args} exited with {process.returncode}")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer within {timeout}s")
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def live_web(transactional_db, redis_prefix):
+    """A real daphne process serving Sluice on a free port, against the test database."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+         "chatsite.asgi:application"],
+        cwd=BASE_DIR,
+        env=process_env(redis_prefix),
+    )  # fmt: skip
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(base_url + "/health/", process)
+        yield base_url
+    finally:
+        stop_process(process)

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+
+
+def test_production_settings_pass_the_deploy_check():
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="chatsite.settings.production",
+        SECRET_KEY="x7#kq2!vZp0m$Lw9rT4uYb8nC3eF6hJ1sD5gA-oP_iK+Qe0Rz8Ux2Wn4Vt6",
+        ALLOWED_HOSTS="chat.example.org",
+    )
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=BASE_DIR, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_health_reports_database_and_redis(client, db):
+    response = client.get("/health/")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok"}
