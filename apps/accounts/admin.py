@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 
-from .models import Profile, Tag, User
+from .models import ApiKey, Profile, Tag, User
 
 
 class ProfileInline(admin.StackedInline):
@@ -37,4 +37,13 @@ class ProfileAdmin(admin.ModelAdmin):
     list_filter = ("expertise", "language", "tags")
     search_fields = ("user__username", "display_name", "about")
     filter_horizontal = ("tags",)
+    list_select_related = ("user",)
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ("name", "user", "prefix", "created", "last_used", "revoked")
+    list_filter = ("revoked", "created")
+    search_fields = ("name", "prefix", "user__username")
+    readonly_fields = ("prefix", "key_hash", "created", "last_used")
     list_select_related = ("user",)

@@ -50,3 +50,24 @@ class Profile(models.Model):
 
     def __str__(self) -> str:
         return self.display_name or self.user.get_username()
+
+
+class ApiKey(models.Model):
+    """A key for API clients. Only a SHA-256 of the key is stored; the key is shown once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="api_keys")  # fmt: skip
+    name = models.CharField(max_length=80)
+    prefix = models.CharField(
+        max_length=12, help_text="The key's first characters, to tell keys apart."
+    )
+    key_hash = models.CharField(max_length=64, unique=True)
+    created = models.DateTimeField(auto_now_add=True)
+    last_used = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import secrets
 
 from django.conf import settings
 from django.db import transaction
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
 
 from chatsite.redis_client import get_redis, key
 
-from .models import Profile, Tag, User
+from .models import ApiKey, Profile, Tag, User
 
 
 @transaction.atomic
@@ -71,3 +74,38 @@ def login_failure_record(*, username: str, client_ip: str) -> None:
 
 def login_failures_clear(*, username: str, client_ip: str) -> None:
     get_redis().delete(_throttle_key(username=username, client_ip=client_ip))
+
+
+API_KEY_PREFIX = "sk-sluice-"
+
+
+def api_key_hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def api_key_create(*, user: User, name: str) -> tuple[ApiKey, str]:
+    """Returns the stored key and the raw key, which is never stored and shown only now."""
+    raw = API_KEY_PREFIX + secrets.token_urlsafe(32)
+    name = (name or "").strip()[:80] or "API key"
+    key = ApiKey.objects.create(user=user, name=name, prefix=raw[:14], key_hash=api_key_hash(raw))
+    return key, raw
+
+
+def api_key_revoke(*, user: User, key_id: int) -> None:
+    key = get_object_or_404(ApiKey, user=user, id=key_id)
+    key.revoked = True
+    key.save(update_fields=["revoked"])
+
+
+def api_key_authenticate(*, raw: str) -> User | None:
+    if not raw.startswith(API_KEY_PREFIX):
+        return None
+    key = (
+        ApiKey.objects.select_related("user")
+        .filter(key_hash=api_key_hash(raw), revoked=False, user__is_active=True)
+        .first()
+    )
+    if key is None:
+        return None
+    ApiKey.objects.filter(id=key.id).update(last_used=timezone.now())
+    return key.user

@@ -12,4 +12,6 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("signup/", views.signup, name="signup"),
     path("profile/", views.profile, name="profile"),
+    path("profile/api-keys/new/", views.api_key_new, name="api_key_new"),
+    path("profile/api-keys/<int:key_id>/revoke/", views.api_key_revoke, name="api_key_revoke"),
 ]

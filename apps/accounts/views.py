@@ -6,7 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
 from . import services
 from .forms import ProfileForm, SignupForm
@@ -70,4 +70,24 @@ def profile(request: HttpRequest) -> HttpResponse:
         services.profile_update(user=request.user, **form.cleaned_data)
         messages.success(request, "Profile saved.")
         return redirect("accounts:profile")
-    return render(request, "accounts/profile.html", {"form": form})
+    return render(request, "accounts/profile.html", {
+        "form": form, "api_keys": request.user.api_keys.filter(revoked=False),
+    })  # fmt: skip
+
+
+@login_required
+@require_POST
+def api_key_new(request: HttpRequest) -> HttpResponse:
+    key, raw = services.api_key_create(user=request.user, name=request.POST.get("name", ""))
+    # Shown once on the next page; only its hash is stored.
+    messages.success(request, f"New API key “{key.name}”: {raw} — copy it now, it will not be "
+                     "shown again.")  # fmt: skip
+    return redirect("accounts:profile")
+
+
+@login_required
+@require_POST
+def api_key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
+    services.api_key_revoke(user=request.user, key_id=key_id)
+    messages.success(request, "API key revoked.")
+    return redirect("accounts:profile")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages as flash
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -7,12 +8,16 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from . import selectors, services
+from . import generation, selectors, services
 from .models import Conversation
 
 
 def _page_context(request: HttpRequest, conversation: Conversation | None, **extra) -> dict:
     context = {
+        "max_chars": settings.CHAT_MESSAGE_MAX_CHARS,
+        "active_request": (
+            generation.active_request_id(conversation=conversation) if conversation else None
+        ),
         "conversations": selectors.conversation_list_for_user(user=request.user),
         "conversation": conversation,
         "chat_messages": (
@@ -73,15 +78,18 @@ def conversation_delete(request: HttpRequest, id: int) -> HttpResponse:
 @login_required
 @require_POST
 def message_send(request: HttpRequest, id: int) -> HttpResponse:
-    """Stores the user's message. Without JavaScript this is the whole send path."""
+    """Stores the question and starts the answer: the send path without JavaScript (chat.js
+    uses the websocket instead)."""
     conversation = selectors.conversation_get_for_user(user=request.user, id=id)
     text = request.POST.get("text", "")
     error = None
     try:
-        services.message_create(conversation=conversation, role="user", text=text)
+        generation.generation_submit(user=request.user, conversation=conversation, text=text)
         text = ""
     except ValidationError as exc:
         error = " ".join(exc.messages)
+    except generation.GenerationBusy as exc:
+        error = str(exc)
     if request.htmx:
         context = _page_context(request, conversation, composer_error=error, draft=text)
         return render(request, "chat/page.html#conversation-pane", context)

@@ -134,3 +134,28 @@ LOGGING = {
 # Static files are served by the app itself (WhiteNoise), straight from the source folders,
 # so `make run` needs no collectstatic step.
 WHITENOISE_USE_FINDERS = True
+
+# Retrieval (apps/rag; docs/retrieval.md describes each setting)
+RAG_EMBEDDING_MODEL_PATH = env.str("RAG_EMBEDDING_MODEL_PATH", default="")
+RAG_CHUNK_TOKENS = env.int("RAG_CHUNK_TOKENS", default=200)
+RAG_CHUNK_OVERLAP = env.int("RAG_CHUNK_OVERLAP", default=40)
+RAG_EMBED_BATCH = env.int("RAG_EMBED_BATCH", default=64)
+RAG_TEXT_SEARCH_CONFIG = env.str("RAG_TEXT_SEARCH_CONFIG", default="english")
+RAG_CANDIDATES = env.int("RAG_CANDIDATES", default=40)
+RAG_HNSW_EF_SEARCH = env.int("RAG_HNSW_EF_SEARCH", default=100)
+RAG_FULLTEXT_POOL_PER_TERM = env.int("RAG_FULLTEXT_POOL_PER_TERM", default=50)
+RAG_TOP_K = env.int("RAG_TOP_K", default=4)
+RAG_MIN_SIMILARITY = env.float("RAG_MIN_SIMILARITY", default=0.2)
+RAG_QUERY_CACHE_SIZE = env.int("RAG_QUERY_CACHE_SIZE", default=1024)
+RAG_QUERY_CACHE_TTL = env.int("RAG_QUERY_CACHE_TTL", default=86400)
+RAG_RESULT_CACHE_TTL = env.int("RAG_RESULT_CACHE_TTL", default=300)
+RAG_UPLOAD_MAX_BYTES = env.int("RAG_UPLOAD_MAX_BYTES", default=20 * 1024 * 1024)
+
+# The model as the web sees it: its context window and the default answer length. The prompt
+# builder keeps the recent turns that fit CONTEXT - MAX_TOKENS.
+MODEL_CONTEXT_TOKENS = env.int("MODEL_CONTEXT_TOKENS", default=2048)
+MODEL_MAX_TOKENS = env.int("MODEL_MAX_TOKENS", default=512)
+MODEL_TEMPERATURE = env.float("MODEL_TEMPERATURE", default=0.7)
+
+# Until admission control runs (the dispatcher), the web puts requests straight on the work stream.
+SLUICE_ADMISSION = env.bool("SLUICE_ADMISSION", default=False)

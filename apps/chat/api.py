@@ -1,0 +1,151 @@
+"""The API for scripts: submit a request (202 Accepted), then follow it as Server-Sent Events.
+
+Auth: a session cookie (with CSRF, as for any form) or `Authorization: Bearer <API key>`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ValidationError
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    JsonResponse,
+    StreamingHttpResponse,
+)
+from django.middleware.csrf import CsrfViewMiddleware
+from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from apps.accounts.services import api_key_authenticate
+
+from . import generation, selectors, services
+from .consumers import frame_for_event
+from .hub import get_hub
+from .keys import keys
+
+EVENT_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
+
+
+def _error(status: int, message: str, **extra) -> JsonResponse:
+    return JsonResponse({"error": message, **extra}, status=status)
+
+
+def _bearer(request: HttpRequest) -> str | None:
+    header = request.headers.get("Authorization", "")
+    return header[7:].strip() if header.startswith("Bearer ") else None
+
+
+def authenticate(request: HttpRequest):
+    """The user behind an API key or a session (CSRF-checked for unsafe methods); or None."""
+    raw = _bearer(request)
+    if raw is not None:
+        return api_key_authenticate(raw=raw)
+    if request.user.is_authenticated:
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            reject = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})
+            if reject is not None:
+                return None
+        return request.user
+    return None
+
+
+@csrf_exempt  # API keys need no CSRF token; session callers are checked in authenticate()
+@require_POST
+def request_create(request: HttpRequest) -> JsonResponse:
+    user = authenticate(request)
+    if user is None:
+        return _error(401, "Authentication required: a session or an API key.")
+    try:
+        body = json.loads(request.body or b"{}")
+        if not isinstance(body, dict):
+            raise ValueError
+    except ValueError:
+        return _error(400, "The body must be a JSON object.")
+    text = body.get("text")
+    if not isinstance(text, str):
+        return _error(400, "Field 'text' (a string) is required.")
+    try:
+        text = services.clean_message_text(text)
+    except ValidationError as exc:
+        return _error(400, " ".join(exc.messages))
+    conversation_id = body.get("conversation")
+    if conversation_id is not None and not isinstance(conversation_id, int):
+        return _error(400, "Field 'conversation' must be an integer id.")
+    if conversation_id is None:
+        conversation = services.conversation_create(owner=user)
+    else:
+        conversation = selectors.conversation_get_for_user(user=user, id=conversation_id)
+    try:
+        submitted = generation.generation_submit(user=user, conversation=conversation, text=text)
+    except ValidationError as exc:
+        return _error(400, " ".join(exc.messages))
+    except generation.GenerationBusy as exc:
+        return _error(409, str(exc))
+    events_url = reverse("api:request_events", args=[submitted.request_id])
+    response = JsonResponse(
+        {
+            "request_id": submitted.request_id,
+            "conversation": submitted.conversation_id,
+            "state": "queued",
+            "events_url": events_url,
+        },
+        status=202,
+    )
+    response["Location"] = events_url
+    return response
+
+
+@require_GET
+def request_detail(request: HttpRequest, request_id: str) -> JsonResponse:
+    user = authenticate(request)
+    if user is None:
+        return _error(401, "Authentication required: a session or an API key.")
+    info = generation.request_get_for_user(user=user, request_id=request_id)
+    return JsonResponse({"request_id": info.id, "conversation": info.conversation_id,
+                         "state": info.state})  # fmt: skip
+
+
+@csrf_exempt
+@require_POST
+def request_cancel(request: HttpRequest, request_id: str) -> JsonResponse:
+    user = authenticate(request)
+    if user is None:
+        return _error(401, "Authentication required: a session or an API key.")
+    info = generation.generation_cancel(user=user, request_id=request_id)
+    return JsonResponse({"request_id": info.id, "cancelling": True}, status=202)
+
+
+async def request_events(request: HttpRequest, request_id: str) -> HttpResponse:
+    """Server-Sent Events; reconnecting clients send Last-Event-ID and continue from there."""
+    if request.method != "GET":
+        return _error(405, "Use GET.")
+    user = await sync_to_async(authenticate)(request)
+    if user is None:
+        return _error(401, "Authentication required: a session or an API key.")
+    try:
+        await sync_to_async(generation.request_get_for_user)(user=user, request_id=request_id)
+    except Http404:
+        return _error(404, "No such request.")
+    after = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id") or "0"
+    if not EVENT_ID.fullmatch(after):
+        return _error(400, "Last-Event-ID must be an event id such as 1700000000000-0.")
+    stream = keys().output(request_id)
+
+    async def events() -> AsyncIterator[str]:
+        yield "retry: 2000\n\n"
+        async for entry_id, fields in get_hub().events(stream, after=after):
+            frame = frame_for_event(request_id, entry_id, fields)
+            if frame:
+                yield f"id: {entry_id}\nevent: {frame['type']}\ndata: {json.dumps(frame)}\n\n"
+
+    response = StreamingHttpResponse(events(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # tell nginx not to buffer the stream
+    return response

@@ -1,0 +1,141 @@
+"""Services that start, stop and look up generations: the web's half of the request path.
+
+A request's live state is the Redis hash `req:{id}` (see worker.protocol); the answer itself is
+stored in PostgreSQL by the completion recorder, exactly once, keyed by the request id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.http import Http404
+
+from apps.accounts.models import User
+from chatsite.redis_client import get_redis
+from worker import protocol
+from worker.protocol import Keys, State, WorkItem
+
+from . import recorder, services
+from .keys import keys
+from .models import Conversation, Message
+from .prompting import prompt_build
+
+
+@dataclass
+class Submitted:
+    request_id: str
+    conversation_id: int
+    user_message: Message | None
+
+
+class GenerationBusy(Exception):
+    """The conversation already has an answer in progress."""
+
+
+def active_request_id(*, conversation: Conversation) -> str | None:
+    return get_redis().get(keys().conversation_active(conversation.id))
+
+
+def ensure_conversation_free(*, conversation: Conversation) -> None:
+    """Raises GenerationBusy while an answer is generating. An answer that has ended but that
+    the recorder has not stored yet is stored here (idempotently), so a question sent right
+    after an answer never waits for the recorder and its prompt includes that answer."""
+    active = active_request_id(conversation=conversation)
+    if active and not recorder.request_settle(request_id=active, conversation=conversation):
+        raise GenerationBusy("Wait for the current answer to finish, or stop it.")
+
+
+def generation_submit(
+    *, user: User, conversation: Conversation, text: str | None, kind: str = "chat"
+) -> Submitted:
+    """Stores the user's message (unless regenerating: text None), builds the prompt and hands
+    the request to admission. Raises ValidationError for bad text, GenerationBusy when the
+    conversation is still answering."""
+    if conversation.owner_id != user.id:
+        raise Http404
+    ensure_conversation_free(conversation=conversation)
+    request_id = protocol.new_request_id()
+    with transaction.atomic():
+        user_message = None
+        if text is not None:
+            user_message = services.message_create(
+                conversation=conversation, role=Message.Role.USER, text=text
+            )
+        prompt = prompt_build(conversation=conversation)
+        item = WorkItem(
+            id=request_id,
+            user_id=str(user.id),
+            conversation_id=str(conversation.id),
+            messages=prompt.messages,
+            max_tokens=prompt.max_tokens,
+            temperature=settings.MODEL_TEMPERATURE,
+            prompt_tokens_estimate=prompt.prompt_tokens_estimate,
+            kind=kind,
+        )
+        # Published only once the user's message is committed: a worker never answers a
+        # question that was rolled back.
+        transaction.on_commit(lambda: request_publish(item=item))
+    return Submitted(request_id, conversation.id, user_message)
+
+
+def request_publish(*, item: WorkItem) -> None:
+    k = keys()
+    pipe = get_redis().pipeline(transaction=False)
+    pipe.hset(k.request(item.id), mapping={
+        "state": State.QUEUED, "user_id": item.user_id, "conversation_id": item.conversation_id,
+        "created_ms": protocol.now_ms(), "updated_ms": protocol.now_ms(),
+    })  # fmt: skip
+    pipe.expire(k.request(item.id), protocol.REQUEST_TTL_SECONDS)
+    pipe.set(k.conversation_active(item.conversation_id), item.id,
+             ex=protocol.REQUEST_TTL_SECONDS)  # fmt: skip
+    pipe.xadd(k.output(item.id), protocol.status_event(State.QUEUED),
+              maxlen=protocol.OUTPUT_MAXLEN, approximate=True)  # fmt: skip
+    pipe.expire(k.output(item.id), protocol.OUTPUT_TTL_SECONDS)
+    pipe.xadd(submit_stream(k), item.to_fields())
+    pipe.execute()
+
+
+def submit_stream(k: Keys) -> str:
+    """Where new requests go: the work stream directly (admission control comes in front of it
+    when SLUICE_ADMISSION is on)."""
+    return k.admit if settings.SLUICE_ADMISSION else k.work
+
+
+def generation_regenerate(*, user: User, conversation: Conversation) -> Submitted:
+    """Drops the last answer and asks again from the same history."""
+    ensure_conversation_free(conversation=conversation)
+    last = conversation.messages.order_by("-created", "-id").first()
+    if last is None:
+        raise GenerationBusy("There is nothing to regenerate yet.")
+    if last.role == Message.Role.ASSISTANT:
+        last.delete()
+    return generation_submit(user=user, conversation=conversation, text=None)
+
+
+@dataclass
+class RequestInfo:
+    id: str
+    user_id: int
+    conversation_id: int
+    state: str
+
+
+def request_get_for_user(*, user: User, request_id: str) -> RequestInfo:
+    """The request's live state; Http404 when it is unknown, expired or someone else's."""
+    if not request_id or len(request_id) > 64:
+        raise Http404
+    data = get_redis().hgetall(keys().request(request_id))
+    if not data or data.get("user_id") != str(user.id):
+        raise Http404
+    return RequestInfo(request_id, int(data["user_id"]), int(data["conversation_id"]),
+                       data.get("state", ""))  # fmt: skip
+
+
+def generation_cancel(*, user: User, request_id: str) -> RequestInfo:
+    """Asks the worker to stop; it checks the flag between batches and frees its slot."""
+    info = request_get_for_user(user=user, request_id=request_id)
+    if info.state not in {s.value for s in protocol.TERMINAL_STATES}:
+        get_redis().set(keys().cancel(request_id), "1", ex=protocol.CANCEL_TTL_SECONDS)
+    return info

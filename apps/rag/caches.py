@@ -1,0 +1,103 @@
+"""Caches on the retrieval path.
+
+- Query embeddings: an LRU in this process, then Redis (shared by every web process) with a TTL.
+  Embedding a query costs ~15 ms of CPU; a repeated question costs a dictionary lookup.
+- Results: per (the searched corpora and their versions, the query, k, filters), in Redis with a
+  TTL. Every change to a corpus bumps its version, so a re-ingest makes every cached result of
+  that corpus unreachable at once (they then expire on their TTL).
+A Redis outage degrades to no caching, never to no retrieval.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import redis
+from django.conf import settings
+
+from chatsite.redis_client import get_redis, key
+
+from .embeddings import DIMENSIONS, MODEL_NAME, embed_texts
+
+logger = logging.getLogger(__name__)
+
+_lru: OrderedDict[str, np.ndarray] = OrderedDict()
+_lru_lock = threading.Lock()
+
+
+def normalize_query(text: str) -> str:
+    # The model reads at most 256 word pieces; past ~2000 characters nothing changes the vector.
+    return " ".join(text.split())[:2000]
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
+
+
+def query_embedding(text: str) -> np.ndarray:
+    query = normalize_query(text)
+    digest = _digest(MODEL_NAME, query)
+    with _lru_lock:
+        vector = _lru.get(digest)
+        if vector is not None:
+            _lru.move_to_end(digest)
+            return vector
+    redis_key = key("rag", "qemb", digest)
+    vector = None
+    try:
+        stored = get_redis().get(redis_key)
+        if stored:
+            vector = np.frombuffer(base64.b64decode(stored), dtype=np.float32)
+            if vector.shape != (DIMENSIONS,):
+                vector = None
+    except redis.RedisError as error:
+        logger.warning("query-embedding cache unavailable: %s", error)
+    if vector is None:
+        vector = embed_texts([query])[0]
+        try:
+            get_redis().set(
+                redis_key,
+                base64.b64encode(vector.astype(np.float32).tobytes()).decode(),
+                ex=settings.RAG_QUERY_CACHE_TTL,
+            )
+        except redis.RedisError as error:
+            logger.warning("query-embedding cache unavailable: %s", error)
+    with _lru_lock:
+        _lru[digest] = vector
+        while len(_lru) > settings.RAG_QUERY_CACHE_SIZE:
+            _lru.popitem(last=False)
+    return vector
+
+
+def clear_local() -> None:
+    with _lru_lock:
+        _lru.clear()
+
+
+def results_key(*, corpora: list[tuple[int, int]], query: str, options: dict) -> str:
+    """`corpora`: (id, version) pairs; a changed corpus changes the key."""
+    versions = ",".join(f"{cid}@{version}" for cid, version in sorted(corpora))
+    payload = json.dumps(options, sort_keys=True, default=str)
+    return key("rag", "res", _digest(versions, normalize_query(query), payload))
+
+
+def results_get(cache_key: str) -> list[dict] | None:
+    try:
+        stored = get_redis().get(cache_key)
+    except redis.RedisError as error:
+        logger.warning("retrieval cache unavailable: %s", error)
+        return None
+    return json.loads(stored) if stored else None
+
+
+def results_put(cache_key: str, rows: list[dict]) -> None:
+    try:
+        get_redis().set(cache_key, json.dumps(rows), ex=settings.RAG_RESULT_CACHE_TTL)
+    except redis.RedisError as error:
+        logger.warning("retrieval cache unavailable: %s", error)

@@ -1,0 +1,151 @@
+"""Corpora the operator ingests, their documents, and the chunks retrieval searches.
+
+A chunk carries its corpus id (denormalised from its document) so the ACL filter and the HNSW
+search run on one table, and its document's metadata merged into its own so a metadata filter
+is one `@>` on one column.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import Group
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.urls import reverse
+from pgvector.django import HnswIndex, VectorField
+
+from .embeddings import DIMENSIONS
+
+
+class Corpus(models.Model):
+    class Access(models.TextChoices):
+        EVERYONE = "everyone", "Everyone signed in"
+        RESTRICTED = "restricted", "Only the chosen groups and plans"
+
+    class Fusion(models.TextChoices):
+        WEIGHTED = "weighted", "Weighted scores"
+        RRF = "rrf", "Reciprocal rank fusion"
+
+    name = models.SlugField(
+        max_length=80, unique=True, help_text="Used on the command line: ingest <name> …"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    is_active = models.BooleanField(default=True, help_text="Inactive corpora are never searched.")
+    access = models.CharField(max_length=20, choices=Access.choices, default=Access.RESTRICTED)
+    groups = models.ManyToManyField(
+        Group, blank=True, related_name="corpora", help_text="With restricted access: these groups."
+    )
+    plans = ArrayField(
+        models.CharField(max_length=64),
+        blank=True,
+        default=list,
+        help_text="With restricted access: users on these plans (plan slugs, comma separated).",
+    )
+    vector_weight = models.FloatField(default=0.7, validators=[MinValueValidator(0.0)])
+    text_weight = models.FloatField(default=0.2, validators=[MinValueValidator(0.0)])
+    metadata_weight = models.FloatField(default=0.1, validators=[MinValueValidator(0.0)])
+    fusion = models.CharField(max_length=10, choices=Fusion.choices, default=Fusion.WEIGHTED)
+    # Bumped by every change to the corpus's content or ranking: cached results of older
+    # versions are never read again (they expire on their TTL).
+    version = models.PositiveBigIntegerField(default=1, editable=False)
+    document_count = models.PositiveIntegerField(default=0, editable=False)
+    chunk_count = models.PositiveIntegerField(default=0, editable=False)
+    last_ingest = models.JSONField(default=dict, blank=True, editable=False)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "corpora"
+
+    def __str__(self) -> str:
+        return self.title or self.name
+
+    def clean(self) -> None:
+        if self.vector_weight + self.text_weight + self.metadata_weight <= 0:
+            raise ValidationError("At least one retrieval weight must be above zero.")
+
+
+class Document(models.Model):
+    class Status(models.TextChoices):
+        READY = "ready", "Ready"
+        FAILED = "failed", "Failed"
+
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="documents")
+    title = models.CharField(max_length=300)
+    # Where it came from: a path (relative to where `ingest` ran), an upload's name, or
+    # `file.jsonl#<id>` for one record of a JSON Lines file. Unique per corpus: the identity
+    # that makes re-ingesting the same file replace, not duplicate.
+    source = models.CharField(max_length=1000)
+    kind = models.CharField(max_length=10)
+    content = models.TextField(help_text="The extracted text; reindex re-chunks it.")
+    metadata = models.JSONField(default=dict, blank=True)
+    checksum = models.CharField(max_length=64, help_text="SHA-256 of the source bytes.")
+    # Chunking and embedding settings that produced the chunks: a change re-embeds.
+    pipeline = models.CharField(max_length=100)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.READY)
+    error = models.TextField(blank=True)
+    chunk_count = models.PositiveIntegerField(default=0)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["corpus", "source"]
+        constraints = [
+            models.UniqueConstraint(fields=["corpus", "source"], name="rag_document_unique_source")
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+    def get_absolute_url(self) -> str:
+        return reverse("rag:document", args=[self.pk])
+
+
+class Chunk(models.Model):
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="chunks")
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    ordinal = models.PositiveIntegerField()
+    heading = models.CharField(
+        max_length=500, blank=True, help_text="Section path, outermost first."
+    )
+    text = models.TextField()
+    token_count = models.PositiveIntegerField()
+    # Where the chunk lies in its document's content: the source view highlights it there.
+    char_start = models.PositiveIntegerField()
+    char_end = models.PositiveIntegerField()
+    embedding = VectorField(dimensions=DIMENSIONS)
+    # Title and heading weighted A, text B; written by the same statement that inserts the chunk
+    # (services.chunks_write) with settings.RAG_TEXT_SEARCH_CONFIG.
+    search = SearchVectorField(null=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["document", "ordinal"]
+        constraints = [
+            models.UniqueConstraint(fields=["document", "ordinal"], name="rag_chunk_unique_ordinal")
+        ]
+        indexes = [
+            HnswIndex(
+                name="rag_chunk_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            GinIndex(fields=["search"], name="rag_chunk_search_gin"),
+            GinIndex(
+                fields=["metadata"], name="rag_chunk_metadata_gin", opclasses=["jsonb_path_ops"]
+            ),
+            models.Index(fields=["corpus"], name="rag_chunk_corpus"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.document} #{self.ordinal}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("rag:chunk", args=[self.pk])

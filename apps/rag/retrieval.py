@@ -1,0 +1,287 @@
+"""Hybrid retrieval: HNSW vector top-k and full-text top-k, fused by each corpus's weights.
+
+One SQL statement gathers the candidates (the vector list and the full-text list, each limited
+to the corpora the caller may search, in SQL) with every component score; the fusion itself runs
+here on those few dozen rows, where each candidate's own corpus weights apply.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import psycopg
+from django.conf import settings
+from django.db import connection, transaction
+from django.urls import reverse
+
+from .chunking import HEADING_SEPARATOR
+from .models import Corpus
+
+RRF_K = 60  # the usual constant of reciprocal rank fusion: dampens the head of each list
+
+
+@dataclass
+class Passage:
+    number: int  # 1-based, as cited: [1], [2]
+    chunk_id: int
+    document_id: int
+    corpus_id: int
+    title: str
+    heading: str
+    text: str
+    snippet: str
+    source_url: str
+    score: float  # fused
+    vector_score: float  # cosine similarity
+    text_score: float  # ts_rank_cd relative to the best full-text candidate
+    metadata_score: float  # 1 when title/headings match the query or the metadata boost matches
+    vector_rank: int | None = None
+    text_rank: int | None = None
+    metadata: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Weights:
+    vector: float
+    text: float
+    metadata: float
+
+    @classmethod
+    def of(cls, corpus: Corpus) -> Weights:
+        return cls(corpus.vector_weight, corpus.text_weight, corpus.metadata_weight)
+
+
+# The full-text list ranks the passages sharing the most of the question's words first
+# (ts_rank_cd over the words OR-ed), but ranking every passage that shares one common word would
+# grow with the corpus (thousands of rows at 100,000 chunks). So the pool it ranks is bounded:
+# the passages holding all the words, plus, for each word, the first RAG_FULLTEXT_POOL_PER_TERM
+# passages holding it. A rare word (a name, an identifier) has fewer: all of them are ranked.
+CANDIDATES_SQL = """
+WITH terms AS (
+    SELECT plainto_tsquery('simple', lexeme) AS q
+    FROM unnest(to_tsvector(%(config)s::regconfig, %(query)s))
+    LIMIT %(max_terms)s
+),
+tq AS (
+    SELECT NULLIF(replace(plainto_tsquery(%(config)s::regconfig, %(query)s)::text, ' & ', ' | '),
+                  '')::tsquery AS q
+),
+probes AS (
+    SELECT plainto_tsquery(%(config)s::regconfig, %(query)s) AS q
+    UNION ALL SELECT q FROM terms
+),
+pool AS (
+    SELECT DISTINCT m.id FROM probes p CROSS JOIN LATERAL (
+        SELECT c.id FROM rag_chunk c
+        WHERE c.corpus_id = ANY(%(corpora)s) AND c.search @@ p.q {filter}
+        LIMIT %(per_term)s
+    ) m
+),
+vec AS (
+    SELECT c.id FROM rag_chunk c
+    WHERE c.corpus_id = ANY(%(corpora)s) {filter}
+    ORDER BY c.embedding <=> %(embedding)s::vector {exact}
+    LIMIT %(candidates)s
+),
+txt AS (
+    SELECT c.id FROM pool JOIN rag_chunk c ON c.id = pool.id, tq
+    ORDER BY ts_rank_cd(c.search, tq.q) DESC
+    LIMIT %(candidates)s
+),
+cand AS (SELECT id FROM vec UNION SELECT id FROM txt)
+SELECT c.id, c.corpus_id, c.document_id, d.title, c.heading, c.text, c.metadata,
+       1 - (c.embedding <=> %(embedding)s::vector) AS vector_score,
+       COALESCE(ts_rank_cd(c.search, tq.q), 0) AS text_rank,
+       COALESCE(ts_filter(c.search, '{{a}}') @@ tq.q, false) AS title_match,
+       {boost} AS boost_match,
+       c.id IN (SELECT id FROM vec) AS from_vec
+FROM cand JOIN rag_chunk c ON c.id = cand.id JOIN rag_document d ON d.id = c.document_id, tq
+"""
+
+
+def search(
+    *,
+    corpora: list[Corpus],
+    query: str,
+    embedding: np.ndarray,
+    k: int = 4,
+    metadata_filter: dict | None = None,
+    boost: dict | None = None,
+    fusion: str | None = None,
+    weights: Weights | None = None,
+    candidates: int | None = None,
+    min_similarity: float | None = None,
+) -> list[Passage]:
+    """The top `k` passages of `corpora` for `query` (whose embedding the caller computed).
+
+    `corpora` must already be the ones the caller may search: this function trusts the list.
+    `fusion` and `weights` override the corpora's own (the admin's "try a query" page does).
+    """
+    if not corpora or not query.strip() or k < 1:
+        return []
+    candidates = max(candidates or settings.RAG_CANDIDATES, k)
+    rows = _candidates(
+        corpora=corpora,
+        query=query,
+        embedding=embedding,
+        metadata_filter=metadata_filter,
+        boost=boost,
+        candidates=candidates,
+    )
+    by_corpus = {c.pk: c for c in corpora}
+    if fusion is None:
+        # Scores of the two methods are not comparable: mixing corpora of both fuses by weights.
+        fusion = "rrf" if all(c.fusion == Corpus.Fusion.RRF for c in corpora) else "weighted"
+    floor = settings.RAG_MIN_SIMILARITY if min_similarity is None else min_similarity
+    ranked = _fuse(rows, by_corpus=by_corpus, fusion=fusion, weights=weights)
+    ranked = [s for s in ranked if s.vector >= floor or s.text > 0][:k]
+    return [s.passage(number, query) for number, s in enumerate(ranked, start=1)]
+
+
+def _candidates(*, corpora, query, embedding, metadata_filter, boost, candidates) -> list[dict]:
+    params = {
+        "config": settings.RAG_TEXT_SEARCH_CONFIG,
+        "query": query,
+        "corpora": [c.pk for c in corpora],
+        "embedding": "[" + ",".join(f"{x:.7g}" for x in np.asarray(embedding).tolist()) + "]",
+        "candidates": candidates,
+        "per_term": max(candidates, settings.RAG_FULLTEXT_POOL_PER_TERM),
+        "max_terms": 8,
+        "filter": json.dumps(metadata_filter or {}),
+        "boost": json.dumps(boost or {}),
+    }
+    filter_sql = "AND c.metadata @> %(filter)s::jsonb" if metadata_filter else ""
+    boost_sql = "c.metadata @> %(boost)s::jsonb" if boost else "false"
+    ef_search = max(settings.RAG_HNSW_EF_SEARCH, candidates)
+    rows = _run(params, filter_sql, boost_sql, exact=False, ef_search=ef_search)
+    # HNSW filters after its search: when the allowed corpora are a small part of the table the
+    # index returns few of their rows. Then an exact scan (over those few corpora) finds them.
+    found = sum(1 for r in rows if r["from_vec"])
+    available = sum(c.chunk_count for c in corpora)
+    if found < min(candidates // 2, available) and len(corpora) < _corpus_total():
+        rows = _run(params, filter_sql, boost_sql, exact=True, ef_search=ef_search)
+    return rows
+
+
+def _corpus_total() -> int:
+    return Corpus.objects.filter(is_active=True, chunk_count__gt=0).count()
+
+
+def _run(params, filter_sql, boost_sql, *, exact: bool, ef_search: int) -> list[dict]:
+    sql = CANDIDATES_SQL.format(
+        filter=filter_sql,
+        boost=boost_sql,
+        # "+ 0" hides the ORDER BY from the HNSW index: an exact scan.
+        exact="+ 0" if exact else "",
+    )
+    with transaction.atomic():
+        connection.ensure_connection()
+        # psycopg's own cursor binds parameters on the server: the two 384-number vectors are
+        # not quoted into the SQL text, and psycopg prepares the statement after a few uses.
+        with psycopg.Cursor(connection.connection) as cursor:
+            if ef_search != 40:  # pgvector's default; SET LOCAL ends with this transaction
+                cursor.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+            cursor.execute(sql, params)
+            names = [col.name for col in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+@dataclass
+class _Scored:
+    row: dict
+    score: float
+    vector: float
+    text: float
+    metadata: float
+    vector_rank: int
+    text_rank: int | None
+
+    def passage(self, number: int, query: str) -> Passage:
+        r = self.row
+        return Passage(
+            number=number,
+            chunk_id=r["id"],
+            document_id=r["document_id"],
+            corpus_id=r["corpus_id"],
+            title=display_title(r["title"], r["heading"]),
+            heading=r["heading"],
+            text=r["text"],
+            snippet=snippet(r["text"], query),
+            source_url=reverse("rag:chunk", args=[r["id"]]),
+            score=round(self.score, 6),
+            vector_score=round(self.vector, 6),
+            text_score=round(self.text, 6),
+            metadata_score=self.metadata,
+            vector_rank=self.vector_rank,
+            text_rank=self.text_rank,
+            metadata=_json(r["metadata"]),
+        )
+
+
+def _fuse(rows, *, by_corpus, fusion, weights) -> list[_Scored]:
+    """Every candidate with its fused and component scores, best first."""
+    if not rows:
+        return []
+    best_text = max(r["text_rank"] for r in rows) or 1.0
+    vector_order = sorted(rows, key=lambda r: -r["vector_score"])
+    vector_rank = {r["id"]: i for i, r in enumerate(vector_order, start=1)}
+    text_order = sorted((r for r in rows if r["text_rank"] > 0), key=lambda r: -r["text_rank"])
+    text_rank = {r["id"]: i for i, r in enumerate(text_order, start=1)}
+    meta_order = [r for r in vector_order if r["title_match"] or r["boost_match"]]
+    meta_rank = {r["id"]: i for i, r in enumerate(meta_order, start=1)}
+    scored = []
+    for r in rows:
+        w = weights or Weights.of(by_corpus[r["corpus_id"]])
+        v = max(0.0, float(r["vector_score"]))
+        t = float(r["text_rank"]) / best_text
+        m = 1.0 if (r["title_match"] or r["boost_match"]) else 0.0
+        if fusion == "rrf":
+            score = w.vector / (RRF_K + vector_rank[r["id"]])
+            score += w.text / (RRF_K + text_rank[r["id"]]) if r["id"] in text_rank else 0.0
+            score += w.metadata / (RRF_K + meta_rank[r["id"]]) if r["id"] in meta_rank else 0.0
+        else:
+            score = w.vector * v + w.text * t + w.metadata * m
+        scored.append(_Scored(r, score, v, t, m, vector_rank[r["id"]], text_rank.get(r["id"])))
+    scored.sort(key=lambda s: (-s.score, -s.vector, s.row["id"]))
+    return scored
+
+
+def _json(value) -> dict:
+    # Django's psycopg setup hands jsonb over as text.
+    return json.loads(value) if isinstance(value, str) else (value or {})
+
+
+def display_title(title: str, heading: str) -> str:
+    section = heading.split(HEADING_SEPARATOR)[-1] if heading else ""
+    return f"{title}{HEADING_SEPARATOR}{section}" if section and section != title else title
+
+
+WORD = re.compile(r"\w{4,}", re.UNICODE)
+
+
+def snippet(text: str, query: str, *, width: int = 240) -> str:
+    """About `width` characters of `text`, around the first word it shares with `query`."""
+    flat = " ".join(text.split())
+    flat = re.sub(r"^#{1,6} ", "", flat)
+    if len(flat) <= width:
+        return flat
+    start = 0
+    lowered = flat.lower()
+    positions = [lowered.find(w.lower()) for w in WORD.findall(query)]
+    positions = [p for p in positions if p > 0]
+    if positions:
+        start = max(0, min(positions) - width // 3)
+        if start:
+            space = flat.find(" ", start)
+            start = space + 1 if 0 <= space < start + 30 else start
+    end = min(len(flat), start + width)
+    if end < len(flat):
+        space = flat.rfind(" ", start + width // 2, end)
+        end = space if space > 0 else end
+    return ("…" if start else "") + flat[start:end].strip() + ("…" if end < len(flat) else "")

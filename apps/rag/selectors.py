@@ -1,0 +1,69 @@
+"""Reads: which corpora a user may search, and the chunks and documents they may open.
+
+Access is decided here and nowhere else, always in SQL: a user never receives a chunk of a
+corpus that `corpora_for_user` does not return.
+"""
+
+from __future__ import annotations
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.http import Http404
+
+from .models import Chunk, Corpus, Document
+
+
+def user_plan_slugs(*, user) -> list[str]:
+    """The user's plan(s), for corpora restricted to plans.
+
+    Plans belong to the admission app; until it offers `plan_for_user(user=...)` (returning an
+    object with a `slug` or `name`), no user has a plan and plan-restricted corpora are closed
+    to everyone but their groups.
+    """
+    try:
+        from apps.admission.selectors import plan_for_user  # type: ignore[attr-defined]
+    except ImportError:
+        return []
+    plan = plan_for_user(user=user)
+    slug = getattr(plan, "slug", None) or getattr(plan, "name", None) if plan else None
+    return [str(slug)] if slug else []
+
+
+def corpora_for_user(*, user) -> QuerySet[Corpus]:
+    if user is None or not user.is_authenticated or not user.is_active:
+        return Corpus.objects.none()
+    allowed = Q(access=Corpus.Access.EVERYONE) | Exists(
+        Corpus.groups.through.objects.filter(corpus_id=OuterRef("pk"), group__user=user)
+    )
+    plans = user_plan_slugs(user=user)
+    if plans:
+        allowed |= Q(plans__overlap=plans)
+    return Corpus.objects.filter(allowed, is_active=True)
+
+
+def _may_bypass(user) -> bool:
+    # Staff who may read chunks in the admin see them here too; nobody else skips the ACL.
+    return bool(user and user.is_active and user.is_staff and user.has_perm("rag.view_chunk"))
+
+
+def chunk_get_for_user(*, user, chunk_id: int) -> Chunk:
+    chunks = Chunk.objects.select_related("document", "corpus")
+    if not _may_bypass(user):
+        chunks = chunks.filter(corpus__in=corpora_for_user(user=user))
+    try:
+        return chunks.get(pk=chunk_id)
+    except Chunk.DoesNotExist:
+        raise Http404("No such passage.") from None
+
+
+def document_get_for_user(*, user, document_id: int) -> Document:
+    documents = Document.objects.select_related("corpus")
+    if not _may_bypass(user):
+        documents = documents.filter(corpus__in=corpora_for_user(user=user))
+    try:
+        return documents.get(pk=document_id)
+    except Document.DoesNotExist:
+        raise Http404("No such document.") from None
+
+
+def corpus_list_with_status() -> QuerySet[Corpus]:
+    return Corpus.objects.order_by("name")

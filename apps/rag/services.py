@@ -1,0 +1,156 @@
+"""Writes and the retrieval entry point the chat's prompt building calls.
+
+`retrieve_for_prompt` is the contract with the request path: the passages a user may see for a
+question, numbered for citation, cached, ACL-filtered in SQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+
+from . import caches, retrieval
+from .ingestion import Ingestor, IngestReport, corpus_refresh_counts, extracted_from
+from .models import Corpus, Document
+from .retrieval import Passage
+from .selectors import corpora_for_user
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Passage",
+    "corpus_bump_version",
+    "corpus_get_or_create",
+    "corpus_ingest_paths",
+    "corpus_ingest_uploads",
+    "corpus_reindex",
+    "document_delete",
+    "documents_reindex",
+    "retrieve_for_prompt",
+]
+
+
+def retrieve_for_prompt(
+    *,
+    user,
+    query: str,
+    k: int | None = None,
+    corpora: Iterable[Corpus | int | str] | None = None,
+    metadata_filter: dict | None = None,
+    boost: dict | None = None,
+) -> list[Passage]:
+    """The best `k` (default settings.RAG_TOP_K) passages for `query` from the corpora `user`
+    may use (optionally narrowed to `corpora`: ids, names or Corpus objects). Empty when
+    nothing is relevant enough."""
+    k = settings.RAG_TOP_K if k is None else k
+    query = (query or "").strip()
+    if not query or k < 1:
+        return []
+    allowed = corpora_for_user(user=user)
+    if corpora is not None:
+        ids = {c.pk if isinstance(c, Corpus) else c for c in corpora if not isinstance(c, str)}
+        names = {c for c in corpora if isinstance(c, str)}
+        allowed = allowed.filter(pk__in=ids) | allowed.filter(name__in=names)
+    searchable = [c for c in allowed.filter(chunk_count__gt=0)]
+    if not searchable:
+        return []
+    options = {"k": k, "filter": metadata_filter, "boost": boost}
+    cache_key = caches.results_key(
+        corpora=[(c.pk, c.version) for c in searchable], query=query, options=options
+    )
+    cached = caches.results_get(cache_key)
+    if cached is not None:
+        return [Passage(**row) for row in cached]
+    passages = retrieval.search(
+        corpora=searchable,
+        query=query,
+        embedding=caches.query_embedding(query),
+        k=k,
+        metadata_filter=metadata_filter,
+        boost=boost,
+    )
+    caches.results_put(cache_key, [p.as_dict() for p in passages])
+    return passages
+
+
+def corpus_get_or_create(
+    *, name: str, access: str = Corpus.Access.RESTRICTED, description: str = ""
+) -> tuple[Corpus, bool]:
+    return Corpus.objects.get_or_create(
+        name=name, defaults={"access": access, "description": description, "title": name}
+    )
+
+
+def corpus_bump_version(*, corpus: Corpus) -> None:
+    """Makes every cached result of the corpus unreachable (weights or content changed)."""
+    Corpus.objects.filter(pk=corpus.pk).update(version=F("version") + 1)
+
+
+def corpus_ingest_paths(
+    *,
+    corpus: Corpus,
+    paths: list[str],
+    size: int | None = None,
+    overlap: int | None = None,
+    batch_size: int | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> IngestReport:
+    ingestor = Ingestor(
+        corpus, size=size, overlap=overlap, batch_size=batch_size, force=force, progress=progress
+    )
+    ingestor.add_paths(paths)
+    return ingestor.finish()
+
+
+def corpus_ingest_uploads(*, corpus: Corpus, files) -> IngestReport:
+    """Admin uploads: Django UploadedFile objects; the source is `upload/<file name>`."""
+    ingestor = Ingestor(corpus)
+    for upload in files:
+        source = f"upload/{upload.name}"
+        if upload.size > settings.RAG_UPLOAD_MAX_BYTES:
+            ingestor.report.failed.append(
+                (source, f"larger than {settings.RAG_UPLOAD_MAX_BYTES // (1024 * 1024)} MB")
+            )
+            continue
+        ingestor.add_bytes(source=source, data=upload.read())
+    return ingestor.finish()
+
+
+def documents_reindex(*, documents: Iterable[Document], progress: bool = False) -> IngestReport:
+    """Re-chunks and re-embeds stored documents (after a change of chunk size or model)."""
+    documents = list(documents)
+    report = IngestReport(corpus=",".join(sorted({d.corpus.name for d in documents})) or "-")
+    by_corpus: dict[int, list[Document]] = {}
+    for document in documents:
+        by_corpus.setdefault(document.corpus_id, []).append(document)
+    for group in by_corpus.values():
+        ingestor = Ingestor(group[0].corpus, force=True, progress=progress)
+        for document in group:
+            ingestor.add_extracted(extracted_from(document))
+        partial = ingestor.finish()
+        report.added += partial.added
+        report.replaced += partial.replaced
+        report.chunks += partial.chunks
+        report.failed += partial.failed
+    report.seconds = time.monotonic() - report.started
+    return report
+
+
+def corpus_reindex(*, corpus: Corpus, progress: bool = False) -> IngestReport:
+    return documents_reindex(
+        documents=corpus.documents.select_related("corpus").order_by("pk"), progress=progress
+    )
+
+
+@transaction.atomic
+def document_delete(*, document: Document) -> None:
+    corpus_id = document.corpus_id
+    document.delete()
+    Corpus.objects.filter(pk=corpus_id).update(version=F("version") + 1)
+    corpus_refresh_counts(corpus_id=corpus_id)

@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+app_name = "rag"
+
+urlpatterns = [
+    path("chunks/<int:chunk_id>/", views.chunk_source, name="chunk"),
+    path("documents/<int:document_id>/", views.document_source, name="document"),
+]

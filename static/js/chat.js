@@ -1,0 +1,185 @@
+// The chat page's live half: sends over the websocket, shows queue state and tokens as they
+// arrive, Stop and Regenerate, and reconnects (the server resumes the answer in progress).
+// Model text is only ever inserted with textContent; the final answer's HTML comes from the
+// server, rendered from Markdown and sanitised there.
+(function () {
+  "use strict";
+  const form = document.getElementById("composer");
+  if (!form || !window.WebSocket) return;
+
+  const list = document.getElementById("message-list");
+  const textarea = form.querySelector("textarea");
+  const sendButton = document.getElementById("send-button");
+  const stopButton = document.getElementById("stop-button");
+  const regenerateButton = document.getElementById("regenerate-button");
+  const errorBox = document.getElementById("composer-error");
+  const connectionState = document.getElementById("connection-state");
+  const wsUrl = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + form.dataset.wsPath;
+
+  let socket = null;
+  let retryDelay = 500;
+  let current = null; // {requestId, li, textEl, statusEl, lastEventId}
+
+  function showError(message) {
+    errorBox.textContent = message;
+    errorBox.hidden = !message;
+  }
+
+  function setBusy(busy) {
+    sendButton.disabled = busy;
+    stopButton.hidden = !busy;
+    regenerateButton.hidden = busy || !list.querySelector(".message.assistant:not(.pending)");
+  }
+
+  function scrollToEnd() {
+    list.scrollTop = list.scrollHeight;
+  }
+
+  function dropEmptyPlaceholder() {
+    const empty = list.querySelector("li.empty");
+    if (empty) empty.remove();
+  }
+
+  function assistantBubble(requestId) {
+    let li = list.querySelector('li.pending[data-request-id="' + requestId + '"]');
+    if (!li) {
+      dropEmptyPlaceholder();
+      li = document.createElement("li");
+      li.className = "message assistant pending";
+      li.dataset.requestId = requestId;
+      li.innerHTML = '<div class="role">Sluice</div><div class="text"></div><p class="status"></p>';
+      list.appendChild(li);
+    }
+    const noscript = li.querySelector("noscript");
+    if (noscript) noscript.remove();
+    current = {
+      requestId: requestId,
+      li: li,
+      textEl: li.querySelector(".text"),
+      statusEl: li.querySelector(".status"),
+      lastEventId: "0",
+    };
+    setBusy(true);
+    return current;
+  }
+
+  function statusText(frame) {
+    if (frame.state === "queued" && frame.position) {
+      const eta = frame.eta_seconds ? " (about " + Math.max(1, Math.round(+frame.eta_seconds)) + " s)" : "";
+      return "You are #" + frame.position + " in line" + eta + ".";
+    }
+    if (frame.state === "queued") return "Waiting for a free worker…";
+    if (frame.state === "dispatched") return "Starting…";
+    if (frame.state === "rejected") return frame.reason || "The service is busy.";
+    return "";
+  }
+
+  const handlers = {
+    user_message(frame) {
+      dropEmptyPlaceholder();
+      const li = document.createElement("li");
+      li.className = "message user";
+      li.dataset.messageId = frame.id;
+      li.innerHTML = '<div class="role">You</div><div class="text"></div>';
+      li.querySelector(".text").innerHTML = frame.html; // escaped by the server
+      list.appendChild(li);
+      scrollToEnd();
+    },
+    regenerating() {
+      const answers = list.querySelectorAll(".message.assistant:not(.pending)");
+      if (answers.length) answers[answers.length - 1].remove();
+    },
+    request(frame) {
+      assistantBubble(frame.request_id);
+      current.statusEl.textContent = "Queued…";
+    },
+    status(frame) {
+      const c = current && current.requestId === frame.request_id ? current : assistantBubble(frame.request_id);
+      c.statusEl.textContent = statusText(frame);
+    },
+    start(frame) {
+      const c = current && current.requestId === frame.request_id ? current : assistantBubble(frame.request_id);
+      c.textEl.textContent = ""; // a new attempt replays the answer from its start
+      c.statusEl.textContent = "";
+    },
+    delta(frame) {
+      const c = current && current.requestId === frame.request_id ? current : assistantBubble(frame.request_id);
+      c.textEl.appendChild(document.createTextNode(frame.text));
+      c.statusEl.textContent = "";
+      scrollToEnd();
+    },
+    final(frame) {
+      const c = current && current.requestId === frame.request_id ? current : assistantBubble(frame.request_id);
+      c.li.classList.remove("pending");
+      c.textEl.innerHTML = frame.html; // sanitised Markdown from the server
+      if (frame.state === "cancelled") c.statusEl.textContent = "Stopped.";
+      else if (frame.state === "failed") c.statusEl.textContent = frame.error || "The answer failed.";
+      else c.statusEl.remove();
+      current = null;
+      setBusy(false);
+      scrollToEnd();
+    },
+    error(frame) {
+      showError(frame.message);
+      if (!current) setBusy(false);
+    },
+  };
+
+  function connect() {
+    socket = new WebSocket(wsUrl);
+    socket.addEventListener("open", function () {
+      retryDelay = 500;
+      connectionState.hidden = true;
+      // Catch up on the answer we were following (the server also resumes the active one).
+      if (current) socket.send(JSON.stringify({ type: "resume", request_id: current.requestId, last_event_id: "0" }));
+    });
+    socket.addEventListener("message", function (event) {
+      let frame;
+      try { frame = JSON.parse(event.data); } catch (e) { return; }
+      if (frame.event_id && current && frame.request_id === current.requestId) current.lastEventId = frame.event_id;
+      const handler = handlers[frame.type];
+      if (handler) handler(frame);
+    });
+    socket.addEventListener("close", function (event) {
+      if (event.code === 4401 || event.code === 4404) {
+        connectionState.textContent = "Please log in again.";
+        connectionState.hidden = false;
+        return;
+      }
+      connectionState.textContent = "Reconnecting…";
+      connectionState.hidden = false;
+      setTimeout(connect, retryDelay);
+      retryDelay = Math.min(retryDelay * 2, 10000);
+    });
+  }
+
+  form.addEventListener("submit", function (event) {
+    if (!socket || socket.readyState !== WebSocket.OPEN) return; // plain form post instead
+    event.preventDefault();
+    const text = textarea.value.trim();
+    if (!text) { showError("Type a message first."); return; }
+    showError("");
+    socket.send(JSON.stringify({ type: "send", text: text }));
+    textarea.value = "";
+  });
+  textarea.addEventListener("keydown", function (event) {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  stopButton.addEventListener("click", function () {
+    if (socket && socket.readyState === WebSocket.OPEN) {
+      socket.send(JSON.stringify({ type: "stop", request_id: current ? current.requestId : null }));
+    }
+  });
+  regenerateButton.addEventListener("click", function () {
+    if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "regenerate" }));
+  });
+
+  const pending = list.querySelector("li.pending[data-request-id]");
+  if (pending) assistantBubble(pending.dataset.requestId);
+  else setBusy(false);
+  scrollToEnd();
+  connect();
+})();

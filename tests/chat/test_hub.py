@@ -1,0 +1,45 @@
+"""The multiplexed reader: many readers, two Redis connections, nothing missed or repeated."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis.asyncio as aioredis
+from django.conf import settings
+
+from apps.chat.hub import OutputHub
+
+
+async def collect(hub: OutputHub, stream: str, after: str = "0") -> list[str]:
+    return [fields["text"] async for _, fields in hub.events(stream, after=after)]
+
+
+async def test_many_readers_share_two_connections_and_see_every_entry(redis_prefix):
+    client = aioredis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+    name = f"hub-test-{redis_prefix}"
+    hub = OutputHub(settings.REDIS_URL, name=name)
+    streams = [f"{redis_prefix}:out:{{{i}}}" for i in range(60)]
+    # Some text exists before the readers come (a refresh mid-answer), some arrives after.
+    for stream in streams:
+        await client.xadd(stream, {"type": "delta", "text": "a"})
+    readers = [asyncio.create_task(collect(hub, s)) for s in streams]
+    await asyncio.sleep(0.2)
+    hub_clients = [c for c in await client.client_list() if c["name"].startswith(name)]
+    for stream in streams:
+        await client.xadd(stream, {"type": "delta", "text": "b"})
+        await client.xadd(stream, {"type": "final", "text": "c"})
+    results = await asyncio.wait_for(asyncio.gather(*readers), timeout=10)
+    assert all(r == ["a", "b", "c"] for r in results)
+    # The reader plus one or two control connections, not one connection per reader.
+    assert 2 <= len(hub_clients) <= 1 + 4, hub_clients
+    await client.aclose()
+
+
+async def test_resuming_after_an_event_id_skips_what_was_seen(redis_prefix):
+    client = aioredis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+    stream = f"{redis_prefix}:out:{{r}}"
+    ids = [await client.xadd(stream, {"type": "delta", "text": t}) for t in "xyz"]
+    await client.xadd(stream, {"type": "final", "text": "!"})
+    hub = OutputHub(settings.REDIS_URL)
+    assert await collect(hub, stream, after=ids[1]) == ["z", "!"]
+    await client.aclose()

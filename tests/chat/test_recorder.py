@@ -1,0 +1,62 @@
+"""The completion recorder stores each answer once, however often its record is delivered."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.chat import recorder
+from apps.chat.keys import keys
+from apps.chat.models import Message
+from apps.chat.services import conversation_create
+from chatsite.redis_client import get_redis
+from worker.protocol import Completion, State, Usage
+
+pytestmark = pytest.mark.django_db
+
+
+def completion_for(conversation, *, request_id="r1", state=State.DONE, text="Blue."):
+    return Completion(
+        id=request_id, user_id=str(conversation.owner_id), conversation_id=str(conversation.id),
+        state=state, text=text, usage=Usage(prompt_tokens=12, completion_tokens=3),
+    )  # fmt: skip
+
+
+def test_a_redelivered_completion_is_stored_once(user):
+    conversation = conversation_create(owner=user)
+    completion = completion_for(conversation)
+    client = get_redis()
+    recorder.ensure_group()
+    for _ in range(3):  # the same record delivered three times
+        client.xadd(keys().done, completion.to_fields())
+    assert recorder.record_pending(consumer="c1", block_ms=10) == 3
+    stored = Message.objects.get(request_id="r1")
+    assert (stored.role, stored.text, stored.completion_tokens) == ("assistant", "Blue.", 3)
+    assert Message.objects.filter(conversation=conversation).count() == 1
+
+
+def test_records_left_pending_by_a_crashed_recorder_are_stored_on_restart(user):
+    conversation = conversation_create(owner=user)
+    recorder.ensure_group()
+    get_redis().xadd(keys().done, completion_for(conversation, request_id="r2").to_fields())
+    # Delivered to consumer c1, which "crashed" before acknowledging.
+    get_redis().xreadgroup("recorder", "c1", {keys().done: ">"}, count=10)
+    assert not Message.objects.filter(request_id="r2").exists()
+    recorder.record_pending(consumer="c1", block_ms=10)
+    assert Message.objects.filter(request_id="r2").exists()
+
+
+def test_failures_are_kept_and_empty_stops_are_not(user):
+    conversation = conversation_create(owner=user)
+    failed = completion_for(conversation, request_id="f", state=State.FAILED, text="")
+    failed.error = "The model failed: RuntimeError"
+    stopped = completion_for(conversation, request_id="s", state=State.CANCELLED, text="")
+    assert recorder.completion_record(completion=failed).status == "failed"
+    assert recorder.completion_record(completion=stopped) is None
+    assert Message.objects.get(request_id="f").error == "The model failed: RuntimeError"
+
+
+def test_a_completion_for_a_deleted_conversation_is_dropped(user):
+    conversation = conversation_create(owner=user)
+    completion = completion_for(conversation)
+    conversation.delete()
+    assert recorder.completion_record(completion=completion) is None

@@ -1,0 +1,84 @@
+"""The chat websocket's guards: who may connect, and bad frames get an error, not a dropped
+connection."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from apps.chat.generation import generation_submit
+from apps.chat.models import Message
+from apps.chat.services import conversation_create
+from tests.chat.conftest import chat_socket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def test_a_websocket_from_a_foreign_origin_is_refused(user):
+    conversation = await sync_to_async(conversation_create)(owner=user)
+    async with chat_socket(user, conversation.id, origin=b"http://evil.example") as (_, ok, _):
+        assert not ok
+
+
+async def test_anonymous_and_foreign_conversations_are_refused(user, other_user):
+    theirs = await sync_to_async(conversation_create)(owner=other_user)
+    async with chat_socket(None, theirs.id) as (_, ok, code):
+        assert not ok and code == 4401
+    async with chat_socket(user, theirs.id) as (_, ok, code):
+        assert not ok and code == 4404
+    async with chat_socket(user, 987654) as (_, ok, code):
+        assert not ok and code == 4404
+
+
+async def _error_for(ws, payload: str) -> str:
+    await ws.send_to(text_data=payload)
+    frame = json.loads(await ws.receive_from(timeout=10))
+    assert frame["type"] == "error", frame
+    return frame["message"]
+
+
+async def test_bad_frames_get_clear_errors_and_the_socket_stays_open(user):
+    conversation = await sync_to_async(conversation_create)(owner=user)
+    async with chat_socket(user, conversation.id) as (ws, ok, _):
+        assert ok
+        assert "malformed JSON" in await _error_for(ws, "{not json")
+        assert "malformed JSON" in await _error_for(ws, json.dumps(["send"]))
+        assert "Unknown action" in await _error_for(ws, json.dumps({"type": "explode"}))
+        assert "Type a message first" in await _error_for(ws, json.dumps({"type": "send"}))
+        assert "Type a message first" in await _error_for(
+            ws, json.dumps({"type": "send", "text": "   "})
+        )
+        assert "limit is 8,000" in await _error_for(
+            ws, json.dumps({"type": "send", "text": "x" * 9000})
+        )
+        assert "under 64 KB" in await _error_for(ws, "x" * 70_000)
+        assert "Nothing is being generated" in await _error_for(ws, json.dumps({"type": "stop"}))
+        # Still connected and working after all that.
+        assert "Unknown action" in await _error_for(ws, json.dumps({"type": "?"}))
+    assert not await sync_to_async(Message.objects.exists)()
+
+
+async def test_another_users_request_cannot_be_resumed_or_stopped(user, other_user):
+    theirs = await sync_to_async(conversation_create)(owner=other_user)
+    submitted = await sync_to_async(generation_submit)(
+        user=other_user, conversation=theirs, text="secret"
+    )
+    mine = await sync_to_async(conversation_create)(owner=user)
+    async with chat_socket(user, mine.id) as (ws, _, _):
+        resume = json.dumps({"type": "resume", "request_id": submitted.request_id,
+                             "last_event_id": "0"})  # fmt: skip
+        assert "not found" in await _error_for(ws, resume)
+        stop = json.dumps({"type": "stop", "request_id": submitted.request_id})
+        assert "not found" in await _error_for(ws, stop)
+
+
+async def test_a_second_question_waits_for_the_answer_in_progress(user):
+    conversation = await sync_to_async(conversation_create)(owner=user)
+    async with chat_socket(user, conversation.id) as (ws, _, _):
+        await ws.send_to(text_data=json.dumps({"type": "send", "text": "first"}))
+        kinds = [json.loads(await ws.receive_from(timeout=10))["type"] for _ in range(3)]
+        assert kinds == ["user_message", "request", "status"]
+        message = await _error_for(ws, json.dumps({"type": "send", "text": "second"}))
+        assert "Wait for the current answer" in message

@@ -1,0 +1,252 @@
+"""`python -m worker --engine llamacpp --slots 2` runs one worker.
+
+Every option also reads an environment variable (shown in --help), so a container or a systemd
+unit can configure a worker without a command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from .engines import ENGINES, Engine, create_engine
+from .protocol import Keys
+from .runner import Worker, default_worker_id
+
+log = logging.getLogger("sluice.worker")
+
+
+def env_default(name: str, default: Any = None) -> Any:
+    return os.environ.get(name, default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__)
+    add = parser.add_argument
+    add(
+        "--engine",
+        choices=sorted(ENGINES),
+        default=env_default("WORKER_ENGINE", "llamacpp"),
+        help="[WORKER_ENGINE] which engine runs the model (default llamacpp)",
+    )
+    add(
+        "--slots",
+        type=int,
+        default=env_default("WORKER_SLOTS"),
+        help="[WORKER_SLOTS] concurrent generations (default: the engine's capacity)",
+    )
+    add(
+        "--redis-url",
+        default=env_default("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        help="[REDIS_URL] where the work streams live",
+    )
+    add(
+        "--prefix",
+        default=env_default("SLUICE_REDIS_PREFIX", "sluice"),
+        help="[SLUICE_REDIS_PREFIX] prefix of every Redis key",
+    )
+    add(
+        "--worker-id",
+        default=env_default("WORKER_ID"),
+        help="[WORKER_ID] consumer name, unique per worker (default host-pid)",
+    )
+    add(
+        "--grace",
+        type=float,
+        default=float(env_default("WORKER_GRACE_SECONDS", 30)),
+        help="[WORKER_GRACE_SECONDS] on SIGTERM, seconds running answers get to finish",
+    )
+    add(
+        "--claim-idle-ms",
+        type=int,
+        default=int(env_default("WORKER_CLAIM_IDLE_MS", 10_000)),
+        help="[WORKER_CLAIM_IDLE_MS] re-run a dead worker's work after it idles this long",
+    )
+    add(
+        "--max-deliveries",
+        type=int,
+        default=int(env_default("WORKER_MAX_DELIVERIES", 3)),
+        help="[WORKER_MAX_DELIVERIES] deliveries before work goes to the dead-letter stream",
+    )
+    add(
+        "--heartbeat-interval",
+        type=float,
+        default=float(env_default("WORKER_HEARTBEAT_SECONDS", 2.0)),
+        help="[WORKER_HEARTBEAT_SECONDS] seconds between heartbeats (the key lives 3x this)",
+    )
+    add(
+        "--model",
+        default=env_default("WORKER_MODEL"),
+        help="[WORKER_MODEL] model path or id (llamacpp: a GGUF; default the bundled SmolLM2)",
+    )
+
+    llama = parser.add_argument_group("llamacpp")
+    llama.add_argument(
+        "--n-ctx",
+        type=int,
+        default=int(env_default("LLAMACPP_N_CTX", 2048)),
+        help="[LLAMACPP_N_CTX] context window in tokens",
+    )
+
+    vllm = parser.add_argument_group(
+        "vllm",
+        "--model: an HF model folder or hub id (default var/models/SmolLM2-135M-Instruct, "
+        "made by `python -m worker prepare-model`)",
+    )
+    vllm.add_argument(
+        "--max-model-len",
+        type=int,
+        default=int(env_default("WORKER_VLLM_MAX_MODEL_LEN", 0)) or None,
+        help="[WORKER_VLLM_MAX_MODEL_LEN] context window in tokens (default: the model's)",
+    )
+    vllm.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=float(env_default("WORKER_VLLM_GPU_MEMORY_UTILIZATION", 0.9)),
+        help="[WORKER_VLLM_GPU_MEMORY_UTILIZATION] share of GPU memory vLLM takes (default 0.9)",
+    )
+    vllm.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=int(env_default("WORKER_VLLM_TENSOR_PARALLEL_SIZE", 1)),
+        help="[WORKER_VLLM_TENSOR_PARALLEL_SIZE] GPUs one model is split across (default 1)",
+    )
+    vllm.add_argument(
+        "--enforce-eager",
+        action=argparse.BooleanOptionalAction,
+        default=env_default("WORKER_VLLM_ENFORCE_EAGER", "0").lower() in {"1", "true", "yes"},
+        help="[WORKER_VLLM_ENFORCE_EAGER] no CUDA graphs / torch.compile: starts faster, "
+        "decodes slower (default off)",
+    )
+    vllm.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=int(env_default("WORKER_VLLM_MAX_NUM_SEQS", 0)) or None,
+        help="[WORKER_VLLM_MAX_NUM_SEQS] sequences run at once, the worker's slots "
+        "(default: --slots, else vLLM's default on GPUs, 8 on the CPU)",
+    )
+    vllm.add_argument(
+        "--dtype",
+        default=env_default("WORKER_VLLM_DTYPE", "auto"),
+        help="[WORKER_VLLM_DTYPE] auto, bfloat16, float16 or float32 (default auto: the model's)",
+    )
+    vllm.add_argument(
+        "--kv-cache-gib",
+        type=float,
+        default=float(env_default("WORKER_VLLM_KV_CACHE_GIB", 0)) or None,
+        help="[WORKER_VLLM_KV_CACHE_GIB] KV-cache size, instead of sizing it from "
+        "--gpu-memory-utilization (vLLM's CPU build: 4 GiB unless set)",
+    )
+    vllm.add_argument(
+        "--vllm-engine-args",
+        default=env_default("WORKER_VLLM_ENGINE_ARGS", ""),
+        help="[WORKER_VLLM_ENGINE_ARGS] other vLLM AsyncEngineArgs as JSON, "
+        """e.g. '{"quantization": "fp8", "kv_cache_dtype": "fp8"}'""",
+    )
+
+    sim = parser.add_argument_group("simulated (benchmarks only)")
+    sim.add_argument("--sim-first-token-ms", type=float, default=50.0)
+    sim.add_argument("--sim-decode-ms", type=float, default=10.0)
+    sim.add_argument("--sim-prefill-ms-per-token", type=float, default=0.0)
+    sim.add_argument("--sim-batch-slowdown", type=float, default=0.0)
+    sim.add_argument(
+        "--sim-tokens",
+        type=int,
+        default=None,
+        help="fixed answer length (default: the request's max_tokens)",
+    )
+
+    upstream = parser.add_argument_group("openai")
+    upstream.add_argument(
+        "--base-url",
+        default=env_default("OPENAI_BASE_URL"),
+        help="[OPENAI_BASE_URL] e.g. http://gpu-box:8000/v1",
+    )
+    upstream.add_argument(
+        "--api-key", default=env_default("OPENAI_API_KEY", ""), help="[OPENAI_API_KEY]"
+    )
+    return parser  # fmt: skip
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The chosen engine's constructor arguments, from the command line."""
+    slots = int(args.slots) if args.slots else None
+    if args.engine == "llamacpp":
+        return {"model_path": args.model, "slots": slots or 2, "n_ctx": args.n_ctx}
+    if args.engine == "simulated":
+        return {
+            "slots": slots or 64,
+            "first_token_ms": args.sim_first_token_ms,
+            "decode_ms_per_token": args.sim_decode_ms,
+            "prefill_ms_per_token": args.sim_prefill_ms_per_token,
+            "batch_slowdown": args.sim_batch_slowdown,
+            "tokens": args.sim_tokens,
+        }
+    if args.engine == "openai":
+        if not args.base_url or not args.model:
+            raise SystemExit("--engine openai needs --base-url and --model")
+        return {"base_url": args.base_url, "model": args.model, "api_key": args.api_key,
+                "slots": slots or 16}  # fmt: skip
+    if args.engine == "vllm":
+        from .engines.vllm import options_from_args
+
+        return options_from_args(args)
+    raise SystemExit(f"unknown engine {args.engine}")
+
+
+@contextlib.asynccontextmanager
+async def running_engine(name: str, options: dict[str, Any]) -> AsyncIterator[Engine]:
+    engine = create_engine(name, **options)
+    log.info("loading engine %s", name)
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.stop()
+
+
+async def serve(args: argparse.Namespace) -> None:
+    client = aioredis.Redis.from_url(args.redis_url, decode_responses=True)
+    async with running_engine(args.engine, engine_options(args)) as engine:
+        worker = Worker(
+            redis_client=client,
+            engine=engine,
+            keys=Keys(prefix=args.prefix),
+            worker_id=args.worker_id or default_worker_id(),
+            slots=int(args.slots) if args.slots else None,
+            claim_idle_ms=args.claim_idle_ms,
+            max_deliveries=args.max_deliveries,
+            grace_seconds=args.grace,
+            heartbeat_interval=args.heartbeat_interval,
+        )
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, worker.stop)
+        await worker.run()
+    await client.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    if argv[:1] == ["prepare-model"]:
+        from .prepare_model import main as prepare_model_main
+
+        return prepare_model_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    asyncio.run(serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
