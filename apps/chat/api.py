@@ -88,6 +88,10 @@ def request_create(request: HttpRequest) -> JsonResponse:
         return _error(400, " ".join(exc.messages))
     except generation.GenerationBusy as exc:
         return _error(409, str(exc))
+    except generation.GenerationUnavailable as exc:
+        response = _error(503, str(exc))
+        response["Retry-After"] = "60"
+        return response
     events_url = reverse("api:request_events", args=[submitted.request_id])
     response = JsonResponse(
         {

@@ -19,6 +19,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.core.exceptions import ValidationError
 from django.http import Http404
 from django.utils.html import escape, linebreaks
+from redis.exceptions import RedisError
 
 from worker.protocol import EventType
 
@@ -45,11 +46,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.close(code=4404)
             return
         self.relay: asyncio.Task | None = None
-        await self.accept()
         # A refresh or a second tab: show the answer in progress and continue live.
-        active = await database_sync_to_async(generation.active_request_id)(
-            conversation=self.conversation
-        )
+        try:
+            active = await database_sync_to_async(generation.active_request_id)(
+                conversation=self.conversation
+            )
+        except RedisError:
+            active = None  # the page still works; sending will explain the outage
+        await self.accept()
         if active:
             await self._follow(active, after="0")
 
@@ -96,6 +100,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except generation.GenerationBusy as exc:
             await self._error(str(exc))
             return
+        except generation.GenerationUnavailable as exc:
+            await self._send({"type": "error", "message": str(exc), "draft": text})
+            return
         message = submitted.user_message
         await self._send({"type": "user_message", "id": message.id,
                           "html": linebreaks(escape(message.text))})  # fmt: skip
@@ -106,7 +113,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             submitted = await database_sync_to_async(generation.generation_regenerate)(
                 user=self.user, conversation=self.conversation
             )
-        except generation.GenerationBusy as exc:
+        except (generation.GenerationBusy, generation.GenerationUnavailable) as exc:
             await self._error(str(exc))
             return
         await self._send({"type": "regenerating"})

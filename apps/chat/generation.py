@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import transaction
 from django.http import Http404
+from redis.exceptions import RedisError
 
 from apps.accounts.models import User
 from chatsite.redis_client import get_redis
@@ -34,6 +35,15 @@ class GenerationBusy(Exception):
     """The conversation already has an answer in progress."""
 
 
+class GenerationUnavailable(Exception):
+    """Redis (the queue) cannot be reached: admission fails closed, and nothing is stored."""
+
+    message = (
+        "Sluice cannot take new questions right now (its queue is unreachable). Your message "
+        "was not sent; please try again in a minute."
+    )
+
+
 def active_request_id(*, conversation: Conversation) -> str | None:
     return get_redis().get(keys().conversation_active(conversation.id))
 
@@ -55,7 +65,10 @@ def generation_submit(
     conversation is still answering."""
     if conversation.owner_id != user.id:
         raise Http404
-    ensure_conversation_free(conversation=conversation)
+    try:
+        ensure_conversation_free(conversation=conversation)
+    except RedisError as exc:
+        raise GenerationUnavailable(GenerationUnavailable.message) from exc
     request_id = protocol.new_request_id()
     with transaction.atomic():
         user_message = None
@@ -64,19 +77,24 @@ def generation_submit(
                 conversation=conversation, role=Message.Role.USER, text=text
             )
         prompt = prompt_build(conversation=conversation)
-        item = WorkItem(
-            id=request_id,
-            user_id=str(user.id),
-            conversation_id=str(conversation.id),
-            messages=prompt.messages,
-            max_tokens=prompt.max_tokens,
-            temperature=settings.MODEL_TEMPERATURE,
-            prompt_tokens_estimate=prompt.prompt_tokens_estimate,
-            kind=kind,
-        )
-        # Published only once the user's message is committed: a worker never answers a
-        # question that was rolled back.
-        transaction.on_commit(lambda: request_publish(item=item))
+    item = WorkItem(
+        id=request_id,
+        user_id=str(user.id),
+        conversation_id=str(conversation.id),
+        messages=prompt.messages,
+        max_tokens=prompt.max_tokens,
+        temperature=settings.MODEL_TEMPERATURE,
+        prompt_tokens_estimate=prompt.prompt_tokens_estimate,
+        kind=kind,
+    )
+    # Published after the question is committed, so a worker never answers a question that was
+    # rolled back; if Redis is down the question is taken back, so nothing half-sent remains.
+    try:
+        request_publish(item=item)
+    except RedisError as exc:
+        if user_message is not None:
+            user_message.delete()
+        raise GenerationUnavailable(GenerationUnavailable.message) from exc
     return Submitted(request_id, conversation.id, user_message)
 
 

@@ -61,9 +61,9 @@ class OutputHub:
     def control(self) -> aioredis.Redis:
         """Shared non-blocking client (a small pool) for catch-up reads and commands."""
         if self._control is None:
-            # A blocking pool: past four connections, callers wait for one instead of failing.
+            # A blocking pool: past two connections, callers wait for one instead of failing.
             pool = aioredis.BlockingConnectionPool.from_url(
-                self.redis_url, decode_responses=True, max_connections=4, timeout=30,
+                self.redis_url, decode_responses=True, max_connections=2, timeout=30,
                 client_name=f"{self.name}-control",
             )  # fmt: skip
             self._control = aioredis.Redis(connection_pool=pool)

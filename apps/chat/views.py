@@ -88,7 +88,7 @@ def message_send(request: HttpRequest, id: int) -> HttpResponse:
         text = ""
     except ValidationError as exc:
         error = " ".join(exc.messages)
-    except generation.GenerationBusy as exc:
+    except (generation.GenerationBusy, generation.GenerationUnavailable) as exc:
         error = str(exc)
     if request.htmx:
         context = _page_context(request, conversation, composer_error=error, draft=text)

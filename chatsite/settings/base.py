@@ -70,6 +70,8 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+# Synchronous Redis connections per process (a blocking pool: callers wait, never grow it).
+REDIS_POOL_SIZE = env.int("REDIS_POOL_SIZE", default=4)
 # Prefix of every Redis key Sluice writes; tests give each test its own.
 SLUICE_REDIS_PREFIX = env.str("SLUICE_REDIS_PREFIX", default="sluice")
 
@@ -157,5 +159,13 @@ MODEL_CONTEXT_TOKENS = env.int("MODEL_CONTEXT_TOKENS", default=2048)
 MODEL_MAX_TOKENS = env.int("MODEL_MAX_TOKENS", default=512)
 MODEL_TEMPERATURE = env.float("MODEL_TEMPERATURE", default=0.7)
 
-# Until admission control runs (the dispatcher), the web puts requests straight on the work stream.
-SLUICE_ADMISSION = env.bool("SLUICE_ADMISSION", default=False)
+# Requests go through admission control (the dispatcher: plans, fair queue); False sends them
+# straight to the work stream.
+SLUICE_ADMISSION = env.bool("SLUICE_ADMISSION", default=True)
+
+# Admission control (apps/admission; docs/admission.md describes each setting)
+SLUICE_DISPATCHER_LEASE_MS = env.int("SLUICE_DISPATCHER_LEASE_MS", default=5000)
+SLUICE_ADMISSION_BATCH = env.int("SLUICE_ADMISSION_BATCH", default=500)
+SLUICE_ADMISSION_PREFETCH = env.int("SLUICE_ADMISSION_PREFETCH", default=0)
+SLUICE_ADMISSION_QUANTUM = env.int("SLUICE_ADMISSION_QUANTUM", default=256)
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")

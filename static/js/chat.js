@@ -121,6 +121,7 @@
     },
     error(frame) {
       showError(frame.message);
+      if (frame.draft && !textarea.value) textarea.value = frame.draft; // nothing typed is lost
       if (!current) setBusy(false);
     },
   };

@@ -82,3 +82,23 @@ async def test_a_second_question_waits_for_the_answer_in_progress(user):
         assert kinds == ["user_message", "request", "status"]
         message = await _error_for(ws, json.dumps({"type": "send", "text": "second"}))
         assert "Wait for the current answer" in message
+
+
+async def test_when_redis_is_unreachable_sending_fails_closed_and_keeps_the_draft(
+    user, monkeypatch
+):
+    import redis as redis_lib
+
+    from apps.chat import generation
+    from chatsite.stack import free_port
+
+    conversation = await sync_to_async(conversation_create)(owner=user)
+    unreachable = redis_lib.Redis(port=free_port(), socket_connect_timeout=0.5)
+    async with chat_socket(user, conversation.id) as (ws, _, _):
+        monkeypatch.setattr(generation, "get_redis", lambda: unreachable)
+        await ws.send_to(text_data=json.dumps({"type": "send", "text": "are you there?"}))
+        frame = json.loads(await ws.receive_from(timeout=10))
+    assert frame["type"] == "error"
+    assert "cannot take new questions right now" in frame["message"]
+    assert frame["draft"] == "are you there?"
+    assert not await sync_to_async(Message.objects.exists)()

@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .base import EngineHealth, EngineOutput, GenerationRequest
@@ -260,7 +261,7 @@ class VLLMEngine:
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """VLLMEngine's constructor arguments from `python -m worker --engine vllm ...`."""
-    from ..prepare_model import default_model_dir, is_prepared
+    from ..prepare_model import default_model_dir, is_prepared, prepared_dtype
 
     model = args.model
     if not model:
@@ -271,6 +272,9 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 "(SmolLM2-135M for the CPU), or pass --model / WORKER_MODEL (an HF folder or id)"
             )
         model = str(folder)
+    dtype = args.dtype
+    if dtype == "auto" and is_prepared(Path(model)):
+        dtype = prepared_dtype(Path(model)) or dtype
     try:
         extra = json.loads(args.vllm_engine_args) if args.vllm_engine_args else {}
     except json.JSONDecodeError as exc:
@@ -284,7 +288,7 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "enforce_eager": args.enforce_eager,
         # --slots alone sizes the engine too: no point batching more than the worker feeds it.
         "max_num_seqs": args.max_num_seqs or slots,
-        "dtype": args.dtype,
+        "dtype": dtype,
         "kv_cache_gib": args.kv_cache_gib,
         "engine_args": extra,
     }

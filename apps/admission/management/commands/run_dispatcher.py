@@ -1,22 +1,39 @@
-"""`manage.py run_dispatcher`: records finished answers in PostgreSQL (and runs admission)."""
+"""`manage.py run_dispatcher`: admission control, the fair queue, dispatching to workers and the
+completion recorder, in one loop. Run two or more: one holds the lease and works, the others
+stand by and take over within a few seconds of it stopping."""
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import time
 
+import redis
+from django.conf import settings
 from django.core.management.base import BaseCommand
-from redis.exceptions import ConnectionError as RedisConnectionError
+from django.db import DatabaseError, close_old_connections
 
+from apps.admission.dispatcher import Dispatcher, Options
+from apps.admission.keys import ACTIVE_CONSUMER
 from apps.chat import recorder
+from chatsite.redis_client import get_redis
+from worker.protocol import Keys
 
 log = logging.getLogger("sluice.dispatcher")
 
 
+def record_completions(dispatcher: Dispatcher) -> int:
+    # The lease holder records under one consumer name, so a new holder finds what the old one
+    # had read but not yet stored (record_pending re-reads its own pending entries first).
+    return recorder.record_pending(
+        consumer=ACTIVE_CONSUMER, block_ms=1, on_recorded=dispatcher.on_completion
+    )
+
+
 class Command(BaseCommand):
-    help = "Run the dispatcher: completion recorder (and admission control when enabled)."
+    help = "Run the dispatcher: admission, fair queue, dispatch to workers, answer recorder."
 
     def handle(self, *args, **options):
         stopping = {"now": False}
@@ -26,12 +43,37 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        consumer = f"{socket.gethostname()}-dispatcher"
-        recorder.ensure_group()
-        self.stdout.write("[sluice] dispatcher running: recording finished answers")
+        dispatcher = Dispatcher(
+            client=get_redis(),
+            keys=Keys(prefix=settings.SLUICE_REDIS_PREFIX),
+            options=Options(
+                lease_ms=settings.SLUICE_DISPATCHER_LEASE_MS,
+                batch=settings.SLUICE_ADMISSION_BATCH,
+                prefetch=settings.SLUICE_ADMISSION_PREFETCH,
+                quantum=settings.SLUICE_ADMISSION_QUANTUM,
+            ),
+            holder=f"{socket.gethostname()}-{os.getpid()}",
+            on_completion_pass=record_completions,
+        )
+        self.stdout.write("[sluice] dispatcher running (active when it holds the lease)")
+        grouped = False
         while not stopping["now"]:
             try:
-                recorder.record_pending(consumer=consumer, block_ms=1000)
-            except RedisConnectionError as exc:
-                log.warning("Redis unavailable (%s); retrying", exc)
+                if not grouped:
+                    recorder.ensure_group()
+                    grouped = True
+                dispatcher.step()
+                if not dispatcher.active:
+                    time.sleep(0.5)  # standby: poll the lease
+            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
+                # Nothing is lost: the queue lives in Redis and is reloaded when it returns.
+                log.warning("Redis unavailable (%s); retrying in 1 s", exc)
                 time.sleep(1)
+            except DatabaseError as exc:
+                log.warning("database unavailable (%s); retrying in 1 s", exc)
+                close_old_connections()
+                time.sleep(1)
+        try:
+            dispatcher.release_lease()
+        except redis.RedisError:
+            pass

@@ -1,0 +1,93 @@
+"""Per-user layered token buckets in Redis: one Lua script decides a whole batch atomically.
+
+Each user has one hash holding three buckets, all charged together or not at all:
+`req` (requests: burst, then requests_per_minute), `tpm` (tokens: burst_tokens, then
+tokens_per_minute) and `tpd` (tokens_per_day). A request is charged its estimated tokens (prompt
+estimate + max_tokens); when it finishes the difference to the real usage is refunded or charged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+SCRIPT = (Path(__file__).with_name("buckets.lua")).read_text()
+
+MINUTE_MS = 60_000
+DAY_MS = 86_400_000
+
+TAKEN, WAIT, NEVER = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """`capacity` units, refilled by `refill` units every `window_ms`; charged `amount`."""
+
+    name: str
+    capacity: int
+    refill: int
+    window_ms: int
+    amount: float
+
+    def scaled(self) -> tuple[str, int, int, int]:
+        # Scaled by the window, the refill per millisecond is a whole number: see buckets.lua.
+        return (self.name, self.capacity * self.window_ms, self.refill,
+                round(self.amount * self.window_ms))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Decision:
+    code: int
+    wait_ms: int
+    bucket: str  # the bucket that refused, "" when taken
+
+    @property
+    def taken(self) -> bool:
+        return self.code == TAKEN
+
+
+def plan_buckets(plan, *, tokens: int, requests: float = 1.0) -> list[Bucket]:
+    """The buckets of `plan` (a Plan or anything with its limit attributes), charged a request."""
+    return [
+        Bucket("req", plan.burst_requests, plan.requests_per_minute, MINUTE_MS, requests),
+        Bucket("tpm", plan.burst_tokens, plan.tokens_per_minute, MINUTE_MS, tokens),
+        Bucket("tpd", plan.tokens_per_day, plan.tokens_per_day, DAY_MS, tokens),
+    ]
+
+
+class BucketStore:
+    """Runs the bucket script; `now_ms` None uses Redis TIME (tests inject a clock)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.script = client.register_script(SCRIPT)
+
+    def take(
+        self, requests: list[tuple[str, list[Bucket]]], *, now_ms: int | None = None
+    ) -> list[Decision]:
+        """Charges each (key, buckets) in order, all of a request's buckets or none."""
+        return self._run("take", requests, now_ms, self.client)
+
+    def adjust(
+        self, requests: list[tuple[str, list[Bucket]]], *, now_ms: int | None = None
+    ) -> None:
+        """Adds each bucket's signed amount (positive refunds), capped at capacity."""
+        self._run("adjust", requests, now_ms, self.client)
+
+    def _run(self, mode, requests, now_ms, client) -> list[Decision]:
+        if not requests:
+            return []
+        keys, args = [], ["" if now_ms is None else str(int(now_ms)), mode]
+        for key, buckets in requests:
+            keys.append(key)
+            args.append(len(buckets))
+            for bucket in buckets:
+                args.extend(bucket.scaled())
+        raw = self.script(keys=keys, args=args, client=client)
+        decisions = []
+        for i, (_, buckets) in enumerate(requests):
+            code, wait, which = (int(x) for x in raw[3 * i : 3 * i + 3])
+            decisions.append(Decision(code, wait, buckets[which - 1].name if which else ""))
+        return decisions

@@ -1,0 +1,51 @@
+"""Admission counters kept in one Redis hash, so any web process can serve /metrics for the
+dispatcher (apps/ops/metrics.py renders them in the Prometheus text format)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from .keys import METRICS_TTL_SECONDS
+
+# Upper bounds (ms) of the admission-latency histogram: from the web's XADD to the decision.
+LATENCY_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
+STATUSES = ("admitted", "queued", "rejected", "timed_out", "cancelled")
+
+
+@dataclass
+class MetricsBatch:
+    """Increments gathered during one pass and written with one HINCRBY each."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    tokens: dict[str, int] = field(default_factory=dict)
+    _latency: Counter = field(default_factory=Counter)
+    _latency_sum: float = 0.0
+
+    def count(self, status: str, n: int = 1) -> None:
+        self.counts[status] = self.counts.get(status, 0) + n
+
+    def latency(self, ms: float) -> None:
+        ms = max(0.0, ms)
+        bound = next((b for b in LATENCY_BUCKETS_MS if ms <= b), "inf")
+        self._latency[bound] += 1
+        self._latency_sum += ms
+
+    def write(self, pipe, key: str) -> None:
+        wrote = False
+        for status, n in self.counts.items():
+            if n:
+                pipe.hincrby(key, f"requests:{status}", n)
+                wrote = True
+        for plan, n in self.tokens.items():
+            if n:
+                pipe.hincrby(key, f"tokens:{plan}", n)
+                wrote = True
+        for bound, n in self._latency.items():
+            pipe.hincrby(key, f"latency:{bound}", n)
+            wrote = True
+        if self._latency:
+            pipe.hincrbyfloat(key, "latency_sum_ms", self._latency_sum)
+            pipe.hincrby(key, "latency_count", sum(self._latency.values()))
+        if wrote:
+            pipe.expire(key, METRICS_TTL_SECONDS)

@@ -1,0 +1,153 @@
+"""Admission benchmark: decisions per second through the real dispatcher path, against the
+ceiling Redis itself reaches with the same Lua bucket script, measured in the same run.
+
+    .venv/bin/python bench/admission.py                 # 50,000 requests from 1,000 users
+    .venv/bin/python bench/admission.py --requests 20000
+
+Starts embedded PostgreSQL and Redis under var/bench/admission (or uses DATABASE_URL /
+REDIS_URL). Steps:
+
+1. dispatcher: N admission records (as the web writes them) are put on the admission stream,
+   then `Dispatcher.step()` — the loop `manage.py run_dispatcher` runs — decides them: the plan
+   lookup, the bucket script (one call per batch of 500), the queue written in one MULTI with
+   the acknowledgements, the positions pushed to the waiting requests. No worker runs, so
+   every request ends queued (or rejected where its user's buckets are empty).
+2. ceiling: the same script, one decision per call, the commands encoded beforehand and sent
+   pipelined on a raw socket, so only Redis is measured.
+
+Prints figures; asserts nothing. The last line is the one the issue asks for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(BASE_DIR)]
+
+from chatsite.stack import VAR_DIR, backing_services  # noqa: E402
+
+
+def encode(*args) -> bytes:
+    parts = [f"*{len(args)}\r\n".encode()]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def redis_ceiling(url: str, sha: str, keys: list[str], buckets, *, seconds: float) -> float:
+    """Decisions/s Redis reaches running the script once per decision, pipelined 1,000 deep."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    args = ["", "take", len(buckets)]
+    for bucket in buckets:
+        args.extend(bucket.scaled())
+    depth = 1000
+    payload = b"".join(encode("EVALSHA", sha, 1, keys[i % len(keys)], *args) for i in range(depth))
+    reply_size = len(b"*3\r\n:0\r\n:0\r\n:0\r\n")  # every decision is "taken" here
+    sock = socket.create_connection((parsed.hostname, parsed.port or 6379))
+    done, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        sock.sendall(payload)
+        need = reply_size * depth
+        while need:
+            chunk = sock.recv(min(need, 1 << 20))
+            if not chunk:
+                raise RuntimeError("Redis closed the connection")
+            need -= len(chunk)
+        done += depth
+    elapsed = time.perf_counter() - started
+    sock.close()
+    return done / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=50_000)
+    parser.add_argument("--users", type=int, default=1_000)
+    parser.add_argument("--seconds", type=float, default=3.0, help="ceiling measurement time")
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+    with backing_services(VAR_DIR / "bench" / "admission") as urls:
+        os.environ.update(urls)
+        os.environ["SLUICE_REDIS_PREFIX"] = "benchadm"
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        run(args, urls["REDIS_URL"])
+
+
+def run(args, redis_url: str) -> None:
+    import redis
+
+    from apps.admission.buckets import SCRIPT, plan_buckets
+    from apps.admission.dispatcher import Dispatcher, Options
+    from apps.admission.models import DegradationSettings, Plan
+    from worker.protocol import Keys, WorkItem, new_request_id
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    for key in client.scan_iter(match="benchadm:*", count=10_000):
+        client.delete(key)
+    # Generous limits: the figure is the decision path, not how often users are refused.
+    Plan.objects.update_or_create(slug="bench", defaults=dict(
+        name="Bench", is_default=True, requests_per_minute=100_000, burst_requests=100_000,
+        tokens_per_minute=10_000_000, burst_tokens=10_000_000, tokens_per_day=100_000_000,
+        max_queue_wait_seconds=3600,
+    ))  # fmt: skip
+    Plan.objects.exclude(slug="bench").update(is_default=False)
+    row = DegradationSettings.current()
+    row.forced_level = 0  # this machine's CPU load must not shed the benchmark's requests
+    row.save()
+
+    keys = Keys(prefix="benchadm")
+    messages = [{"role": "user", "content": "What does Sluice do when it is overloaded?"}]
+    print(f"writing {args.requests} admission records from {args.users} users…", flush=True)
+    pipe = client.pipeline(transaction=False)
+    for i in range(args.requests):
+        item = WorkItem(id=new_request_id(), user_id=str(i % args.users), conversation_id=str(i),
+                        messages=messages, max_tokens=256, prompt_tokens_estimate=40)  # fmt: skip
+        pipe.xadd(keys.admit, item.to_fields())
+        if i % 1000 == 999:
+            pipe.execute()
+    pipe.execute()
+
+    dispatcher = Dispatcher(client=client, keys=keys, options=Options(block_ms=1))
+    decided = 0
+    started = time.perf_counter()
+    while decided < args.requests:
+        decided += dispatcher.step()
+    elapsed = time.perf_counter() - started
+    rate = decided / elapsed
+    counters = client.hgetall(dispatcher.akeys.metrics)
+    print(
+        f"dispatcher: {decided} decisions in {elapsed:.2f} s "
+        f"({counters.get('requests:admitted', 0)} admitted, "
+        f"{counters.get('requests:rejected', 0)} rejected, {len(dispatcher.records)} queued)"
+    )
+
+    plan = Plan.objects.get(slug="bench")
+    buckets = plan_buckets(plan, tokens=296)
+    sha = client.script_load(SCRIPT)
+    bucket_keys = [dispatcher.akeys.bucket(f"ceiling-{u}") for u in range(args.users)]
+    ceiling = redis_ceiling(redis_url, sha, bucket_keys, buckets, seconds=args.seconds)
+    print(f"redis: the bucket script once per decision, pipelined: {ceiling:,.0f}/s")
+    for key in client.scan_iter(match="benchadm:*", count=10_000):
+        client.delete(key)
+    print(
+        f"admission: {rate:.0f} decisions/s, redis ceiling {ceiling:.0f}/s, "
+        f"ratio {rate / ceiling:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

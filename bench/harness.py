@@ -1,0 +1,179 @@
+"""What the request-path benchmarks share: a throwaway Sluice (embedded PostgreSQL and Redis,
+daphne, the dispatcher, a simulated worker) and websocket clients that speak the chat protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BASE_DIR))
+
+from chatsite.stack import Supervisor, backing_services, free_port, manage, say  # noqa: E402
+
+
+@dataclass
+class Running:
+    env: dict[str, str]
+    base_url: str
+    ws_url: str
+    supervisor: Supervisor
+
+    def pid_of(self, name: str) -> int:
+        return next(p.pid for n, p in self.supervisor.children if n == name)
+
+
+@contextlib.contextmanager
+def sluice(*, worker_args: list[str], env_extra: dict[str, str] | None = None) -> Iterator[Running]:
+    """A whole Sluice on fresh data under var/bench/, stopped on exit."""
+    var = BASE_DIR / "var" / "bench" / f"run-{os.getpid()}"
+    try:
+        with backing_services(var) as urls:
+            env = dict(os.environ, **urls, **(env_extra or {}))
+            env["DJANGO_SETTINGS_MODULE"] = "chatsite.settings.dev"
+            env["DEBUG"] = "false"
+            env["LOG_LEVEL"] = "WARNING"
+            os.environ.update(urls)
+            manage(env, "migrate", "--no-input", "-v", "0")
+            port = free_port()
+            supervisor = Supervisor(env=env)
+            python = sys.executable
+            supervisor.start(
+                "web",
+                [
+                    python,
+                    "-m",
+                    "daphne",
+                    "-b",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "-v",
+                    "0",
+                    "chatsite.asgi:application",
+                ],
+            )
+            supervisor.start("dispatcher", [python, "manage.py", "run_dispatcher"])
+            supervisor.start("worker", [python, "-m", "worker", *worker_args])
+            try:
+                wait_for_port(port)
+                yield Running(env, f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", supervisor)
+            finally:
+                supervisor.stop_all()
+    finally:
+        shutil.rmtree(var, ignore_errors=True)
+
+
+def wait_for_port(port: int, timeout: float = 60) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+def setup_django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+    import django
+
+    django.setup()
+
+
+def make_sessions(count: int, *, prefix: str = "bench") -> list[tuple[str, int]]:
+    """`count` users, each with a session cookie and a conversation of their own."""
+    from django.contrib.auth.hashers import make_password
+    from django.test import Client
+
+    from apps.accounts.models import Profile, User
+    from apps.chat.services import conversation_create
+
+    hashed = make_password("bench-password-1")  # hashed once: hashing is slow on purpose
+    sessions = []
+    for i in range(count):
+        user = User.objects.create(username=f"{prefix}{i}", password=hashed)
+        Profile.objects.create(user=user, display_name=user.username)
+        client = Client()
+        client.force_login(user)
+        conversation = conversation_create(owner=user, title=f"bench {i}")
+        sessions.append((client.cookies["sessionid"].value, conversation.id))
+    return sessions
+
+
+@dataclass
+class Timings:
+    ttft: list[float] = field(default_factory=list)
+    completion: list[float] = field(default_factory=list)
+    errors: int = 0
+
+    def extend(self, other: Timings) -> None:
+        self.ttft += other.ttft
+        self.completion += other.completion
+        self.errors += other.errors
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+async def chat_client(
+    url: str,
+    *,
+    cookie: str | None,
+    until: float,
+    timings: Timings,
+    text: str = "Tell me about rivers.",
+) -> None:
+    """Sends a message, reads the answer, and sends the next as soon as it ends, until `until`.
+    The same code drives Sluice and the engine alone."""
+    import websockets
+
+    headers = {"Origin": "http://127.0.0.1", "Cookie": f"sessionid={cookie}"} if cookie else {}
+    async with websockets.connect(url, additional_headers=headers, max_size=None) as ws:
+        while time.perf_counter() < until:
+            sent = time.perf_counter()
+            await ws.send(json.dumps({"type": "send", "text": text}))
+            first = None
+            while True:
+                frame = json.loads(await ws.recv())
+                kind = frame["type"]
+                if kind == "delta" and first is None:
+                    first = time.perf_counter()
+                elif kind == "final":
+                    break
+                elif kind == "error":
+                    timings.errors += 1
+                    await asyncio.sleep(0.05)
+                    break
+            if first is not None and kind == "final":
+                done = time.perf_counter()
+                timings.ttft.append((first - sent) * 1000)
+                timings.completion.append((done - sent) * 1000)
+
+
+def print_row(label: str, clients: int, timings: Timings, seconds: float) -> None:
+    rps = len(timings.completion) / seconds if seconds else 0
+    say(
+        f"{label:<8} {clients:>4} clients  ttft p50 {median(timings.ttft):7.1f} ms  "
+        f"p99 {percentile(timings.ttft, 99):7.1f} ms  completion p50 "
+        f"{median(timings.completion):7.1f} ms  {rps:6.1f} req/s  errors {timings.errors}"
+    )

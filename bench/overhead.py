@@ -1,0 +1,119 @@
+"""What Sluice adds to a streamed answer: the simulated engine (first token after 50 ms, then
+100 tokens 10 ms apart) through the whole service, and the same engine alone behind a bare
+websocket, driven by the same client code, interleaved in one run.
+
+    .venv/bin/python bench/overhead.py [--clients 1,10,100] [--seconds 8] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import time
+
+from harness import (
+    BASE_DIR,
+    Timings,
+    chat_client,
+    make_sessions,
+    median,
+    percentile,
+    print_row,
+    setup_django,
+    sluice,
+    wait_for_port,
+)
+
+from chatsite.stack import free_port
+
+ENGINE = {"first_token_ms": 50, "decode_ms": 10, "tokens": 100}
+
+
+async def run_level(urls_and_cookies: list[tuple[str, str | None]], seconds: float) -> Timings:
+    timings = Timings()
+    until = time.perf_counter() + seconds
+    await asyncio.gather(
+        *(
+            chat_client(url, cookie=cookie, until=until, timings=timings)
+            for url, cookie in urls_and_cookies
+        )
+    )
+    return timings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--clients", default="1,10,100")
+    parser.add_argument("--seconds", type=float, default=8.0, help="per round and side")
+    parser.add_argument("--rounds", type=int, default=2, help="alternations of the two sides")
+    args = parser.parse_args()
+    levels = [int(c) for c in args.clients.split(",")]
+
+    worker_args = [
+        "--engine",
+        "simulated",
+        "--slots",
+        str(max(levels) * 2),
+        "--sim-first-token-ms",
+        str(ENGINE["first_token_ms"]),
+        "--sim-decode-ms",
+        str(ENGINE["decode_ms"]),
+        "--sim-tokens",
+        str(ENGINE["tokens"]),
+    ]
+    direct_port = free_port()
+    direct = subprocess.Popen(
+        [
+            sys.executable,
+            str(BASE_DIR / "bench" / "direct_server.py"),
+            "--port",
+            str(direct_port),
+            "--first-token-ms",
+            str(ENGINE["first_token_ms"]),
+            "--decode-ms",
+            str(ENGINE["decode_ms"]),
+            "--tokens",
+            str(ENGINE["tokens"]),
+        ]
+    )
+    try:
+        wait_for_port(direct_port)
+        with sluice(worker_args=worker_args) as running:
+            setup_django()
+            sessions = make_sessions(max(levels))
+            time.sleep(2)  # let the worker's first heartbeat land
+            summary = {}
+            for clients in levels:
+                through, alone = Timings(), Timings()
+                seconds_each = 0.0
+                for _ in range(args.rounds):
+                    sluice_clients = [
+                        (f"{running.ws_url}/ws/chat/{conversation}/", cookie)
+                        for cookie, conversation in sessions[:clients]
+                    ]
+                    direct_clients = [(f"ws://127.0.0.1:{direct_port}/", None)] * clients
+                    through.extend(asyncio.run(run_level(sluice_clients, args.seconds)))
+                    alone.extend(asyncio.run(run_level(direct_clients, args.seconds)))
+                    seconds_each += args.seconds
+                print_row("sluice", clients, through, seconds_each)
+                print_row("direct", clients, alone, seconds_each)
+                summary[clients] = (through, alone)
+    finally:
+        direct.terminate()
+        direct.wait()
+
+    top = max(levels)
+    through, alone = summary[top]
+    ttft50 = median(through.ttft) - median(alone.ttft)
+    ttft99 = percentile(through.ttft, 99) - percentile(alone.ttft, 99)
+    ratio = median(through.completion) / median(alone.completion)
+    print(
+        f"overhead: ttft +{ttft50:.1f} ms p50 / +{ttft99:.1f} ms p99, "
+        f"completion time ratio {ratio:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Engines behind the one interface: the real llama.cpp model, and an OpenAI-compatible upstream
+(a small local HTTP server stands in for the hosted API, which is outside this machine)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from worker.engines import create_engine
+from worker.engines.base import GenerationRequest
+
+QUESTION = [{"role": "user", "content": "What colour is the sky on a clear day?"}]
+
+
+@pytest.fixture
+async def llama():
+    engine = create_engine("llamacpp", slots=1)
+    await engine.start()
+    yield engine
+    await engine.stop()
+
+
+@pytest.mark.slow
+async def test_llamacpp_streams_a_real_answer_with_token_counts(llama):
+    outputs = [o async for o in llama.generate(
+        GenerationRequest(id="a", messages=QUESTION, max_tokens=16, temperature=0.0)
+    )]  # fmt: skip
+    text = "".join(o.text for o in outputs)
+    assert text.strip()
+    assert outputs[-1].completion_tokens == sum(1 for o in outputs if o.text)
+    assert outputs[-1].prompt_tokens > 5
+    assert (await llama.health()).ok
+
+
+@pytest.mark.slow
+async def test_llamacpp_abort_stops_the_sequence_early(llama):
+    request = GenerationRequest(id="b", messages=[{"role": "user", "content": "Count to 500."}],
+                                max_tokens=300, temperature=0.0)  # fmt: skip
+    outputs = []
+    async for output in llama.generate(request):
+        outputs.append(output)
+        if len(outputs) == 5:
+            await llama.abort("b")
+    assert outputs[-1].finish_reason == "abort"
+    assert outputs[-1].completion_tokens < 50
+    # The slot is back: another generation runs on the single model instance.
+    again = [o async for o in llama.generate(
+        GenerationRequest(id="c", messages=QUESTION, max_tokens=4, temperature=0.0)
+    )]  # fmt: skip
+    assert any(o.text for o in again)
+
+
+class FakeUpstream(BaseHTTPRequestHandler):
+    """Answers /v1/chat/completions the way OpenAI's streaming API does."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.headers.get("Authorization") != "Bearer secret":
+            self.send_response(401)
+            self.end_headers()
+            self.wfile.write(b'{"error": "bad key"}')
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for word in ["Blue", " sky", "."]:
+            chunk = {"choices": [{"delta": {"content": word}, "finish_reason": None}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        end = {"choices": [{"delta": {}, "finish_reason": "stop"}]}
+        usage = {"choices": [], "usage": {"prompt_tokens": len(body["messages"]) * 7,
+                                          "completion_tokens": 3}}  # fmt: skip
+        self.wfile.write(f"data: {json.dumps(end)}\n\ndata: {json.dumps(usage)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"data": []}')
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def upstream():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeUpstream)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+async def test_openai_engine_streams_deltas_and_usage(upstream):
+    engine = create_engine("openai", base_url=upstream, model="m", api_key="secret")
+    await engine.start()
+    try:
+        outputs = [o async for o in engine.generate(GenerationRequest(id="x", messages=QUESTION))]
+        assert "".join(o.text for o in outputs) == "Blue sky."
+        assert (outputs[-1].prompt_tokens, outputs[-1].completion_tokens) == (7, 3)
+        assert (await engine.health()).ok
+    finally:
+        await engine.stop()
+
+
+async def test_openai_engine_reports_upstream_errors(upstream):
+    engine = create_engine("openai", base_url=upstream, model="m", api_key="wrong")
+    await engine.start()
+    try:
+        with pytest.raises(RuntimeError, match="401"):
+            async for _ in engine.generate(GenerationRequest(id="y", messages=QUESTION)):
+                pass
+    finally:
+        await engine.stop()
+
+
+def test_unknown_engines_are_refused_by_name():
+    with pytest.raises(ValueError, match="unknown engine 'gpt9'"):
+        create_engine("gpt9")
