@@ -182,16 +182,19 @@ class Supervisor:
         process = subprocess.Popen(argv, env=self.env, cwd=BASE_DIR, start_new_session=True)
         self.children.append((name, process))
 
-    def wait(self) -> int:
-        """Blocks until a child exits (returning its code) or a stop signal arrives (0)."""
-        stop = {"signal": None}
+    def __post_init__(self) -> None:
+        # From here on Ctrl-C / SIGTERM ask for an orderly stop instead of interrupting.
+        self._stop_signal: int | None = None
 
         def on_signal(signum, _frame):
-            stop["signal"] = signum
+            self._stop_signal = signum
 
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
-        while stop["signal"] is None:
+
+    def wait(self) -> int:
+        """Blocks until a child exits (returning its code) or a stop signal arrives (0)."""
+        while self._stop_signal is None:
             for name, process in self.children:
                 code = process.poll()
                 if code is not None:
@@ -273,9 +276,9 @@ def command_test(args: argparse.Namespace) -> int:
 def command_services(args: argparse.Namespace) -> int:
     """Only PostgreSQL and Redis, for running processes by hand against them."""
     with backing_services(VAR_DIR) as urls:
+        supervisor = Supervisor(env=dict(os.environ))
         for key, value in urls.items():
             print(f"export {key}='{value}'", flush=True)
-        supervisor = Supervisor(env=dict(os.environ))
         return supervisor.wait()
 
 

@@ -36,6 +36,14 @@ def redis_prefix(settings):
 
 
 @pytest.fixture
+def short_answers(settings):
+    """Short answers keep the real model quick; the context window stays realistic. Request
+    it before live_web: the web process reads it from its environment."""
+    settings.MODEL_MAX_TOKENS = 24
+    settings.MODEL_TEMPERATURE = 0.0
+
+
+@pytest.fixture
 def user(db):
     return user_create(username="alice", password="correct-horse-battery")
 
@@ -121,3 +129,33 @@ def live_web(transactional_db, redis_prefix):
         yield base_url
     finally:
         stop_process(process)
+
+
+@pytest.fixture
+def start_worker(redis_prefix):
+    """Starts `python -m worker` processes; all are stopped (or killed) after the test."""
+    started: list[subprocess.Popen] = []
+
+    def start(worker_id: str, *, engine: str = "llamacpp", slots: int = 1, extra=()):
+        argv = [sys.executable, "-m", "worker", "--engine", engine, "--slots", str(slots),
+                "--worker-id", worker_id, "--redis-url", django_settings.REDIS_URL,
+                "--prefix", redis_prefix, "--heartbeat-interval", "0.5",
+                "--claim-idle-ms", "1000", "--grace", "5", *extra]  # fmt: skip
+        process = subprocess.Popen(argv, cwd=BASE_DIR, env=process_env(redis_prefix))
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        stop_process(process)
+
+
+@pytest.fixture
+def dispatcher(transactional_db, redis_prefix):
+    """`manage.py run_dispatcher` against the test database: it records finished answers."""
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "run_dispatcher"], cwd=BASE_DIR,
+        env=process_env(redis_prefix),
+    )  # fmt: skip
+    yield process
+    stop_process(process)

@@ -239,6 +239,7 @@ class Worker:
             return completion
         await self._set_state(item.id, State.STREAMING, worker=self.worker_id)
         await self._emit(out_key, protocol.start_event(attempt=attempt, worker_id=self.worker_id))
+        await self.redis.expire(out_key, protocol.OUTPUT_TTL_SECONDS)
         self.stats.busy += 1
         started = time.perf_counter()
         parts: list[str] = []
@@ -343,13 +344,9 @@ class Worker:
 
 
 async def emit(redis_client: aioredis.Redis, out_key: str, event: dict[str, str]) -> None:
-    """Appends to a request's output stream, capped and expiring."""
-    await (
-        redis_client.pipeline(transaction=False)
-        .xadd(out_key, event, maxlen=protocol.OUTPUT_MAXLEN, approximate=True)
-        .expire(out_key, protocol.OUTPUT_TTL_SECONDS)
-        .execute()
-    )
+    """Appends to a request's output stream, capped. Its expiry is set when an attempt starts
+    and again with the final event, not on every delta: one command per batch, not two."""
+    await redis_client.xadd(out_key, event, maxlen=protocol.OUTPUT_MAXLEN, approximate=True)
 
 
 async def finish_request(redis_client: aioredis.Redis, keys: Keys, completion: Completion) -> None:

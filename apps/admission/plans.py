@@ -43,4 +43,7 @@ class PlanBook:
         return self.plans.get(plan_id, self.default) if plan_id else self.default
 
     def is_lowest(self, plan: Plan) -> bool:
-        return plan.priority_weight <= self.lowest_weight
+        """Of the lowest weight, when some plan weighs more: shedding exists to protect the
+        higher plans, so with a single plan (or all equal) nobody is shed."""
+        highest = max((p.priority_weight for p in self.plans.values()), default=0)
+        return plan.priority_weight <= self.lowest_weight < highest

@@ -66,7 +66,8 @@
   function statusText(frame) {
     if (frame.state === "queued" && frame.position) {
       const eta = frame.eta_seconds ? " (about " + Math.max(1, Math.round(+frame.eta_seconds)) + " s)" : "";
-      return "You are #" + frame.position + " in line" + eta + ".";
+      // reason: the plan's rate holds the request (set by the dispatcher), said beside the line.
+      return "You are #" + frame.position + " in line" + eta + "." + (frame.reason ? " " + frame.reason : "");
     }
     if (frame.state === "queued") return "Waiting for a free worker…";
     if (frame.state === "dispatched") return "Starting…";

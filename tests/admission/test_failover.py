@@ -1,0 +1,59 @@
+"""Real processes: two dispatchers, the active one killed with requests queued, a real worker
+running the real model afterwards. Every request still ends done."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from apps.admission.keys import AdmissionKeys
+from chatsite.redis_client import get_redis
+from tests.admission.conftest import final, publish
+from tests.conftest import BASE_DIR, process_env, stop_process
+from worker.protocol import Keys
+
+
+def wait_for(condition, *, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_killing_the_active_dispatcher_loses_no_queued_request(
+    transactional_db, admission, user, short_answers, start_worker, redis_prefix
+):
+    env = dict(process_env(redis_prefix), SLUICE_DISPATCHER_LEASE_MS="1500")
+    dispatchers = [
+        subprocess.Popen([sys.executable, "manage.py", "run_dispatcher"], cwd=BASE_DIR, env=env)
+        for _ in range(2)
+    ]
+    try:
+        akeys = AdmissionKeys(redis_prefix)
+        client = get_redis()
+        holder = wait_for(lambda: client.get(akeys.lease), timeout=60, what="a lease holder")
+        ids = [publish(user.id, max_tokens=8) for _ in range(3)]
+        # No worker yet: all three wait in the queue (in Redis).
+        wait_for(lambda: client.hlen(akeys.queue) == 3, timeout=30, what="three queued")
+        os.kill(int(holder.rsplit("-", 1)[1]), signal.SIGKILL)
+        wait_for(lambda: client.get(akeys.lease) not in (None, holder), timeout=30,
+                 what="the standby to take the lease")  # fmt: skip
+        start_worker("w1")
+        ends = wait_for(lambda: all(final(i) for i in ids) and [final(i) for i in ids],
+                        timeout=240, what="every request to end")  # fmt: skip
+        assert [end["state"] for end in ends] == ["done"] * 3
+        assert client.hlen(akeys.queue) == 0
+        keys = Keys(prefix=redis_prefix)
+        assert all(client.hget(keys.request(i), "state") == "done" for i in ids)
+    finally:
+        for process in dispatchers:
+            stop_process(process)
