@@ -184,6 +184,7 @@ async def bench(args: argparse.Namespace, redis_url: str) -> None:
                    *CPU_WORKER_ARGS[args.engine], *args.worker_args]  # fmt: skip
     # The same options, parsed by the same code, for the worker and the direct engine.
     options = engine_options(build_parser().parse_args(worker_argv))
+    options.pop("exit_on_engine_death", None)  # a worker's reflex, not this process's
     keys = Keys(prefix=f"bench{uuid.uuid4().hex[:6]}")
     client = aioredis.Redis.from_url(redis_url, decode_responses=True, max_connections=64)
     say(f"engine {args.engine}: {concurrency} concurrent requests, {args.requests} per phase, "

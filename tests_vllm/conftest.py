@@ -2,7 +2,7 @@
 
 `make test-vllm` runs these tests with the main venv's pytest (Django, Channels, the dispatcher)
 and names the interpreter of the vLLM venv in SLUICE_VLLM_PYTHON; the worker is started with it.
-One worker serves the whole session: loading vLLM takes most of a minute on two cores.
+One worker serves the whole session; a test that breaks its worker starts its own.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.chat.conftest import dispatcher  # noqa: F401  (a fixture)
-from tests.conftest import BASE_DIR, stop_process, user  # noqa: F401  (user is a fixture)
+# The main suite's fixtures (user, dispatcher, live_web, ...); redis_prefix is replaced below.
+from tests.conftest import *  # noqa: F403
+from tests.conftest import BASE_DIR, stop_process
 from worker.prepare_model import default_model_dir
 from worker.protocol import Keys, WorkItem
 
@@ -93,13 +94,12 @@ def vllm_python() -> str:
     return python
 
 
-@pytest.fixture(scope="session")
-def vllm_worker():
+def start_vllm_worker(worker_id: str) -> VLLMWorker:
+    """Starts `python -m worker --engine vllm` on a prefix of its own; returns once it beats."""
     python = vllm_python()
     redis_url = os.environ["REDIS_URL"]
     prefix = f"tv{uuid.uuid4().hex[:8]}"
-    worker_id = "vllm-test"
-    argv = [python, "-m", "worker", "--engine", "vllm", "--model", str(MODEL_DIR),
+    argv = [python, "-m", "worker", "--engine", "vllm",
             "--redis-url", redis_url, "--prefix", prefix, "--worker-id", worker_id,
             "--max-num-seqs", str(SLOTS), "--enforce-eager", "--kv-cache-gib", "1",
             "--heartbeat-interval", "0.5", "--grace", "5"]  # fmt: skip
@@ -108,20 +108,33 @@ def vllm_worker():
     worker = VLLMWorker(process=process, prefix=prefix, worker_id=worker_id, redis_url=redis_url)
     client = worker.client()
     started = time.monotonic()
+    while not client.exists(worker.keys.heartbeat(worker_id)):
+        if process.poll() is not None:
+            pytest.fail(f"the vllm worker exited with {process.returncode} while loading")
+        if time.monotonic() - started > START_TIMEOUT:
+            stop_process(process)
+            pytest.fail(f"the vllm worker did not start within {START_TIMEOUT}s")
+        time.sleep(0.2)
+    print(f"[test-vllm] worker {worker_id} ready in {time.monotonic() - started:.1f}s")
+    return worker
+
+
+def stop_vllm_worker(worker: VLLMWorker) -> None:
+    stop_process(worker.process)
+    client = worker.client()
+    stale = list(client.scan_iter(match=f"{worker.prefix}:*", count=1000))
+    if stale:
+        client.delete(*stale)
+
+
+@pytest.fixture(scope="session")
+def vllm_worker():
+    """One worker for the session: loading vLLM takes most of a minute on two cores."""
+    worker = start_vllm_worker("vllm-test")
     try:
-        while not client.exists(worker.keys.heartbeat(worker_id)):
-            if process.poll() is not None:
-                pytest.fail(f"the vllm worker exited with {process.returncode} while loading")
-            if time.monotonic() - started > START_TIMEOUT:
-                pytest.fail(f"the vllm worker did not start within {START_TIMEOUT}s")
-            time.sleep(0.2)
-        print(f"[test-vllm] worker ready in {time.monotonic() - started:.1f}s")
         yield worker
     finally:
-        stop_process(process)
-        stale = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if stale:
-            client.delete(*stale)
+        stop_vllm_worker(worker)
 
 
 @pytest.fixture

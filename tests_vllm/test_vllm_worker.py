@@ -25,6 +25,17 @@ def answer(events: list[dict]) -> str:
     return text
 
 
+def completion_record(worker, request_id: str, timeout: float = 10) -> Completion:
+    """The request's record on the done stream (written just after the final event)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for _, fields in worker.client().xrange(worker.keys.done):
+            if fields["id"] == request_id:
+                return Completion.from_fields(fields)
+        time.sleep(0.05)
+    raise AssertionError(f"no completion record for {request_id}")
+
+
 def test_chat_round_trip(vllm_worker):
     request_id = vllm_worker.submit(
         [{"role": "user", "content": "What is the capital of France?"}], max_tokens=32
@@ -40,9 +51,7 @@ def test_chat_round_trip(vllm_worker):
     assert events[0]["type"] == "start" and events[0]["worker"] == vllm_worker.worker_id
 
     # The completion record the dispatcher stores in PostgreSQL.
-    records = [Completion.from_fields(f) for _, f in
-               vllm_worker.client().xrange(vllm_worker.keys.done)]  # fmt: skip
-    record = next(r for r in records if r.id == request_id)
+    record = completion_record(vllm_worker, request_id)
     assert (record.state, record.text) == (State.DONE, final["text"])
     assert record.usage.completion_tokens == usage["completion_tokens"]
 

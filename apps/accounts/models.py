@@ -59,7 +59,7 @@ class ApiKey(models.Model):
                              related_name="api_keys")  # fmt: skip
     name = models.CharField(max_length=80)
     prefix = models.CharField(
-        max_length=12, help_text="The key's first characters, to tell keys apart."
+        max_length=16, help_text="The key's first characters, to tell keys apart."
     )
     key_hash = models.CharField(max_length=64, unique=True)
     created = models.DateTimeField(auto_now_add=True)

@@ -68,7 +68,6 @@ class Options:
     position_interval: float = 1.0
     sweep_interval: float = 1.0  # cancel flags and queue-wait deadlines
     degradation_interval: float = 2.0
-    fleet_interval: float = 0.05
 
 
 class Dispatcher:
@@ -131,7 +130,10 @@ class Dispatcher:
             if not self.loaded:
                 self.load()
             self.plans.refresh()
-            decided = self.intake(block_ms=self.options.block_ms if not self.records else 1)
+            # With requests waiting, wake often to notice freed slots; idle, wait for arrivals.
+            waiting = bool(self.records)
+            decided = self.intake(block_ms=min(20, self.options.block_ms) if waiting
+                                  else self.options.block_ms)  # fmt: skip
             if self.completion_pass:
                 self.completion_pass(self)
             self.retry_deferred()

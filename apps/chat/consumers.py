@@ -202,6 +202,8 @@ def frame_for_event(request_id: str, entry_id: str, fields: dict[str, str]) -> d
         for name in ("position", "eta_seconds", "reason", "retry_after"):
             if name in fields:
                 frame[name] = fields[name]
+        if fields.get("citations"):
+            frame["citations"] = json.loads(fields["citations"])
         return frame
     if kind == EventType.FINAL:
         text = fields.get("text", "")

@@ -6,6 +6,8 @@ stored in PostgreSQL by the completion recorder, exactly once, keyed by the requ
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -14,6 +16,8 @@ from django.http import Http404
 from redis.exceptions import RedisError
 
 from apps.accounts.models import User
+from apps.rag.prompting import citations_from, passages_block
+from apps.rag.services import retrieve_for_prompt
 from chatsite.redis_client import get_redis
 from worker import protocol
 from worker.protocol import Keys, State, WorkItem
@@ -22,6 +26,8 @@ from . import recorder, services
 from .keys import keys
 from .models import Conversation, Message
 from .prompting import prompt_build
+
+log = logging.getLogger("sluice.chat.generation")
 
 
 @dataclass
@@ -76,7 +82,9 @@ def generation_submit(
             user_message = services.message_create(
                 conversation=conversation, role=Message.Role.USER, text=text
             )
-        prompt = prompt_build(conversation=conversation)
+        question = text if text is not None else last_question(conversation=conversation)
+        passages = passages_for(user=user, question=question)
+        prompt = prompt_build(conversation=conversation, extra_system=passages_block(passages))
     item = WorkItem(
         id=request_id,
         user_id=str(user.id),
@@ -90,7 +98,7 @@ def generation_submit(
     # Published after the question is committed, so a worker never answers a question that was
     # rolled back; if Redis is down the question is taken back, so nothing half-sent remains.
     try:
-        request_publish(item=item)
+        request_publish(item=item, citations=citations_from(passages))
     except RedisError as exc:
         if user_message is not None:
             user_message.delete()
@@ -98,17 +106,33 @@ def generation_submit(
     return Submitted(request_id, conversation.id, user_message)
 
 
-def request_publish(*, item: WorkItem) -> None:
+def last_question(*, conversation: Conversation) -> str:
+    last = conversation.messages.filter(role=Message.Role.USER).order_by("-created", "-id").first()
+    return last.text if last else ""
+
+
+def passages_for(*, user: User, question: str) -> list:
+    """Retrieved passages for the question; none (and the answer goes on without them) when
+    retrieval fails, since a chat without sources beats no chat."""
+    try:
+        return retrieve_for_prompt(user=user, query=question)
+    except Exception:
+        log.exception("retrieval failed; answering without passages")
+        return []
+
+
+def request_publish(*, item: WorkItem, citations: list | None = None) -> None:
     k = keys()
+    cited = json.dumps(citations or [])
     pipe = get_redis().pipeline(transaction=False)
     pipe.hset(k.request(item.id), mapping={
         "state": State.QUEUED, "user_id": item.user_id, "conversation_id": item.conversation_id,
-        "created_ms": protocol.now_ms(), "updated_ms": protocol.now_ms(),
+        "created_ms": protocol.now_ms(), "updated_ms": protocol.now_ms(), "citations": cited,
     })  # fmt: skip
     pipe.expire(k.request(item.id), protocol.REQUEST_TTL_SECONDS)
     pipe.set(k.conversation_active(item.conversation_id), item.id,
              ex=protocol.REQUEST_TTL_SECONDS)  # fmt: skip
-    pipe.xadd(k.output(item.id), protocol.status_event(State.QUEUED),
+    pipe.xadd(k.output(item.id), protocol.status_event(State.QUEUED, citations=cited),
               maxlen=protocol.OUTPUT_MAXLEN, approximate=True)  # fmt: skip
     pipe.expire(k.output(item.id), protocol.OUTPUT_TTL_SECONDS)
     pipe.xadd(submit_stream(k), item.to_fields())

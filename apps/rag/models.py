@@ -141,7 +141,6 @@ class Chunk(models.Model):
             GinIndex(
                 fields=["metadata"], name="rag_chunk_metadata_gin", opclasses=["jsonb_path_ops"]
             ),
-            models.Index(fields=["corpus"], name="rag_chunk_corpus"),
         ]
 
     def __str__(self) -> str:

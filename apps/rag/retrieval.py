@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -58,14 +59,16 @@ class Weights:
 
 
 # The full-text list ranks the passages sharing the most of the question's words first
-# (ts_rank_cd over the words OR-ed), but ranking every passage that shares one common word would
-# grow with the corpus (thousands of rows at 100,000 chunks). So the pool it ranks is bounded:
-# the passages holding all the words, plus, for each word, the first RAG_FULLTEXT_POOL_PER_TERM
-# passages holding it. A rare word (a name, an identifier) has fewer: all of them are ranked.
+# (ts_rank_cd over the words OR-ed), but ranking every passage that shares one common word grows
+# with the corpus (thousands of rows at 100,000 chunks). So the pool it ranks is bounded: the
+# passages holding all the words, plus, for each word that is not common (PostgreSQL's own
+# statistics of the column list the common ones), the first RAG_FULLTEXT_POOL_PER_TERM passages
+# holding it. A rare word (a name, an identifier) thus always brings its passages.
 CANDIDATES_SQL = """
 WITH terms AS (
     SELECT plainto_tsquery('simple', lexeme) AS q
     FROM unnest(to_tsvector(%(config)s::regconfig, %(query)s))
+    WHERE lexeme <> ALL(%(common)s::text[])
     LIMIT %(max_terms)s
 ),
 tq AS (
@@ -153,6 +156,7 @@ def _candidates(*, corpora, query, embedding, metadata_filter, boost, candidates
         "candidates": candidates,
         "per_term": max(candidates, settings.RAG_FULLTEXT_POOL_PER_TERM),
         "max_terms": 8,
+        "common": sorted(_common_lexemes()),
         "filter": json.dumps(metadata_filter or {}),
         "boost": json.dumps(boost or {}),
     }
@@ -167,6 +171,35 @@ def _candidates(*, corpora, query, embedding, metadata_filter, boost, candidates
     if found < min(candidates // 2, available) and len(corpora) < _corpus_total():
         rows = _run(params, filter_sql, boost_sql, exact=True, ef_search=ef_search)
     return rows
+
+
+_common: tuple[float, frozenset[str]] = (0.0, frozenset())
+COMMON_ROWS = 500  # a word in more chunks than this is left to the all-words probe
+COMMON_REFRESH_SECONDS = 600
+
+
+def _common_lexemes() -> frozenset[str]:
+    """Words in more than COMMON_ROWS chunks, from the statistics ANALYZE keeps (refreshed every
+    ten minutes per process; empty before the table is first analysed)."""
+    global _common
+    fetched, words = _common
+    if time.monotonic() - fetched < COMMON_REFRESH_SECONDS:
+        return words
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT u.e FROM pg_stats s
+            JOIN pg_class c ON c.relname = s.tablename,
+                 unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS u(e, f)
+            WHERE s.tablename = 'rag_chunk' AND s.attname = 'search'
+              AND s.schemaname = current_schema() AND u.e IS NOT NULL
+              AND u.f * c.reltuples > %s
+            """,
+            [COMMON_ROWS],
+        )
+        words = frozenset(row[0] for row in cursor.fetchall())
+    _common = (time.monotonic(), words)
+    return words
 
 
 def _corpus_total() -> int:

@@ -63,7 +63,3 @@ def document_get_for_user(*, user, document_id: int) -> Document:
         return documents.get(pk=document_id)
     except Document.DoesNotExist:
         raise Http404("No such document.") from None
-
-
-def corpus_list_with_status() -> QuerySet[Corpus]:
-    return Corpus.objects.order_by("name")

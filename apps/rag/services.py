@@ -6,21 +6,18 @@ question, numbered for citation, cached, ACL-filtered in SQL.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 
 from . import caches, retrieval
 from .ingestion import Ingestor, IngestReport, corpus_refresh_counts, extracted_from
 from .models import Corpus, Document
 from .retrieval import Passage
 from .selectors import corpora_for_user
-
-logger = logging.getLogger(__name__)
 
 __all__ = [
     "Passage",
@@ -53,10 +50,11 @@ def retrieve_for_prompt(
         return []
     allowed = corpora_for_user(user=user)
     if corpora is not None:
+        corpora = list(corpora)
         ids = {c.pk if isinstance(c, Corpus) else c for c in corpora if not isinstance(c, str)}
         names = {c for c in corpora if isinstance(c, str)}
-        allowed = allowed.filter(pk__in=ids) | allowed.filter(name__in=names)
-    searchable = [c for c in allowed.filter(chunk_count__gt=0)]
+        allowed = allowed.filter(Q(pk__in=ids) | Q(name__in=names))
+    searchable = list(allowed.filter(chunk_count__gt=0))
     if not searchable:
         return []
     options = {"k": k, "filter": metadata_filter, "boost": boost}

@@ -75,6 +75,35 @@
     return "";
   }
 
+  // The sources under an answer, built as text nodes (titles and snippets are documents' text).
+  function citationList(citations) {
+    const aside = document.createElement("aside");
+    aside.className = "citations";
+    aside.setAttribute("aria-label", "Sources");
+    const heading = document.createElement("div");
+    heading.className = "muted";
+    heading.textContent = "Sources";
+    const list = document.createElement("ol");
+    list.className = "citation-list";
+    citations.forEach(function (c) {
+      const li = document.createElement("li");
+      const link = document.createElement("a");
+      link.href = c.source_url;
+      link.textContent = "[" + c.number + "] " + c.title;
+      li.appendChild(link);
+      if (c.snippet) {
+        const snippet = document.createElement("div");
+        snippet.className = "muted";
+        snippet.textContent = c.snippet;
+        li.appendChild(snippet);
+      }
+      list.appendChild(li);
+    });
+    aside.appendChild(heading);
+    aside.appendChild(list);
+    return aside;
+  }
+
   const handlers = {
     user_message(frame) {
       dropEmptyPlaceholder();
@@ -96,6 +125,7 @@
     },
     status(frame) {
       const c = current && current.requestId === frame.request_id ? current : assistantBubble(frame.request_id);
+      if (frame.citations) c.citations = frame.citations;
       c.statusEl.textContent = statusText(frame);
     },
     start(frame) {
@@ -116,6 +146,7 @@
       if (frame.state === "cancelled") c.statusEl.textContent = "Stopped.";
       else if (frame.state === "failed") c.statusEl.textContent = frame.error || "The answer failed.";
       else c.statusEl.remove();
+      if (c.citations && c.citations.length && frame.state !== "cancelled") c.li.appendChild(citationList(c.citations));
       current = null;
       setBusy(false);
       scrollToEnd();

@@ -112,7 +112,8 @@ def test_degradation_caps_answers_then_sheds_the_lowest_plan(make_dispatcher, us
     assert degradation_level() == 1 and not retrieval_degraded()
 
     force_level(3)
-    plan_assign(user=other_user, plan=Plan.objects.get(slug="pro"))
+    pro = Plan.objects.create(slug="pro", name="Pro", priority_weight=4)
+    plan_assign(user=other_user, plan=pro)
     dispatcher.plans.refresh(force=True)
     dispatcher.publish_degradation()
     shed, kept = publish(user.id), publish(other_user.id)

@@ -40,6 +40,5 @@ async def receive_until(communicator, frame_type: str, *, timeout: float = 120) 
     while True:
         frame = json.loads(await communicator.receive_from(timeout=timeout))
         frames.append(frame)
-        print("FRAME", frame, flush=True)
         if frame["type"] == frame_type:
             return frames

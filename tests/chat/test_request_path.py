@@ -135,9 +135,9 @@ async def test_stop_aborts_the_answer_and_frees_the_slot(
         frames = await receive_until(ws, "final")
         assert frames[-1]["state"] == "done"
 
-    stored = await sync_to_async(list)(
-        Message.objects.filter(conversation=conversation, role="assistant").order_by("id")
-    )
+    answers = Message.objects.filter(conversation=conversation, role="assistant")
+    await wait_for(lambda: answers.count() == 2, what="both answers recorded")
+    stored = await sync_to_async(list)(answers.order_by("id"))
     assert [m.status for m in stored] == ["cancelled", "done"]
 
 

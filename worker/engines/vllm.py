@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -100,6 +102,9 @@ class VLLMEngine:
         kv_cache_gib: KV-cache size in GiB; overrides gpu_memory_utilization's sizing.
         seed: the engine's seed (None: vLLM's default); requests sample with their own.
         engine_args: any other AsyncEngineArgs fields (quantization, kv_cache_dtype, ...).
+        exit_on_engine_death: when vLLM's engine process dies, SIGTERM this process, as
+            `vllm serve` exits then: the worker stops taking work it can only fail, and its
+            supervisor restarts it. The worker's CLI sets it; off for in-process use.
     """
 
     name = "vllm"
@@ -117,6 +122,7 @@ class VLLMEngine:
         kv_cache_gib: float | None = None,
         seed: int | None = None,
         engine_args: dict[str, Any] | None = None,
+        exit_on_engine_death: bool = False,
     ) -> None:
         self.model = model
         self.max_model_len = max_model_len
@@ -128,10 +134,12 @@ class VLLMEngine:
         self.kv_cache_gib = kv_cache_gib
         self.seed = seed
         self.engine_args = dict(engine_args or {})
+        self.exit_on_engine_death = exit_on_engine_death
         self.figures = EngineFigures()
         self._llm: Any = None
         self._chat_params: Any = None
         self._tok_params: Any = None
+        self._sampling_defaults: dict[str, Any] = {}
         self._error = ""
 
     @property
@@ -189,6 +197,13 @@ class VLLMEngine:
         # The model's own chat template, as `vllm serve` applies it for /v1/chat/completions.
         self._chat_params = ChatParams(chat_template_kwargs={"add_generation_prompt": True})
         self._tok_params = renderer.default_chat_tok_params.with_kwargs(add_special_tokens=False)
+        # The model's recommended sampling (generation_config.json: top_p, repetition_penalty,
+        # ...), as `vllm serve` applies it; temperature and length come with each request.
+        self._sampling_defaults = {
+            key: value
+            for key, value in self._llm.model_config.get_diff_sampling_param().items()
+            if key not in {"temperature", "max_tokens", "max_new_tokens"}
+        }
         log.info("vLLM engine ready in %.1fs: %s, %d sequences at once", time.monotonic() - started,
                  self.model, self.capacity)  # fmt: skip
 
@@ -205,9 +220,17 @@ class VLLMEngine:
         if self._llm is None:
             return EngineHealth(ok=False, detail="vLLM engine not started")
         if self._llm.errored:
-            self._error = "vLLM engine core died"
+            self._engine_died()
         return EngineHealth(ok=not self._error, detail=self._error or self.model,
                             metrics=self.metrics())  # fmt: skip
+
+    def _engine_died(self) -> None:
+        if self._error:
+            return
+        self._error = "vLLM's engine process died"
+        log.error("%s; the worker stops taking work", self._error)
+        if self.exit_on_engine_death:
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def metrics(self) -> dict[str, Any]:
         figures = self.figures
@@ -242,6 +265,7 @@ class VLLMEngine:
             [request.messages], self._chat_params, self._tok_params
         )
         params = SamplingParams(
+            **self._sampling_defaults,
             max_tokens=request.max_tokens,
             temperature=request.temperature,
             output_kind=RequestOutputKind.DELTA,  # only the new text in each output
@@ -250,13 +274,18 @@ class VLLMEngine:
         completion_tokens = 0
         # Leaving this loop early (the worker's Stop, a cancelled task) closes vLLM's generator,
         # which aborts the request in the engine core.
-        async for output in self._llm.generate(engine_input, params, request.id):
-            if output.prompt_token_ids:
-                prompt_tokens = len(output.prompt_token_ids)
-            choice = output.outputs[0]
-            completion_tokens += len(choice.token_ids)
-            finish_reason = choice.finish_reason if output.finished else None
-            yield EngineOutput(choice.text, prompt_tokens, completion_tokens, finish_reason)
+        try:
+            async for output in self._llm.generate(engine_input, params, request.id):
+                if output.prompt_token_ids:
+                    prompt_tokens = len(output.prompt_token_ids)
+                choice = output.outputs[0]
+                completion_tokens += len(choice.token_ids)
+                finish_reason = choice.finish_reason if output.finished else None
+                yield EngineOutput(choice.text, prompt_tokens, completion_tokens, finish_reason)
+        except Exception:
+            if self._llm is not None and self._llm.errored:
+                self._engine_died()
+            raise
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -291,4 +320,5 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "dtype": dtype,
         "kv_cache_gib": args.kv_cache_gib,
         "engine_args": extra,
+        "exit_on_engine_death": True,
     }

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from django.db import migrations
 
+# One plan: with no heavier plan to protect, degradation never sheds anyone until an operator
+# adds one (docs/admission.md suggests a "pro" plan).
 PLANS = [
     # slug, name, default, rpm, burst, tpm, burst tokens, per day, concurrent, wait, cap, weight
     ("free", "Free", True, 20, 10, 20_000, 20_000, 500_000, 2, 120, 1024, 1.0),
-    ("pro", "Pro", False, 60, 30, 100_000, 100_000, 5_000_000, 4, 300, 2048, 4.0),
 ]
 
 
