@@ -289,12 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     test = sub.add_parser("test", help="pytest against embedded servers")
     test.add_argument("pytest_args", nargs=argparse.REMAINDER)
     sub.add_parser("services", help="only PostgreSQL and Redis")
-    # Everything after `test` goes to pytest untouched (argparse would claim options like -x).
-    args, extra = parser.parse_known_args(argv)
-    if args.command == "test":
-        args.pytest_args = [*args.pytest_args, *extra]
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["test"]:
+        # Everything after `test` goes to pytest untouched, in order.
+        return command_test(argparse.Namespace(pytest_args=argv[1:]))
+    args = parser.parse_args(argv)
     handler = {"run": command_run, "test": command_test, "services": command_services}
     return handler[args.command](args)
 
