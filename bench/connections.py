@@ -92,7 +92,7 @@ def main() -> None:
     with sluice(worker_args=worker_args) as running:
         setup_django()
         sessions = make_sessions(args.streams, prefix="conn")
-        time.sleep(2)
+        time.sleep(6)  # the worker's first heartbeat, the dispatcher's plan refresh
         count, live = asyncio.run(measure(running, sessions, running.env["REDIS_URL"]))
     print(f"connections: {count} redis connections for {live} streams")
 

@@ -98,8 +98,14 @@ def make_sessions(count: int, *, prefix: str = "bench") -> list[tuple[str, int]]
     from django.test import Client
 
     from apps.accounts.models import Profile, User
+    from apps.admission.models import Plan
     from apps.chat.services import conversation_create
 
+    # The benchmarks measure the request path, not the rate limits: one plan that admits all.
+    Plan.objects.filter(is_default=True).update(
+        requests_per_minute=1_000_000, burst_requests=1_000_000, tokens_per_minute=10**9,
+        burst_tokens=10**9, tokens_per_day=10**9, max_concurrent=10_000,
+    )  # fmt: skip
     hashed = make_password("bench-password-1")  # hashed once: hashing is slow on purpose
     sessions = []
     for i in range(count):

@@ -83,7 +83,7 @@ def main() -> None:
         with sluice(worker_args=worker_args) as running:
             setup_django()
             sessions = make_sessions(max(levels))
-            time.sleep(2)  # let the worker's first heartbeat land
+            time.sleep(6)  # the worker's first heartbeat, the dispatcher's plan refresh
             summary = {}
             for clients in levels:
                 through, alone = Timings(), Timings()

@@ -76,3 +76,20 @@ def test_admin_try_a_query_as_a_user_applies_their_acl(secret, user, client_for)
     as_user = client.get(url, {"query": QUERY, "k": 5, "as_user": user.username}).content.decode()
     assert "The office coffee machine" not in as_user and "No passage matched." in as_user
     assert list(corpora_for_user(user=user)) == []
+
+
+def test_plan_restricted_corpus_follows_the_users_plan(make_corpus, user, other_user):
+    from apps.admission.models import Plan, UserPlan
+
+    corpus = make_corpus(
+        "premium",
+        access=Corpus.Access.RESTRICTED,
+        plans=["pro"],
+        paths=[FIXTURES / "handbook" / "coffee.md"],
+    )
+    pro = Plan.objects.create(slug="pro", name="Pro")
+    UserPlan.objects.create(user=other_user, plan=pro)
+    assert [p.corpus_id for p in retrieve_for_prompt(user=other_user, query=QUERY)][:1] == [
+        corpus.pk
+    ]
+    assert retrieve_for_prompt(user=user, query=QUERY) == []  # on the default plan
