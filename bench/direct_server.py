@@ -1,7 +1,7 @@
 """The engine alone behind a bare websocket: the baseline Sluice's overhead is measured against.
 
 It speaks the chat page's protocol (send → delta frames → final) and batches deltas every
-~30 ms as Sluice's workers do, so both sides send the same number of frames.
+~30 ms as Sluice's workers do (at most one frame per 30 ms, the first token at once), so both sides send the same number of frames.
 """
 
 from __future__ import annotations
@@ -33,17 +33,16 @@ async def serve(port: int, engine: SimulatedEngine) -> None:
                 max_tokens=512,
                 messages=[{"role": "user", "content": frame["text"]}],
             )
-            parts, batch, started = [], [], 0.0
+            parts, batch, last_sent = [], [], 0.0
             async for output in engine.generate(request):
                 if not output.text:
                     continue
-                if not batch:
-                    started = time.perf_counter()
                 batch.append(output.text)
                 parts.append(output.text)
-                if time.perf_counter() - started >= BATCH_SECONDS:
+                if time.perf_counter() - last_sent >= BATCH_SECONDS:
                     await ws.send(json.dumps({"type": "delta", "text": "".join(batch)}))
                     batch.clear()
+                    last_sent = time.perf_counter()
             if batch:
                 await ws.send(json.dumps({"type": "delta", "text": "".join(batch)}))
             await ws.send(json.dumps({"type": "final", "state": "done", "text": "".join(parts)}))

@@ -42,6 +42,7 @@ def sluice(*, worker_args: list[str], env_extra: dict[str, str] | None = None) -
             env["DJANGO_SETTINGS_MODULE"] = "chatsite.settings.dev"
             env["DEBUG"] = "false"
             env["LOG_LEVEL"] = "WARNING"
+            env["RAG_WARM_UP"] = "false"  # no corpora here: the model would only take memory
             os.environ.update(urls)
             manage(env, "migrate", "--no-input", "-v", "0")
             port = free_port()

@@ -23,3 +23,28 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+
+def _warm_up_retrieval() -> None:
+    """Loads the embedding model in the background at startup, so the first question does not
+    wait seconds for it."""
+    import logging
+    import threading
+
+    from django.conf import settings
+
+    if not settings.RAG_WARM_UP:
+        return
+
+    def load() -> None:
+        from apps.rag.embeddings import warm_up
+
+        try:
+            warm_up()
+        except Exception:  # retrieval then loads on first use, or answers without passages
+            logging.getLogger("sluice").exception("embedding model warm-up failed")
+
+    threading.Thread(target=load, name="rag-warm-up", daemon=True).start()
+
+
+_warm_up_retrieval()

@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import httpx
+import hypothesis  # noqa: F401  (imported at collection: a late import in pytest's summary hook can trip CPython 3.11's AST recursion check)
 import pytest
 from django.conf import settings as django_settings
 from django.test import Client

@@ -57,7 +57,8 @@ class Worker:
         keys: stream and key names (the prefix isolates deployments and tests).
         worker_id: this worker's consumer name; unique per process.
         slots: concurrent generations; defaults to the engine's capacity.
-        batch_interval: seconds of deltas gathered into one output-stream entry.
+        batch_interval: at most one output-stream entry per this many seconds (tokens that
+            arrive sooner are gathered into the next entry).
         batch_chars: flush a batch early once it holds this many characters.
         heartbeat_interval: seconds between heartbeats; the key lives three intervals.
         claim_idle_ms: work pending this long on a worker whose heartbeat is gone is re-run.
@@ -244,7 +245,7 @@ class Worker:
         started = time.perf_counter()
         parts: list[str] = []
         batch: list[str] = []
-        batch_started = 0.0
+        last_sent = 0.0
         request = GenerationRequest(
             id=item.id, messages=item.messages, max_tokens=item.max_tokens,
             temperature=item.temperature,
@@ -258,13 +259,15 @@ class Worker:
                 if completion.usage.ttft_ms is None:
                     completion.usage.ttft_ms = round((time.perf_counter() - started) * 1000, 2)
                 parts.append(output.text)
-                if not batch:
-                    batch_started = time.perf_counter()
                 batch.append(output.text)
-                due = time.perf_counter() - batch_started >= self.batch_interval
+                # Sent when the last send is a batch interval old: the first token goes out at
+                # once, a slow model's tokens one by one, a fast model's a few at a time.
+                now = time.perf_counter()
+                due = now - last_sent >= self.batch_interval
                 if due or sum(map(len, batch)) >= self.batch_chars:
                     await self._emit(out_key, protocol.delta_event("".join(batch)))
                     batch.clear()
+                    last_sent = now
                     # Stop is checked between batches: one EXISTS per batch, not per token.
                     if await self.redis.exists(self.keys.cancel(item.id)):
                         await self.engine.abort(item.id)

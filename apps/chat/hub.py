@@ -157,6 +157,8 @@ class OutputHub:
                 if self._reader is None:
                     await self._connect_reader()
                 streams = dict(self._cursors)
+                if not streams:  # everyone left while the reader connected
+                    continue
                 self._wake.clear()
                 self._blocked = True
                 try:

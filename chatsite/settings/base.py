@@ -172,3 +172,7 @@ SLUICE_ADMISSION_BATCH = env.int("SLUICE_ADMISSION_BATCH", default=500)
 SLUICE_ADMISSION_PREFETCH = env.int("SLUICE_ADMISSION_PREFETCH", default=0)
 SLUICE_ADMISSION_QUANTUM = env.int("SLUICE_ADMISSION_QUANTUM", default=256)
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+
+# Web processes load the embedding model in the background at startup (about 400 MB), so the
+# first question does not wait for it.
+RAG_WARM_UP = env.bool("RAG_WARM_UP", default=True)

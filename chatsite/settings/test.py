@@ -16,3 +16,5 @@ if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
 
 DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Tests that need the embedding model load it themselves; other tests should not pay for it.
+RAG_WARM_UP = False
