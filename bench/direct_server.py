@@ -1,7 +1,8 @@
 """The engine alone behind a bare websocket: the baseline Sluice's overhead is measured against.
 
-It speaks the chat page's protocol (send → delta frames → final) and batches deltas every
-~30 ms as Sluice's workers do (at most one frame per 30 ms, the first token at once), so both sides send the same number of frames.
+It speaks the chat page's protocol (send → delta frames → final) and batches deltas as Sluice's
+workers do (the first token at once, then at most one frame per 30 ms), so both sides send the
+same number of frames.
 """
 
 from __future__ import annotations
