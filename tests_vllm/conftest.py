@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.chat.conftest import close_thread_connections  # noqa: F401  (a fixture)
+
 # The main suite's fixtures (user, dispatcher, live_web, ...); redis_prefix is replaced below.
 from tests.conftest import *  # noqa: F403
 from tests.conftest import BASE_DIR, stop_process

@@ -3,37 +3,20 @@ the dispatcher that records answers, in the main venv, against the `--engine vll
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connections
 
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
-from tests.chat.conftest import chat_socket, receive_until
+from tests.chat.conftest import chat_socket, receive_until, wait_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-async def close_thread_connections():
-    """ORM calls made through sync_to_async open a connection in asgiref's worker thread; closed
-    there, so that the test database can be dropped at the end of the session."""
-    yield
-    await sync_to_async(connections.close_all)()
-
-
-async def wait_for(check, *, timeout: float = 30, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = await sync_to_async(check)()
-        if value:
-            return value
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("close_thread_connections"),
+]
 
 
 async def test_a_chat_in_the_browser_is_answered_by_the_vllm_worker(

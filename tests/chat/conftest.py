@@ -3,10 +3,15 @@ records answers, and websocket clients speaking to the real ASGI application."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from contextlib import asynccontextmanager
 
+import pytest
+from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import connections
 from django.test import Client
 
 
@@ -42,3 +47,22 @@ async def receive_until(communicator, frame_type: str, *, timeout: float = 120) 
         frames.append(frame)
         if frame["type"] == frame_type:
             return frames
+
+
+@pytest.fixture
+async def close_thread_connections():
+    """ORM calls made through sync_to_async open a connection in asgiref's worker thread; closed
+    there, so that the test database can be dropped at the end of the session."""
+    yield
+    await sync_to_async(connections.close_all)()
+
+
+async def wait_for(check, *, timeout: float = 30, what: str = "condition"):
+    """Polls a synchronous check (ORM, Redis) until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await sync_to_async(check)()
+        if value:
+            return value
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")

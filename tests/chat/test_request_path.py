@@ -3,7 +3,6 @@ tokens back to the browser → the answer recorded in PostgreSQL by the dispatch
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import time
@@ -15,20 +14,14 @@ from django.conf import settings
 
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
-from tests.chat.conftest import chat_socket, receive_until
+from tests.chat.conftest import chat_socket, receive_until, wait_for
 from worker.protocol import Keys
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-async def wait_for(check, *, timeout: float = 30, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = await sync_to_async(check)()
-        if value:
-            return value
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("close_thread_connections"),
+]
 
 
 def live_workers(prefix: str) -> set[str]:

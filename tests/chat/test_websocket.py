@@ -13,7 +13,10 @@ from apps.chat.models import Message
 from apps.chat.services import conversation_create
 from tests.chat.conftest import chat_socket
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("close_thread_connections"),
+]
 
 
 async def test_a_websocket_from_a_foreign_origin_is_refused(user):
