@@ -12,7 +12,8 @@ same concurrency (each client sends its next request when its answer ends), gree
 rounds interleaved (alternating which side goes first) so that a busy machine slows both alike.
 
 Time to first token is measured from submission to the first text seen by the client (through
-Sluice: the first delta entry, which the worker flushes after ~30 ms of tokens). Tokens/s is the
+Sluice: the first delta entry; the worker sends the first token at once, later ones at most
+every ~30 ms). Tokens/s is the
 completion tokens of a phase over its wall time. Prints figures; asserts nothing. Last line:
 `engine: <name> <a> tok/s through sluice, <b> tok/s direct, ratio <r>`.
 
