@@ -50,19 +50,22 @@ def text_of(events: list[dict]) -> str:
     return text
 
 
+def api_client(base_url: str, user) -> httpx.Client:
+    """An HTTP client that authenticates as `user` with a fresh API key."""
+    _, raw = api_key_create(user=user, name="tests")
+    return httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {raw}"},
+                        timeout=httpx.Timeout(180))  # fmt: skip
+
+
 @pytest.fixture
 def api(live_web, user):
-    _, raw = api_key_create(user=user, name="tests")
-    with httpx.Client(base_url=live_web, headers={"Authorization": f"Bearer {raw}"},
-                      timeout=httpx.Timeout(180)) as client:  # fmt: skip
+    with api_client(live_web, user) as client:
         yield client
 
 
 @pytest.fixture
 def other_api(live_web, other_user):
-    _, raw = api_key_create(user=other_user, name="tests")
-    with httpx.Client(base_url=live_web, headers={"Authorization": f"Bearer {raw}"},
-                      timeout=httpx.Timeout(30)) as client:  # fmt: skip
+    with api_client(live_web, other_user) as client:
         yield client
 
 
