@@ -57,7 +57,8 @@ def retrieve_for_prompt(
     searchable = list(allowed.filter(chunk_count__gt=0))
     if not searchable:
         return []
-    options = {"k": k, "filter": metadata_filter, "boost": boost}
+    candidates = candidate_pool()
+    options = {"k": k, "filter": metadata_filter, "boost": boost, "candidates": candidates}
     cache_key = caches.results_key(
         corpora=[(c.pk, c.version) for c in searchable], query=query, options=options
     )
@@ -71,9 +72,20 @@ def retrieve_for_prompt(
         k=k,
         metadata_filter=metadata_filter,
         boost=boost,
+        candidates=candidates,
     )
     caches.results_put(cache_key, [p.as_dict() for p in passages])
     return passages
+
+
+def candidate_pool() -> int:
+    """Candidates per list before fusion: the full pool normally, a small one while the
+    service sheds load (degradation level 2 and up skip the expensive part of retrieval)."""
+    from apps.admission.selectors import retrieval_degraded
+
+    if retrieval_degraded():
+        return settings.RAG_DEGRADED_CANDIDATES
+    return settings.RAG_CANDIDATES
 
 
 def corpus_get_or_create(

@@ -148,6 +148,8 @@ RAG_CHUNK_OVERLAP = env.int("RAG_CHUNK_OVERLAP", default=40)
 RAG_EMBED_BATCH = env.int("RAG_EMBED_BATCH", default=64)
 RAG_TEXT_SEARCH_CONFIG = env.str("RAG_TEXT_SEARCH_CONFIG", default="english")
 RAG_CANDIDATES = env.int("RAG_CANDIDATES", default=40)
+# While the service sheds load (degradation level 2+): a much smaller candidate pool per list.
+RAG_DEGRADED_CANDIDATES = env.int("RAG_DEGRADED_CANDIDATES", default=8)
 RAG_HNSW_EF_SEARCH = env.int("RAG_HNSW_EF_SEARCH", default=100)
 RAG_FULLTEXT_POOL_PER_TERM = env.int("RAG_FULLTEXT_POOL_PER_TERM", default=50)
 RAG_TOP_K = env.int("RAG_TOP_K", default=4)
