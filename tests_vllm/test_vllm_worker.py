@@ -9,20 +9,10 @@ import uuid
 
 import pytest
 
+from tests.chat.conftest import answer_text
 from worker.protocol import Completion, State
 
 pytestmark = pytest.mark.slow
-
-
-def answer(events: list[dict]) -> str:
-    """What a reader shows: the deltas since the last attempt started."""
-    text = ""
-    for event in events:
-        if event["type"] == "start":
-            text = ""
-        elif event["type"] == "delta":
-            text += event["text"]
-    return text
 
 
 def completion_record(worker, request_id: str, timeout: float = 10) -> Completion:
@@ -46,7 +36,7 @@ def test_chat_round_trip(vllm_worker):
     usage = json.loads(final["usage"])
     assert final["state"] == "done", final
     assert "Paris" in final["text"]
-    assert answer(events) == final["text"]
+    assert answer_text(events) == final["text"]
     assert usage["prompt_tokens"] > 0 and 0 < usage["completion_tokens"] <= 32
     assert events[0]["type"] == "start" and events[0]["worker"] == vllm_worker.worker_id
 

@@ -37,6 +37,10 @@ def _error(status: int, message: str, **extra) -> JsonResponse:
     return JsonResponse({"error": message, **extra}, status=status)
 
 
+def _unauthenticated() -> JsonResponse:
+    return _error(401, "Authentication required: a session or an API key.")
+
+
 def _bearer(request: HttpRequest) -> str | None:
     header = request.headers.get("Authorization", "")
     return header[7:].strip() if header.startswith("Bearer ") else None
@@ -61,7 +65,7 @@ def authenticate(request: HttpRequest):
 def request_create(request: HttpRequest) -> JsonResponse:
     user = authenticate(request)
     if user is None:
-        return _error(401, "Authentication required: a session or an API key.")
+        return _unauthenticated()
     try:
         body = json.loads(request.body or b"{}")
         if not isinstance(body, dict):
@@ -110,7 +114,7 @@ def request_create(request: HttpRequest) -> JsonResponse:
 def request_detail(request: HttpRequest, request_id: str) -> JsonResponse:
     user = authenticate(request)
     if user is None:
-        return _error(401, "Authentication required: a session or an API key.")
+        return _unauthenticated()
     info = generation.request_get_for_user(user=user, request_id=request_id)
     return JsonResponse({"request_id": info.id, "conversation": info.conversation_id,
                          "state": info.state})  # fmt: skip
@@ -121,7 +125,7 @@ def request_detail(request: HttpRequest, request_id: str) -> JsonResponse:
 def request_cancel(request: HttpRequest, request_id: str) -> JsonResponse:
     user = authenticate(request)
     if user is None:
-        return _error(401, "Authentication required: a session or an API key.")
+        return _unauthenticated()
     info = generation.generation_cancel(user=user, request_id=request_id)
     return JsonResponse({"request_id": info.id, "cancelling": True}, status=202)
 
@@ -132,7 +136,7 @@ async def request_events(request: HttpRequest, request_id: str) -> HttpResponse:
         return _error(405, "Use GET.")
     user = await sync_to_async(authenticate)(request)
     if user is None:
-        return _error(401, "Authentication required: a session or an API key.")
+        return _unauthenticated()
     try:
         await sync_to_async(generation.request_get_for_user)(user=user, request_id=request_id)
     except Http404:

@@ -66,3 +66,15 @@ async def wait_for(check, *, timeout: float = 30, what: str = "condition"):
             return value
         await asyncio.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def answer_text(frames: list[dict]) -> str:
+    """The text a reader shows: the deltas since the last attempt started (a re-run after a
+    worker died replays the answer from its start)."""
+    text = ""
+    for frame in frames:
+        if frame["type"] == "start":
+            text = ""
+        elif frame["type"] == "delta":
+            text += frame["text"]
+    return text

@@ -11,6 +11,7 @@ import pytest
 from apps.accounts.services import api_key_create
 from apps.chat.models import Conversation
 from apps.chat.services import conversation_create
+from tests.chat.conftest import answer_text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,13 +42,7 @@ def read_events(response: httpx.Response, *, stop_after: int | None = None) -> l
 
 
 def text_of(events: list[dict]) -> str:
-    text = ""
-    for event in events:
-        if event["event"] == "start":
-            text = ""
-        elif event["event"] == "delta":
-            text += event["data"]["text"]
-    return text
+    return answer_text([event["data"] for event in events])
 
 
 def api_client(base_url: str, user) -> httpx.Client:

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
-from tests.chat.conftest import chat_socket, receive_until, wait_for
+from tests.chat.conftest import answer_text, chat_socket, receive_until, wait_for
 from worker.protocol import Keys
 
 pytestmark = [
@@ -28,17 +28,6 @@ def live_workers(prefix: str) -> set[str]:
     client = redis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
     keys = Keys(prefix=prefix)
     return {w for w in client.zrange(keys.workers, 0, -1) if client.exists(keys.heartbeat(w))}
-
-
-def answer_text(frames: list[dict]) -> str:
-    """The text a browser shows: deltas since the last attempt started."""
-    text = ""
-    for frame in frames:
-        if frame["type"] == "start":
-            text = ""
-        elif frame["type"] == "delta":
-            text += frame["text"]
-    return text
 
 
 async def test_chat_round_trip_through_a_real_worker_and_model(
