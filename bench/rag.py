@@ -113,6 +113,7 @@ def load_corpus(n: int, vectors: np.ndarray, passages: list[tuple[str, str]]):
 
     name = f"bench-{n}"
     signature = f"{rag_text.VERSION}:{n}"
+    remove_other_sizes(keep=name)
     corpus = Corpus.objects.filter(name=name).first()
     if corpus and corpus.description == signature and corpus.chunk_count == n:
         print(f"load: reusing corpus {name} ({n} chunks already loaded)", flush=True)
@@ -153,6 +154,24 @@ def load_corpus(n: int, vectors: np.ndarray, passages: list[tuple[str, str]]):
         flush=True,
     )
     return corpus
+
+
+def remove_other_sizes(*, keep: str) -> None:
+    """A corpus left by a run with another --chunks holds copies of the same passages (the texts
+    of a smaller N are a prefix of a larger one's): duplicates would crowd the HNSW graph and the
+    search's candidates, and the figures would depend on which runs came before."""
+    from django.db import connection
+
+    from apps.rag.models import Corpus
+
+    stale = Corpus.objects.filter(name__regex=r"^bench-[0-9]+$").exclude(name=keep)
+    names = sorted(stale.values_list("name", flat=True))
+    if not names:
+        return
+    stale.delete()
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE rag_chunk")
+    print(f"load: removed the corpora of other sizes ({', '.join(names)})", flush=True)
 
 
 def warm_up(corpus, vectors: np.ndarray, questions, query_vectors, *, samples: int) -> None:

@@ -12,6 +12,7 @@ import json
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
+from dataclasses import fields as dataclass_fields
 from enum import StrEnum
 from typing import Any
 
@@ -127,7 +128,8 @@ class WorkItem:
     v: str = PROTOCOL_VERSION
 
     def to_fields(self) -> dict[str, str]:
-        data = asdict(self)
+        # Field by field: asdict() would deep-copy every message first, on the hot path.
+        data = {f.name: getattr(self, f.name) for f in dataclass_fields(self)}
         data["messages"] = json.dumps(self.messages)
         return {k: str(v) for k, v in data.items()}
 

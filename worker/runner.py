@@ -20,6 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from . import protocol
+from .batching import CommandBatcher
 from .engines import Engine, GenerationRequest
 from .protocol import Completion, Keys, State, Usage, WorkItem
 from .recovery import Reclaimer
@@ -93,6 +94,7 @@ class Worker:
         self.heartbeat_interval = heartbeat_interval
         self.grace_seconds = grace_seconds
         self.stats = WorkerStats()
+        self.batcher = CommandBatcher(redis_client)
         self._free = asyncio.BoundedSemaphore(self.slots)
         self._tasks: dict[str, asyncio.Task] = {}
         self._stopping = asyncio.Event()
@@ -123,6 +125,7 @@ class Worker:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+            await self.batcher.close()
             await self.redis.delete(self.keys.heartbeat(self.worker_id))
             await self.redis.zrem(self.keys.workers, self.worker_id)
             # Nothing left pending here: remove this consumer so reclaimers skip it.
@@ -223,12 +226,10 @@ class Worker:
         # Acknowledged only after the final event and the completion record are written:
         # a crash before this line leaves the entry pending, to be reclaimed and re-run.
         # Deleted too: the work streams hold only work not yet finished.
-        await (
-            self.redis.pipeline(transaction=False)
-            .xack(stream, protocol.WORKER_GROUP, entry_id)
-            .xdel(stream, entry_id)
-            .execute()
-        )
+        await self.batcher.call(lambda p: (
+            p.xack(stream, protocol.WORKER_GROUP, entry_id),
+            p.xdel(stream, entry_id),
+        ))  # fmt: skip
 
     async def _generate(self, item: WorkItem, attempt: int) -> Completion:
         out_key = self.keys.output(item.id)
@@ -237,12 +238,15 @@ class Worker:
             state=State.DONE, text="", usage=Usage(), worker_id=self.worker_id,
             prompt_tokens_estimate=item.prompt_tokens_estimate, max_tokens=item.max_tokens,
         )  # fmt: skip
-        if await self.redis.exists(self.keys.cancel(item.id)):
+        if await self._cancelled(item.id):
             completion.state = State.CANCELLED
             return completion
-        await self._set_state(item.id, State.STREAMING, worker=self.worker_id)
-        await self._emit(out_key, protocol.start_event(attempt=attempt, worker_id=self.worker_id))
-        await self.redis.expire(out_key, protocol.OUTPUT_TTL_SECONDS)
+        start = protocol.start_event(attempt=attempt, worker_id=self.worker_id)
+        await self.batcher.call(lambda p: (
+            self._queue_state(p, item.id, State.STREAMING, worker=self.worker_id),
+            queue_emit(p, out_key, start),
+            p.expire(out_key, protocol.OUTPUT_TTL_SECONDS),
+        ))  # fmt: skip
         self.stats.busy += 1
         started = time.perf_counter()
         parts: list[str] = []
@@ -276,7 +280,7 @@ class Worker:
                     if now - last_cancel_check < CANCEL_CHECK_SECONDS:
                         continue
                     last_cancel_check = now
-                    if await self.redis.exists(self.keys.cancel(item.id)):
+                    if await self._cancelled(item.id):
                         await self.engine.abort(item.id)
                         completion.state = State.CANCELLED
                         break
@@ -303,19 +307,18 @@ class Worker:
             self.stats.failed += 1
         else:
             self.stats.completed += 1
-        await finish_request(self.redis, self.keys, completion)
+        await self.batcher.call(lambda p: queue_finish(p, self.keys, completion))
 
     async def _emit(self, out_key: str, event: dict[str, str]) -> None:
-        await emit(self.redis, out_key, event)
+        await self.batcher.call(lambda p: queue_emit(p, out_key, event))
 
-    async def _set_state(self, request_id: str, state: State, **fields: str) -> None:
+    async def _cancelled(self, request_id: str) -> bool:
+        return bool(await self.batcher.call(lambda p: p.exists(self.keys.cancel(request_id))))
+
+    def _queue_state(self, pipe, request_id: str, state: State, **fields: str) -> None:
         key = self.keys.request(request_id)
-        await (
-            self.redis.pipeline(transaction=False)
-            .hset(key, mapping={"state": state, "updated_ms": protocol.now_ms(), **fields})
-            .expire(key, protocol.REQUEST_TTL_SECONDS)
-            .execute()
-        )
+        pipe.hset(key, mapping={"state": state, "updated_ms": protocol.now_ms(), **fields})
+        pipe.expire(key, protocol.REQUEST_TTL_SECONDS)
 
     # -- liveness ------------------------------------------------------------------------------
 
@@ -353,18 +356,17 @@ class Worker:
         )
 
 
-async def emit(redis_client: aioredis.Redis, out_key: str, event: dict[str, str]) -> None:
+def queue_emit(pipe, out_key: str, event: dict[str, str]) -> None:
     """Appends to a request's output stream, capped. Its expiry is set when an attempt starts
     and again with the final event, not on every delta: one command per batch, not two."""
-    await redis_client.xadd(out_key, event, maxlen=protocol.OUTPUT_MAXLEN, approximate=True)
+    pipe.xadd(out_key, event, maxlen=protocol.OUTPUT_MAXLEN, approximate=True)
 
 
-async def finish_request(redis_client: aioredis.Redis, keys: Keys, completion: Completion) -> None:
-    """Writes the final event for readers, the request's end state and the completion record
-    the recorder stores in PostgreSQL. Shared by workers and the dead-letter path."""
+def queue_finish(pipe, keys: Keys, completion: Completion) -> None:
+    """Queues the final event for readers, the request's end state and the completion record
+    the recorder stores in PostgreSQL, in that order."""
     out_key = keys.output(completion.id)
     request_key = keys.request(completion.id)
-    pipe = redis_client.pipeline(transaction=True)
     pipe.xadd(out_key, protocol.final_event(completion),
               maxlen=protocol.OUTPUT_MAXLEN, approximate=True)  # fmt: skip
     pipe.expire(out_key, protocol.OUTPUT_TTL_SECONDS)
@@ -373,7 +375,11 @@ async def finish_request(redis_client: aioredis.Redis, keys: Keys, completion: C
         "usage": json.dumps(asdict(completion.usage)),
     })  # fmt: skip
     pipe.expire(request_key, protocol.REQUEST_TTL_SECONDS)
+    pipe.xadd(keys.done, completion.to_fields(), maxlen=protocol.DONE_MAXLEN, approximate=True)
+
+
+async def finish_request(redis_client: aioredis.Redis, keys: Keys, completion: Completion) -> None:
+    """Writes what `queue_finish` queues. Shared by workers and the dead-letter path."""
+    pipe = redis_client.pipeline(transaction=False)
+    queue_finish(pipe, keys, completion)
     await pipe.execute()
-    # The done stream may live in another cluster slot than the request's keys: its own call.
-    await redis_client.xadd(keys.done, completion.to_fields(),
-                            maxlen=protocol.DONE_MAXLEN, approximate=True)  # fmt: skip

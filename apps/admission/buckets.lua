@@ -7,7 +7,9 @@
 -- KEYS[i]    the bucket hash of request i (fields <name>:l level, <name>:t last update ms)
 -- ARGV[1]    now in ms; '' uses Redis TIME (tests inject time through this argument)
 -- ARGV[2]    'take': all buckets of a request or none; 'adjust': add signed amounts (refunds)
--- ARGV[3..]  per request: n, then n x (name, capacity, refill per ms, amount), all scaled
+-- ARGV[3..]  per request: n, then n x (name, capacity, refill per ms, amount), all scaled;
+--            n = 0 repeats the previous request's buckets (most of a batch shares a plan and a
+--            size: this keeps a batch's arguments, and their parsing, small)
 -- Returns    per request: code (0 taken, 1 wait, 2 never fits), wait ms, bucket index (1-based)
 local now
 if ARGV[1] == '' then
@@ -21,17 +23,20 @@ local out = {}
 local a = 3
 local function fmt(x) return string.format('%.0f', x) end
 
+local n, names, caps, rates, amounts, wanted = 0, {}, {}, {}, {}, {}
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local n = tonumber(ARGV[a]); a = a + 1
-  local names, caps, rates, amounts, levels, stamps = {}, {}, {}, {}, {}, {}
-  local wanted = {}
-  for b = 1, n do
-    names[b] = ARGV[a]; caps[b] = tonumber(ARGV[a + 1])
-    rates[b] = tonumber(ARGV[a + 2]); amounts[b] = tonumber(ARGV[a + 3])
-    a = a + 4
-    wanted[2 * b - 1] = names[b] .. ':l'; wanted[2 * b] = names[b] .. ':t'
+  local given = tonumber(ARGV[a]); a = a + 1
+  if given > 0 then
+    n, names, caps, rates, amounts, wanted = given, {}, {}, {}, {}, {}
+    for b = 1, n do
+      names[b] = ARGV[a]; caps[b] = tonumber(ARGV[a + 1])
+      rates[b] = tonumber(ARGV[a + 2]); amounts[b] = tonumber(ARGV[a + 3])
+      a = a + 4
+      wanted[2 * b - 1] = names[b] .. ':l'; wanted[2 * b] = names[b] .. ':t'
+    end
   end
+  local levels, stamps = {}, {}
   local stored = redis.call('HMGET', key, unpack(wanted))  -- one read for all the buckets
   for b = 1, n do
     local level, t = tonumber(stored[2 * b - 1]), tonumber(stored[2 * b])

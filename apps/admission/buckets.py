@@ -8,6 +8,7 @@ estimate + max_tokens); when it finishes the difference to the real usage is ref
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,16 @@ class BucketStore:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         self.script = client.register_script(SCRIPT)
+        self._helper: ThreadPoolExecutor | None = None
+
+    def take_in_background(
+        self, requests: list[tuple[str, list[Bucket]]], *, now_ms: int | None = None
+    ) -> Future[list[Decision]]:
+        """`take` on a helper thread, so the caller can do its own work while Redis runs the
+        script: the thread waits on the socket without holding the GIL."""
+        if self._helper is None:
+            self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buckets")
+        return self._helper.submit(self.take, requests, now_ms=now_ms)
 
     def take(
         self, requests: list[tuple[str, list[Bucket]]], *, now_ms: int | None = None
@@ -80,14 +91,19 @@ class BucketStore:
         if not requests:
             return []
         keys, args = [], ["" if now_ms is None else str(int(now_ms)), mode]
+        previous = None
         for key, buckets in requests:
             keys.append(key)
+            if buckets is previous:  # callers pass one list for requests of the same size
+                args.append(0)  # "the same buckets again": see buckets.lua
+                continue
             args.append(len(buckets))
             for bucket in buckets:
                 args.extend(bucket.scaled())
+            previous = buckets
         raw = self.script(keys=keys, args=args, client=client)
-        decisions = []
-        for i, (_, buckets) in enumerate(requests):
-            code, wait, which = (int(x) for x in raw[3 * i : 3 * i + 3])
-            decisions.append(Decision(code, wait, buckets[which - 1].name if which else ""))
-        return decisions
+        triples = zip(requests, raw[0::3], raw[1::3], raw[2::3], strict=True)
+        return [
+            Decision(int(code), int(wait), buckets[int(which) - 1].name if which else "")
+            for (_, buckets), code, wait, which in triples
+        ]

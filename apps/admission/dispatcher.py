@@ -4,10 +4,16 @@ Only the holder of a lease in Redis acts; a standby polls for the lease and take
 holder stops renewing it. Redis holds the authoritative queue (the `queue` hash, written in the
 same MULTI that acknowledges the admission entry or hands the request to a worker); the fair
 queue in memory is a mirror, rebuilt from Redis on takeover and after any Redis error.
+
+A pass costs about the same with 50 or 50,000 requests waiting: deadlines sit in a heap, cancel
+flags are read for a bounded slice of the queue (watch.py), and the whole line's order, which
+positions need, is recomputed only as often as a small share of the dispatcher's time allows
+(positions.py); the head of the line hears every change.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -36,6 +42,8 @@ from .keys import ACTIVE_CONSUMER, DISPATCHER_GROUP, AdmissionKeys
 from .keys import STATE_TTL_SECONDS as QUEUE_TTL
 from .metrics import MetricsBatch
 from .plans import PlanBook
+from .positions import HEAD, positions_to_tell
+from .watch import CancelWatch, DeadlineHeap
 
 log = logging.getLogger("sluice.dispatcher")
 
@@ -66,7 +74,12 @@ class Options:
     quantum: int = 256  # DRR tokens per turn per unit of plan weight
     block_ms: int = 50  # how long an idle loop waits for new admissions
     position_interval: float = 1.0
+    position_pushes: int = 1000  # position events per pass (the head's changes come first)
+    # Share of the dispatcher's time that recomputing the whole line's order may take: with a
+    # long queue, positions beyond the head are refreshed less often than every interval.
+    position_share: float = 0.05
     sweep_interval: float = 1.0  # cancel flags and queue-wait deadlines
+    cancel_checks: int = 5000  # cancel flags read per sweep, beyond the stops noted in a set
     degradation_interval: float = 2.0
 
 
@@ -106,6 +119,8 @@ class Dispatcher:
         self.fq = FairQueue(quantum=self.options.quantum)
         self.records: dict[str, dict] = {}
         self.deferred: dict[str, deque[str]] = {}
+        self.deadlines = DeadlineHeap()
+        self.cancel_watch = CancelWatch()
         self.inflight: dict[str, str] = {}
         self.inflight_by_user: Counter[str] = Counter()
 
@@ -134,12 +149,14 @@ class Dispatcher:
             waiting = bool(self.records)
             decided = self.intake(block_ms=min(20, self.options.block_ms) if waiting
                                   else self.options.block_ms)  # fmt: skip
-            if self.completion_pass:
-                self.completion_pass(self)
             self.retry_deferred()
             if self._every("sweep", self.options.sweep_interval):
                 self.sweep()
             self.release()
+            # After the release: a request just admitted goes out before this pass stores the
+            # answers that finished meanwhile (the next pass sees the slots they freed).
+            if self.completion_pass:
+                self.completion_pass(self)
             if self._every("positions", self.options.position_interval):
                 self.tell_positions()
             if self._every("degradation", self.options.degradation_interval):
@@ -201,6 +218,8 @@ class Dispatcher:
 
     def _queue_in_memory(self, record: dict) -> None:
         self.records[record["id"]] = record
+        self.deadlines.push(record["id"], record["deadline"])
+        self.cancel_watch.add(record["id"])
         if record["charged"]:
             self.fq.push(Entry(record["id"], record["user"], record["cost"], record["weight"]))
         else:
@@ -234,12 +253,13 @@ class Dispatcher:
         queued: list[dict] = []
         rejected: list[tuple[dict, str, int | None]] = []
         entry_ids = [entry_id for entry_id, _ in entries]
+        buckets_of: dict[tuple, list] = {}  # most of a batch shares a plan and a size
         for entry_id, fields in entries:
-            record = self._record_from(entry_id, fields, now)
+            plan = self.plans.for_user(fields.get("user_id", ""))
+            record = self._record_from(entry_id, fields, plan, now)
             if record is None:
                 continue
             metrics.latency(now - record["submitted"])
-            plan = self.plans.for_user(record["user"])
             if level.reject_lowest_plan and self.plans.is_lowest(plan):
                 rejected.append((record, outcomes.shed(retry_after=level.retry_after),
                                  level.retry_after))  # fmt: skip
@@ -248,17 +268,28 @@ class Dispatcher:
                 record["retry_at"] = self._user_retry_at(record["user"])
                 queued.append(record)
                 continue
-            to_charge.append((record, plan_buckets(
-                plan, tokens=record["cost"], requests=plan.cost_weight(record["kind"])
-            )))  # fmt: skip
-        decisions = self.buckets.take(
+            size = (plan.slug, record["cost"], record["kind"])
+            if size not in buckets_of:
+                buckets_of[size] = plan_buckets(
+                    plan, tokens=record["cost"], requests=plan.cost_weight(record["kind"])
+                )
+            to_charge.append((record, buckets_of[size]))
+        pending = self.buckets.take_in_background(
             [(self.akeys.bucket(r["user"]), b) for r, b in to_charge], now_ms=self._bucket_now()
         )
+        # While Redis runs the script, encode the queue records as charged, the usual outcome
+        # (this is most of the Python work of a batch); the others are redone below.
+        encoded = {record["id"]: json.dumps(record) for record in queued}
+        for record, _ in to_charge:
+            record["charged"] = True
+            encoded[record["id"]] = json.dumps(record)
+        decisions = pending.result()
         charged = []
         for (record, buckets), decision in zip(to_charge, decisions, strict=True):
             remaining_ms = record["deadline"] - now
+            if decision.code != TAKEN:
+                record["charged"] = False
             if decision.code == TAKEN:
-                record["charged"] = True
                 charged.append(record)
                 queued.append(record)
             elif decision.code == NEVER:
@@ -270,6 +301,7 @@ class Dispatcher:
                 record["reason"] = outcomes.waiting_reason(
                     bucket=decision.bucket, wait_s=decision.wait_ms / 1000
                 )
+                encoded[record["id"]] = json.dumps(record)
                 queued.append(record)
                 self.deferred.setdefault(record["user"], deque())  # later ones queue behind
             else:
@@ -279,12 +311,11 @@ class Dispatcher:
         metrics.count("admitted", len(charged))
         metrics.count("rejected", len(rejected))
         pipe = self.client.pipeline(transaction=True)
+        # A charged request's charge lives in its queue record until it leaves the queue; it
+        # moves to the charges hash then (release, sweep), in the same MULTI.
         if queued:
-            pipe.hset(self.akeys.queue, mapping={r["id"]: json.dumps(r) for r in queued})
+            pipe.hset(self.akeys.queue, mapping={r["id"]: encoded[r["id"]] for r in queued})
             pipe.expire(self.akeys.queue, QUEUE_TTL)
-        if charged:
-            pipe.hset(self.akeys.charges, mapping={r["id"]: _charge(r) for r in charged})
-            pipe.expire(self.akeys.charges, QUEUE_TTL)
         for record, error, retry_after in rejected:
             outcomes.request_end(pipe, self.keys, record, state=State.FAILED, error=error,
                                  retry_after=retry_after)  # fmt: skip
@@ -305,7 +336,7 @@ class Dispatcher:
             return self.records[ids[0]].get("retry_at", 0)
         return self.now_ms()
 
-    def _record_from(self, entry_id: str, fields: dict, now: int) -> dict | None:
+    def _record_from(self, entry_id: str, fields: dict, plan, now: int) -> dict | None:
         try:
             request_id = fields["id"]
             user = fields["user_id"]
@@ -315,7 +346,6 @@ class Dispatcher:
         except (KeyError, ValueError) as exc:
             log.error("dropping malformed admission entry %s: %s", entry_id, exc)
             return None
-        plan = self.plans.for_user(user)
         cap = plan.max_tokens_cap
         if self.degradation.cap_max_tokens:
             cap = min(cap, self.degradation.cap_max_tokens)
@@ -358,7 +388,6 @@ class Dispatcher:
                 record.pop("reason", None)
                 record["seq"] = time.time_ns()  # joins the fair queue now
                 moved.append(record)
-                pipe.hset(self.akeys.charges, record["id"], _charge(record))
             elif decision.code == NEVER:
                 limit = next(b.capacity for b in buckets if b.name == decision.bucket)
                 ended.append(record)
@@ -391,37 +420,55 @@ class Dispatcher:
     # -- cancels and deadlines --------------------------------------------------------------------
 
     def sweep(self) -> None:
-        if not self.records:
+        """Ends waiting requests whose user pressed stop or whose wait ran out. Touches the
+        stops noted in the cancel set, a bounded slice of cancel flags and the deadlines that
+        are due: not the whole queue."""
+        noted = self.client.smembers(self.akeys.cancels)
+        cancelled = {i for i in noted if i in self.records} | self._flagged()
+        now = self.now_ms()
+        late = [i for i in self.deadlines.due(now, self.records) if i not in cancelled]
+        if not cancelled and not late and not noted:
             return
-        ids = list(self.records)
+        pipe = self.client.pipeline(transaction=True)
+        for request_id in cancelled:
+            outcomes.request_end(pipe, self.keys, self.records[request_id], state=State.CANCELLED)
+        for request_id in late:
+            record = self.records[request_id]
+            waited = (now - record["submitted"]) / 1000
+            outcomes.request_end(pipe, self.keys, record, state=State.FAILED,
+                                 error=outcomes.timed_out(waited_s=waited),
+                                 retry_after=60)  # fmt: skip
+        ended = [*cancelled, *late]
+        if ended:
+            pipe.hdel(self.akeys.queue, *ended)
+            self._hand_over_charges(pipe, [self.records[i] for i in ended])
+        if noted:
+            pipe.srem(self.akeys.cancels, *noted)
+        MetricsBatch(counts={"timed_out": len(late), "cancelled": len(cancelled)}).write(
+            pipe, self.akeys.metrics
+        )
+        pipe.execute()
+        for request_id in ended:
+            self._forget(request_id)
+
+    def _flagged(self) -> set[str]:
+        """Waiting requests with a cancel flag, among this sweep's slice of the queue."""
+        ids = self.cancel_watch.next_slice(self.options.cancel_checks, self.records)
         # MGET in chunks: one command per 500 requests costs far less than one EXISTS each.
         # (On a Redis Cluster the cancel keys of different requests live in different slots:
         # there this needs one MGET per slot.)
         flags = []
         for i in range(0, len(ids), 500):
             flags.extend(self.client.mget([self.keys.cancel(r) for r in ids[i : i + 500]]))
-        cancelled = {i for i, flag in zip(ids, flags, strict=True) if flag}
-        now = self.now_ms()
-        late = {i for i in ids if i not in cancelled and self.records[i]["deadline"] <= now}
-        if not cancelled and not late:
-            return
-        pipe = self.client.pipeline(transaction=True)
-        for request_id in cancelled | late:
-            record = self.records[request_id]
-            if request_id in cancelled:
-                outcomes.request_end(pipe, self.keys, record, state=State.CANCELLED)
-            else:
-                waited = (now - record["submitted"]) / 1000
-                outcomes.request_end(pipe, self.keys, record, state=State.FAILED,
-                                     error=outcomes.timed_out(waited_s=waited),
-                                     retry_after=60)  # fmt: skip
-        pipe.hdel(self.akeys.queue, *(cancelled | late))
-        MetricsBatch(counts={"timed_out": len(late), "cancelled": len(cancelled)}).write(
-            pipe, self.akeys.metrics
-        )
-        pipe.execute()
-        for request_id in cancelled | late:
-            self._forget(request_id)
+        return {i for i, flag in zip(ids, flags, strict=True) if flag}
+
+    def _hand_over_charges(self, pipe, records: list[dict]) -> None:
+        """Leaving the queue, a charged request's charge moves to the charges hash, where the
+        recorder's completion finds it to refund what was not used."""
+        charges = {r["id"]: _charge(r) for r in records if r["charged"]}
+        if charges:
+            pipe.hset(self.akeys.charges, mapping=charges)
+            pipe.expire(self.akeys.charges, QUEUE_TTL)
 
     def _forget(self, request_id: str) -> None:
         record = self.records.pop(request_id)
@@ -485,6 +532,7 @@ class Dispatcher:
             room -= 1
         if released:
             pipe.expire(self.akeys.inflight, QUEUE_TTL)
+            self._hand_over_charges(pipe, released)
             pipe.execute()
         return len(released)
 
@@ -513,24 +561,49 @@ class Dispatcher:
 
     # -- positions -------------------------------------------------------------------------------
 
-    def tell_positions(self, *, limit: int = 1000) -> int:
-        """Pushes "#n in line (about t s)" to each waiting request whose position changed.
-        Far back in a long queue a request hears every few seconds, not at every move."""
+    def tell_positions(self) -> int:
+        """Pushes "#n in line (about t s)" to waiting requests whose position changed: the head
+        of the line at every pass; the rest when the whole order is recomputed, which takes at
+        most `position_share` of the dispatcher's time (every pass for a short queue, every few
+        seconds for tens of thousands). See positions.py for who hears first."""
         if not self.records:
             return 0
         now = self.now_ms()
-        order = [entry.id for entry in self.fq.order()]
+        started = time.monotonic()
+        whole = started >= self._due.get("order", 0)
+        order = self._line() if whole else self._line_head()
+        chosen = positions_to_tell(order, self.records, now_ms=now,
+                                   limit=self.options.position_pushes)  # fmt: skip
+        told = self._push_positions(chosen, now)
+        if whole:
+            # Spent s of every s / share: at share 1 the next pass recomputes it again.
+            spent = time.monotonic() - started
+            self._due["order"] = started + spent / self.options.position_share
+        return told
+
+    def _line(self) -> list[str]:
+        """Every waiting request in release order; those held by their plan's rate last."""
+        order = self.fq.release_order()
         for user_ids in self.deferred.values():
             order.extend(user_ids)
+        return order
+
+    def _line_head(self) -> list[str]:
+        order = [entry.id for entry in itertools.islice(self.fq.order(), HEAD)]
+        for user_ids in self.deferred.values():
+            if len(order) >= HEAD:
+                break
+            order.extend(itertools.islice(user_ids, HEAD - len(order)))
+        return order
+
+    def _push_positions(self, chosen: list[tuple[int, str]], now: int) -> int:
+        if not chosen:
+            return 0
         slots = max(1, self.fleet.slots)
         pipe = self.client.pipeline(transaction=False)
-        told = first_told = 0
-        for position, request_id in enumerate(order, start=1):
+        first_told = 0
+        for position, request_id in chosen:
             record = self.records[request_id]
-            if record.get("told") == position:
-                continue
-            if record.get("told") and position > 20 and now - record.get("told_at", 0) < 5000:
-                continue
             eta = position / slots * self.avg_service_s
             extra = {}
             if not record["charged"]:
@@ -544,42 +617,54 @@ class Dispatcher:
                       eta_seconds=max(1, round(eta)), **extra),
                       maxlen=protocol.OUTPUT_MAXLEN, approximate=True)  # fmt: skip
             pipe.expire(out_key, protocol.OUTPUT_TTL_SECONDS)
-            told += 1
-            if told >= limit:
-                break
         if first_told:
             MetricsBatch(counts={"queued": first_told}).write(pipe, self.akeys.metrics)
-        if told:
-            pipe.execute()
-        return told
+        pipe.execute()
+        return len(chosen)
 
     # -- completions (called by the recorder for each finished request) ------------------------
 
     def on_completion(self, completion: Completion) -> None:
-        """Reconciles the estimate with the real usage, frees the user's concurrency slot and
-        remembers which worker holds the conversation's prefix."""
-        charge_raw = self.client.hget(self.akeys.charges, completion.id)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hdel(self.akeys.charges, completion.id)
-        pipe.hdel(self.akeys.inflight, completion.id)
-        real = completion.usage.prompt_tokens + completion.usage.completion_tokens
-        if charge_raw:
+        self.on_completions([completion])
+
+    def on_completions(self, completions: list[Completion]) -> None:
+        """Reconciles estimates with the real usage, frees the users' concurrency slots and
+        remembers which worker holds each conversation's prefix. A batch costs three round
+        trips whatever its size: the charges read, their removal with the metrics, the refunds.
+        """
+        if not completions:
+            return
+        ids = [c.id for c in completions]
+        charges = self.client.hmget(self.akeys.charges, ids)
+        tokens: Counter[str] = Counter()
+        refunds = []
+        for completion, charge_raw in zip(completions, charges, strict=True):
+            self._completed(completion)
+            if not charge_raw:
+                continue
             charge = json.loads(charge_raw)
-            MetricsBatch(tokens={charge["plan"]: real}).write(pipe, self.akeys.metrics)
-        pipe.execute()
-        user = self.inflight.pop(completion.id, None)
-        if user is not None:
-            self.inflight_by_user[user] -= 1
-            if self.inflight_by_user[user] <= 0:
-                del self.inflight_by_user[user]
-        if charge_raw:
+            real = completion.usage.prompt_tokens + completion.usage.completion_tokens
+            tokens[charge["plan"]] += real
             delta = charge["tokens"] - real  # positive: refund what was not used
             if delta:
                 plan = self.plans.for_user(charge["user"])
                 buckets = [b for b in plan_buckets(plan, tokens=delta, requests=0)
                            if b.name != "req"]  # fmt: skip
-                self.buckets.adjust([(self.akeys.bucket(charge["user"]), buckets)],
-                                    now_ms=self._bucket_now())  # fmt: skip
+                refunds.append((self.akeys.bucket(charge["user"]), buckets))
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hdel(self.akeys.charges, *ids)
+        pipe.hdel(self.akeys.inflight, *ids)
+        if tokens:
+            MetricsBatch(tokens=dict(tokens)).write(pipe, self.akeys.metrics)
+        pipe.execute()
+        self.buckets.adjust(refunds, now_ms=self._bucket_now())
+
+    def _completed(self, completion: Completion) -> None:
+        user = self.inflight.pop(completion.id, None)
+        if user is not None:
+            self.inflight_by_user[user] -= 1
+            if self.inflight_by_user[user] <= 0:
+                del self.inflight_by_user[user]
         if completion.worker_id:
             self.affinity[completion.conversation_id] = completion.worker_id
             self.affinity.move_to_end(completion.conversation_id)

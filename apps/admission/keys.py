@@ -43,6 +43,12 @@ class AdmissionKeys:
         return self._k("inflight")
 
     @property
+    def cancels(self) -> str:
+        """Set: ids of requests whose user pressed stop, emptied by the dispatcher's sweep. It
+        finds a waiting request's stop at once, wherever it is in a long queue."""
+        return self._k("cancels")
+
+    @property
     def degradation(self) -> str:
         return self._k("degradation")
 

@@ -3,6 +3,7 @@ dispatcher (apps/ops/metrics.py renders them in the Prometheus text format)."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -27,7 +28,8 @@ class MetricsBatch:
 
     def latency(self, ms: float) -> None:
         ms = max(0.0, ms)
-        bound = next((b for b in LATENCY_BUCKETS_MS if ms <= b), "inf")
+        index = bisect_left(LATENCY_BUCKETS_MS, ms)  # the first bound >= ms
+        bound = LATENCY_BUCKETS_MS[index] if index < len(LATENCY_BUCKETS_MS) else "inf"
         self._latency[bound] += 1
         self._latency_sum += ms
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import redis
 from django.conf import settings
+from django.db.models import Exists, OuterRef, Q
 
 from chatsite.redis_client import get_redis
 
@@ -23,11 +24,17 @@ def admission_keys() -> AdmissionKeys:
 
 def plan_for_user(*, user) -> Plan:
     """The user's override, else the default plan (an unsaved built-in one if none is set)."""
-    if user is not None and getattr(user, "pk", None):
-        override = UserPlan.objects.filter(user_id=user.pk).select_related("plan").first()
-        if override is not None:
-            return override.plan
-    return Plan.objects.filter(is_default=True).order_by("id").first() or FALLBACK_PLAN
+    if user is None or not getattr(user, "pk", None):
+        return Plan.objects.filter(is_default=True).order_by("id").first() or FALLBACK_PLAN
+    # One query on every submit: the override and the default fetched together, override first.
+    mine = Exists(UserPlan.objects.filter(user_id=user.pk, plan_id=OuterRef("pk")))
+    plan = (
+        Plan.objects.annotate(mine=mine)
+        .filter(Q(mine=True) | Q(is_default=True))
+        .order_by("-mine", "id")
+        .first()
+    )
+    return plan or FALLBACK_PLAN
 
 
 def degradation_get() -> Degradation:

@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.core.exceptions import ValidationError
 from django.http import Http404
@@ -27,6 +26,7 @@ from . import generation, selectors
 from .hub import get_hub
 from .keys import keys
 from .markdown import render_markdown
+from .offload import db_call
 
 log = logging.getLogger("sluice.chat.ws")
 
@@ -48,9 +48,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.relay: asyncio.Task | None = None
         # A refresh or a second tab: show the answer in progress and continue live.
         try:
-            active = await database_sync_to_async(generation.active_request_id)(
-                conversation=self.conversation
-            )
+            active = await db_call(generation.active_request_id)(conversation=self.conversation)
         except RedisError:
             active = None  # the page still works; sending will explain the outage
         await self.accept()
@@ -110,7 +108,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _on_regenerate(self, frame: dict) -> None:
         try:
-            submitted = await database_sync_to_async(generation.generation_regenerate)(
+            submitted = await db_call(generation.generation_regenerate)(
                 user=self.user, conversation=self.conversation
             )
         except (generation.GenerationBusy, generation.GenerationUnavailable) as exc:
@@ -120,16 +118,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self._started(submitted.request_id)
 
     async def _on_stop(self, frame: dict) -> None:
-        request_id = frame.get("request_id") or await database_sync_to_async(
-            generation.active_request_id
-        )(conversation=self.conversation)
+        request_id = frame.get("request_id") or await db_call(generation.active_request_id)(
+            conversation=self.conversation
+        )
         if not isinstance(request_id, str) or not request_id:
             await self._error("Nothing is being generated.")
             return
         try:
-            await database_sync_to_async(generation.generation_cancel)(
-                user=self.user, request_id=request_id
-            )
+            await db_call(generation.generation_cancel)(user=self.user, request_id=request_id)
         except Http404:
             await self._error("That answer was not found.")
 
@@ -140,7 +136,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._error("That answer was not found.")
             return
         try:
-            info = await database_sync_to_async(generation.request_get_for_user)(
+            info = await db_call(generation.request_get_for_user)(
                 user=self.user, request_id=request_id
             )
         except Http404:
@@ -164,9 +160,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _relay(self, request_id: str, after: str) -> None:
         stream = keys().output(request_id)
-        async for entry_id, fields in get_hub().events(stream, after=after):
-            frame = frame_for_event(request_id, entry_id, fields)
-            if frame:
+        async for batch in get_hub().batches(stream, after=after):
+            for frame in frames_for_batch(request_id, batch):
                 await self._send(frame)
 
     async def _send(self, frame: dict) -> None:
@@ -177,15 +172,32 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     # -- database ------------------------------------------------------------------------------
 
-    @database_sync_to_async
+    @db_call
     def _conversation(self, conversation_id: int):
         return selectors.conversation_get_for_user(user=self.user, id=conversation_id)
 
-    @database_sync_to_async
+    @db_call
     def _submit(self, text: str) -> generation.Submitted:
         return generation.generation_submit(
             user=self.user, conversation=self.conversation, text=text
         )
+
+
+def frames_for_batch(request_id: str, entries: list[tuple[str, dict[str, str]]]) -> list[dict]:
+    """Frames for entries read together, consecutive deltas merged into one frame (carrying
+    the last one's id, so a resume continues after all of them): a page that fell behind, or
+    a busy web process, sends one frame where the worker wrote several."""
+    frames: list[dict] = []
+    for entry_id, fields in entries:
+        frame = frame_for_event(request_id, entry_id, fields)
+        if frame is None:
+            continue
+        if frame["type"] == "delta" and frames and frames[-1]["type"] == "delta":
+            frames[-1]["text"] += frame["text"]
+            frames[-1]["event_id"] = entry_id
+        else:
+            frames.append(frame)
+    return frames
 
 
 def frame_for_event(request_id: str, entry_id: str, fields: dict[str, str]) -> dict | None:

@@ -11,11 +11,11 @@ import logging
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import transaction
 from django.http import Http404
 from redis.exceptions import RedisError
 
 from apps.accounts.models import User
+from apps.admission.services import request_cancel_signal
 from apps.rag.prompting import citations_from, passages_block
 from apps.rag.services import retrieve_for_prompt
 from chatsite.redis_client import get_redis
@@ -76,15 +76,21 @@ def generation_submit(
     except RedisError as exc:
         raise GenerationUnavailable(GenerationUnavailable.message) from exc
     request_id = protocol.new_request_id()
-    with transaction.atomic():
-        user_message = None
-        if text is not None:
-            user_message = services.message_create(
-                conversation=conversation, role=Message.Role.USER, text=text
-            )
+    user_message = None
+    if text is not None:
+        user_message = services.message_create(
+            conversation=conversation, role=Message.Role.USER, text=text
+        )
+    # Outside a transaction: plain reads need no BEGIN and COMMIT round trips, and the
+    # question is committed already (it is taken back below if the request cannot be sent).
+    try:
         question = text if text is not None else last_question(conversation=conversation)
         passages = passages_for(user=user, question=question)
         prompt = prompt_build(conversation=conversation, extra_system=passages_block(passages))
+    except Exception:
+        if user_message is not None:
+            user_message.delete()
+        raise
     item = WorkItem(
         id=request_id,
         user_id=str(user.id),
@@ -176,8 +182,9 @@ def request_get_for_user(*, user: User, request_id: str) -> RequestInfo:
 
 
 def generation_cancel(*, user: User, request_id: str) -> RequestInfo:
-    """Asks the worker to stop; it checks the flag between batches and frees its slot."""
+    """Stops the request: a worker checks the flag between batches and frees its slot; the
+    dispatcher ends it at once if it is still waiting in line."""
     info = request_get_for_user(user=user, request_id=request_id)
     if info.state not in {s.value for s in protocol.TERMINAL_STATES}:
-        get_redis().set(keys().cancel(request_id), "1", ex=protocol.CANCEL_TTL_SECONDS)
+        request_cancel_signal(request_id=request_id)
     return info

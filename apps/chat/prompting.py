@@ -7,9 +7,11 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from apps.accounts.models import Profile, User
+from .models import Conversation
+from .selectors import prompt_history, prompt_profile
 
-from .models import Conversation, Message
+# Turns read per prompt: far more than a small model's window holds, and one bounded query.
+HISTORY_TURNS_MAX = 100
 
 BASE_SYSTEM_PROMPT = (
     "You are Sluice, a helpful, honest assistant. Answer clearly and concisely. "
@@ -29,21 +31,19 @@ class Prompt:
     max_tokens: int
 
 
-def system_prompt_for(user: User) -> str:
+def system_prompt_for(user_id: int) -> str:
     lines = [BASE_SYSTEM_PROMPT]
-    profile = Profile.objects.filter(user=user).prefetch_related("tags").first()
+    profile = prompt_profile(user_id=user_id)
     if profile:
         if profile.display_name:
             lines.append(f"The user's name is {profile.display_name}.")
         if profile.language and profile.language.lower() != "english":
             lines.append(f"Answer in {profile.language}.")
-        lines.append(f"The user's expertise level is {profile.get_expertise_display().lower()}.")
+        lines.append(f"The user's expertise level is {profile.expertise.lower()}.")
         if profile.about:
             # Quoted, as it is the user's own text, not an instruction to follow blindly.
             lines.append(f'The user says about themselves: "{profile.about.strip()}"')
-        lines.extend(
-            tag.prompt_hint for tag in profile.tags.all() if tag.is_active and tag.prompt_hint
-        )
+        lines.extend(hint for hint in profile.hints if hint)
     return "\n".join(lines)
 
 
@@ -52,23 +52,20 @@ def prompt_build(
 ) -> Prompt:
     """The system prompt, then as many of the latest turns as the context window holds."""
     max_tokens = max_tokens or settings.MODEL_MAX_TOKENS
-    system = system_prompt_for(conversation.owner)
+    system = system_prompt_for(conversation.owner_id)
     if extra_system:
         system = f"{system}\n\n{extra_system}"
     budget = settings.MODEL_CONTEXT_TOKENS - max_tokens - estimate_tokens(system)
     turns: list[dict[str, str]] = []
-    recent = conversation.messages.filter(
-        role__in=[Message.Role.USER, Message.Role.ASSISTANT], status=Message.Status.DONE
-    ).order_by("-created", "-id")
-    for message in recent.iterator(chunk_size=50):
-        cost = estimate_tokens(message.text)
+    for role, text in prompt_history(conversation=conversation, limit=HISTORY_TURNS_MAX):
+        cost = estimate_tokens(text)
         if cost > budget:
             if not turns:  # the latest question alone is too long: keep its end
                 keep = max(0, budget - 4) * 4
-                turns.append({"role": message.role, "content": message.text[-keep:]})
+                turns.append({"role": role, "content": text[-keep:]})
             break
         budget -= cost
-        turns.append({"role": message.role, "content": message.text})
+        turns.append({"role": role, "content": text})
     turns.reverse()
     messages = [{"role": "system", "content": system}, *turns]
     used = sum(estimate_tokens(m["content"]) for m in messages)

@@ -12,13 +12,13 @@ import logging
 import socket
 from collections.abc import Callable
 
-from django.db import IntegrityError, transaction
 from redis.exceptions import ResponseError
 
 from chatsite.redis_client import get_redis
 from worker import protocol
 from worker.protocol import Completion, EventType, State, Usage
 
+from . import services
 from .keys import keys
 from .models import Conversation, Message
 
@@ -31,46 +31,51 @@ STATUS_FOR_STATE = {
 }
 
 
-def completion_record(*, completion: Completion) -> Message | None:
+def completion_record(*, completion: Completion, citations: list | None = None) -> Message | None:
     """Stores the answer (or the failure) as an assistant message; None if already stored or
-    the conversation is gone."""
-    conversation = Conversation.objects.filter(id=completion.conversation_id).first()
-    if conversation is None:
-        return None
+    the conversation is gone. `citations` as the web attached them (read from the request's
+    hash when not given)."""
     if completion.state == State.CANCELLED and not completion.text:
         return None  # stopped before any text: nothing worth keeping
-    try:
-        with transaction.atomic():
-            message = Message.objects.create(
-                conversation=conversation,
-                role=Message.Role.ASSISTANT,
-                text=completion.text,
-                request_id=completion.id,
-                prompt_tokens=completion.usage.prompt_tokens or None,
-                completion_tokens=completion.usage.completion_tokens or None,
-                status=STATUS_FOR_STATE[completion.state],
-                error=completion.error[:300],
-                citations=completion_citations(completion),
-            )
-            conversation.save(update_fields=["updated"])
-    except IntegrityError:
-        return None  # recorded already (a redelivery)
-    return message
+    if citations is None:
+        citations = completions_citations([completion])[0]
+    conversation = Conversation(id=int(completion.conversation_id))
+    return services.message_create(
+        conversation=conversation,
+        role=Message.Role.ASSISTANT,
+        text=completion.text,
+        request_id=completion.id,
+        prompt_tokens=completion.usage.prompt_tokens or None,
+        completion_tokens=completion.usage.completion_tokens or None,
+        status=STATUS_FOR_STATE[completion.state],
+        error=completion.error[:300],
+        citations=citations,
+    )
 
 
-def completion_citations(completion: Completion) -> list:
-    """Citations the web attached to the request when it was submitted."""
-    raw = get_redis().hget(keys().request(completion.id), "citations")
-    return json.loads(raw) if raw else []
+def completions_citations(completions: list[Completion]) -> list[list]:
+    """Citations the web attached to each request when it was submitted: one round trip."""
+    pipe = get_redis().pipeline(transaction=False)
+    for completion in completions:
+        pipe.hget(keys().request(completion.id), "citations")
+    return [json.loads(raw) if raw else [] for raw in pipe.execute()]
 
 
-def release_conversation(completion: Completion) -> None:
-    """Lets the conversation take its next question (only if this request still holds it)."""
-    k = keys()
-    client = get_redis()
-    active = k.conversation_active(completion.conversation_id)
-    if client.get(active) == completion.id:
-        client.delete(active)
+# Deletes the key only while it still holds this request: no race with a new question that
+# took the conversation meanwhile.
+RELEASE_IF_HELD = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def release_conversations(completions: list[Completion]) -> None:
+    """Lets each conversation take its next question (only if this request still holds it)."""
+    pipe = get_redis().pipeline(transaction=False)
+    for completion in completions:
+        active = keys().conversation_active(completion.conversation_id)
+        pipe.eval(RELEASE_IF_HELD, 1, active, completion.id)
+    pipe.execute()
 
 
 def request_settle(*, request_id: str, conversation: Conversation) -> bool:
@@ -86,7 +91,7 @@ def request_settle(*, request_id: str, conversation: Conversation) -> bool:
         usage=Usage(**json.loads(final.get("usage") or "{}")), error=final.get("error", ""),
     )  # fmt: skip
     completion_record(completion=completion)
-    release_conversation(completion)
+    release_conversations([completion])
     return True
 
 
@@ -103,9 +108,13 @@ def record_pending(
     consumer: str | None = None,
     block_ms: int = 1000,
     count: int = 100,
-    on_recorded: Callable[[Completion], None] | None = None,
+    on_recorded: Callable[[list[Completion]], None] | None = None,
 ) -> int:
-    """One pass: records what is on the done stream for this consumer. Returns how many."""
+    """One pass: records what is on the done stream for this consumer. Returns how many.
+
+    Each batch read together is stored together: its citations in one round trip, one SQL
+    statement per answer, the conversations released and the entries acknowledged in one more.
+    """
     consumer = consumer or socket.gethostname()
     client = get_redis()
     k = keys()
@@ -117,16 +126,29 @@ def record_pending(
             protocol.RECORDER_GROUP, consumer, {k.done: start}, count=count, block=block
         )
         for _, entries in response or []:
-            for entry_id, fields in entries:
-                try:
-                    completion = Completion.from_fields(fields)
-                except (KeyError, ValueError) as exc:
-                    log.error("skipping malformed completion %s: %s", entry_id, exc)
-                else:
-                    completion_record(completion=completion)
-                    release_conversation(completion)
-                    if on_recorded:
-                        on_recorded(completion)
-                client.xack(k.done, protocol.RECORDER_GROUP, entry_id)
-                handled += 1
+            if not entries:
+                continue
+            completions = _parsed(entries)
+            if completions:
+                for completion, citations in zip(
+                    completions, completions_citations(completions), strict=True
+                ):
+                    completion_record(completion=completion, citations=citations)
+                release_conversations(completions)
+                if on_recorded:
+                    on_recorded(completions)
+            # Acknowledged once stored: a crash before this re-reads them, and storing twice
+            # is a no-op.
+            client.xack(k.done, protocol.RECORDER_GROUP, *(entry_id for entry_id, _ in entries))
+            handled += len(entries)
     return handled
+
+
+def _parsed(entries: list[tuple[str, dict]]) -> list[Completion]:
+    completions = []
+    for entry_id, fields in entries:
+        try:
+            completions.append(Completion.from_fields(fields))
+        except (KeyError, ValueError) as exc:
+            log.error("skipping malformed completion %s: %s", entry_id, exc)
+    return completions

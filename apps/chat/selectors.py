@@ -3,10 +3,14 @@ the user does not own."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cache
+
+from django.db import connection
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 
-from apps.accounts.models import User
+from apps.accounts.models import Profile, Tag, User
 
 from .models import Conversation, Message
 
@@ -21,3 +25,61 @@ def conversation_get_for_user(*, user: User, id: int) -> Conversation:
 
 def message_list_for_conversation(*, conversation: Conversation) -> QuerySet[Message]:
     return conversation.messages.all()
+
+
+# The two reads behind every prompt run on each message sent, so they are plain SQL: the ORM
+# spends more CPU compiling these small queries than PostgreSQL spends answering them.
+
+
+@cache
+def _history_sql() -> str:
+    return f"""
+        SELECT role, text FROM {Message._meta.db_table}
+        WHERE conversation_id = %s AND role IN (%s, %s) AND status = %s
+        ORDER BY created DESC, id DESC LIMIT %s
+    """
+
+
+def prompt_history(*, conversation: Conversation, limit: int) -> list[tuple[str, str]]:
+    """The latest finished user and assistant turns, newest first: (role, text)."""
+    params = [conversation.pk, Message.Role.USER, Message.Role.ASSISTANT, Message.Status.DONE,
+              limit]  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(_history_sql(), params)
+        return cursor.fetchall()
+
+
+@dataclass
+class PromptProfile:
+    display_name: str
+    language: str
+    expertise: str  # the label shown to people, e.g. "Expert"
+    about: str
+    hints: list[str]  # of the active tags, by tag name
+
+
+@cache
+def _profile_sql() -> str:
+    links = Profile.tags.through._meta.db_table
+    return f"""
+        SELECT p.display_name, p.language, p.expertise, p.about,
+               COALESCE(array_agg(t.prompt_hint ORDER BY t.name)
+                        FILTER (WHERE t.is_active AND t.prompt_hint <> ''), '{{}}')
+        FROM {Profile._meta.db_table} p
+        LEFT JOIN {links} pt ON pt.profile_id = p.id
+        LEFT JOIN {Tag._meta.db_table} t ON t.id = pt.tag_id
+        WHERE p.user_id = %s
+        GROUP BY p.id
+    """
+
+
+def prompt_profile(*, user_id: int) -> PromptProfile | None:
+    """What the system prompt says about the user; None without a profile."""
+    with connection.cursor() as cursor:
+        cursor.execute(_profile_sql(), [user_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    display_name, language, expertise, about, hints = row
+    label = dict(Profile.Expertise.choices).get(expertise, expertise)
+    return PromptProfile(display_name, language, str(label), about, list(hints))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from functools import cache
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection
 
 from apps.accounts.models import User
 
@@ -32,7 +35,10 @@ def clean_title(title: str) -> str:
     return title[: settings.CHAT_TITLE_MAX_CHARS]
 
 
-def conversation_create(*, owner: User, title: str = "New chat") -> Conversation:
+UNTITLED = "New chat"  # a conversation's title until its first question names it
+
+
+def conversation_create(*, owner: User, title: str = UNTITLED) -> Conversation:
     return Conversation.objects.create(owner=owner, title=clean_title(title))
 
 
@@ -52,7 +58,31 @@ def conversation_delete(*, conversation: Conversation) -> None:
     conversation.delete()
 
 
-@transaction.atomic
+@cache
+def _message_insert_sql() -> str:
+    conversations = Conversation._meta.db_table
+    return f"""
+        WITH new AS (
+            INSERT INTO {Message._meta.db_table} (conversation_id, role, text, created,
+                request_id, prompt_tokens, completion_tokens, status, error, citations)
+            SELECT %(conversation)s, %(role)s, %(text)s, now(), %(request_id)s,
+                %(prompt_tokens)s, %(completion_tokens)s, %(status)s, %(error)s,
+                %(citations)s::jsonb
+            WHERE EXISTS (SELECT 1 FROM {conversations} WHERE id = %(conversation)s)
+            ON CONFLICT (request_id) DO NOTHING
+            RETURNING id, created
+        ), touched AS (
+            UPDATE {conversations}
+            SET updated = now(),
+                title = CASE WHEN title = %(untitled)s AND %(title)s::text <> ''
+                             THEN %(title)s ELSE title END
+            WHERE id = %(conversation)s AND EXISTS (SELECT 1 FROM new)
+            RETURNING title
+        )
+        SELECT new.id, new.created, (SELECT title FROM touched) FROM new
+    """
+
+
 def message_create(
     *,
     conversation: Conversation,
@@ -61,21 +91,37 @@ def message_create(
     request_id: str | None = None,
     prompt_tokens: int | None = None,
     completion_tokens: int | None = None,
-) -> Message:
+    status: str = Message.Status.DONE,
+    error: str = "",
+    citations: list | None = None,
+) -> Message | None:
+    """Stores a message and touches its conversation (a new chat takes its title from its
+    first question). None when a message with this request id exists already (an answer is
+    stored once, however often its completion is delivered) or the conversation is gone.
+
+    One SQL statement, as every question and every answer passes here: no transaction, no
+    savepoint, no IntegrityError round trip, and no ORM query building on the hot path.
+    """
     if role == Message.Role.USER:
         text = clean_message_text(text)
-    message = Message.objects.create(
-        conversation=conversation,
-        role=role,
-        text=text,
-        request_id=request_id,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-    )
-    fields = ["updated"]
-    # A new chat takes its title from its first question.
-    if role == Message.Role.USER and conversation.title == "New chat":
-        conversation.title = clean_title(text)[:60]
-        fields.append("title")
-    conversation.save(update_fields=fields)
-    return message
+    title = clean_title(text)[:60] if role == Message.Role.USER else ""
+    params = {
+        "conversation": conversation.pk, "role": role, "text": text, "request_id": request_id,
+        "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+        "status": status, "error": error, "citations": json.dumps(citations or []),
+        "untitled": UNTITLED, "title": title,
+    }  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(_message_insert_sql(), params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    message_id, created, new_title = row
+    if new_title is not None:
+        conversation.title = new_title
+    return Message(
+        id=message_id, conversation=conversation, role=role, text=text, created=created,
+        request_id=request_id, prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens, status=status, error=error,
+        citations=citations or [],
+    )  # fmt: skip

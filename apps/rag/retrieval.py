@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 import time
 from dataclasses import asdict, dataclass, field
+from functools import cache
 
 import numpy as np
 import psycopg
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.urls import reverse
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
+from psycopg.types import TypeInfo
 
 from .chunking import HEADING_SEPARATOR
 from .models import Corpus
@@ -152,11 +157,11 @@ def _candidates(*, corpora, query, embedding, metadata_filter, boost, candidates
         "config": settings.RAG_TEXT_SEARCH_CONFIG,
         "query": query,
         "corpora": [c.pk for c in corpora],
-        "embedding": "[" + ",".join(f"{x:.7g}" for x in np.asarray(embedding).tolist()) + "]",
+        "embedding": QueryVector(embedding),
         "candidates": candidates,
         "per_term": max(candidates, settings.RAG_FULLTEXT_POOL_PER_TERM),
         "max_terms": 8,
-        "common": sorted(_common_lexemes()),
+        "common": _common_lexemes(),
         "filter": json.dumps(metadata_filter or {}),
         "boost": json.dumps(boost or {}),
     }
@@ -173,14 +178,15 @@ def _candidates(*, corpora, query, embedding, metadata_filter, boost, candidates
     return rows
 
 
-_common: tuple[float, frozenset[str]] = (0.0, frozenset())
+_common: tuple[float, str] = (0.0, "{}")
 COMMON_ROWS = 500  # a word in more chunks than this is left to the all-words probe
 COMMON_REFRESH_SECONDS = 600
 
 
-def _common_lexemes() -> frozenset[str]:
+def _common_lexemes() -> str:
     """Words in more than COMMON_ROWS chunks, from the statistics ANALYZE keeps (refreshed every
-    ten minutes per process; empty before the table is first analysed)."""
+    ten minutes per process; empty before the table is first analysed), as one text[] literal:
+    hundreds of words, so formatted once here rather than adapted element by element per query."""
     global _common
     fetched, words = _common
     if time.monotonic() - fetched < COMMON_REFRESH_SECONDS:
@@ -188,7 +194,7 @@ def _common_lexemes() -> frozenset[str]:
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT u.e FROM pg_stats s
+            SELECT COALESCE(array_agg(u.e ORDER BY u.e), '{}')::text FROM pg_stats s
             JOIN pg_class c ON c.relname = s.tablename,
                  unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS u(e, f)
             WHERE s.tablename = 'rag_chunk' AND s.attname = 'search'
@@ -197,7 +203,7 @@ def _common_lexemes() -> frozenset[str]:
             """,
             [COMMON_ROWS],
         )
-        words = frozenset(row[0] for row in cursor.fetchall())
+        words = cursor.fetchone()[0]
     _common = (time.monotonic(), words)
     return words
 
@@ -213,16 +219,59 @@ def _run(params, filter_sql, boost_sql, *, exact: bool, ef_search: int) -> list[
         # "+ 0" hides the ORDER BY from the HNSW index: an exact scan.
         exact="+ 0" if exact else "",
     )
-    with transaction.atomic():
-        connection.ensure_connection()
-        # psycopg's own cursor binds parameters on the server: the two 384-number vectors are
-        # not quoted into the SQL text, and psycopg prepares the statement after a few uses.
-        with psycopg.Cursor(connection.connection) as cursor:
-            if ef_search != 40:  # pgvector's default; SET LOCAL ends with this transaction
-                cursor.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+    connection.ensure_connection()
+    raw = connection.connection
+    with psycopg.Cursor(raw) as cursor:
+        cursor.adapters.register_dumper(QueryVector, _vector_dumper(_vector_oid(raw)))
+        # One round trip: the search breadth and the statement travel together (a SET LOCAL
+        # would need a transaction, so a BEGIN and a COMMIT more). The setting stays on the
+        # session, which is harmless: every search here sets it first. (Preparing the statement
+        # would not help: its generic plan is many times slower, and with custom plans only
+        # the parse is saved.)
+        with raw.pipeline():
+            raw.execute(SET_EF_SEARCH, [str(ef_search)])
             cursor.execute(sql, params)
-            names = [col.name for col in cursor.description]
-            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return _dicts(cursor)
+
+
+SET_EF_SEARCH = "SELECT set_config('hnsw.ef_search', %s, false)"
+
+
+def _dicts(cursor) -> list[dict]:
+    names = [col.name for col in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+class QueryVector:
+    """The query embedding as a statement parameter, sent in pgvector's binary form: no 384
+    numbers to format here and parse on the server."""
+
+    __slots__ = ("payload",)
+
+    def __init__(self, embedding) -> None:
+        values = np.asarray(embedding, dtype=">f4")  # big-endian float4, as vector_recv reads
+        self.payload = struct.pack(">HH", len(values), 0) + values.tobytes()
+
+
+class _VectorDumper(Dumper):
+    format = Format.BINARY
+
+    def dump(self, obj: QueryVector) -> bytes:
+        return obj.payload
+
+
+@cache
+def _vector_dumper(oid: int) -> type[Dumper]:
+    return type("VectorDumper", (_VectorDumper,), {"oid": oid})
+
+
+def _vector_oid(raw) -> int:
+    """pgvector's type oid, looked up once per connection (it differs between databases)."""
+    info = raw.adapters.types.get("vector")
+    if info is None:
+        info = TypeInfo.fetch(raw, "vector")
+        info.register(raw)
+    return info.oid
 
 
 @dataclass

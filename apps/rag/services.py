@@ -11,13 +11,13 @@ from collections.abc import Iterable
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 
 from . import caches, retrieval
 from .ingestion import Ingestor, IngestReport, corpus_refresh_counts, extracted_from
 from .models import Corpus, Document
 from .retrieval import Passage
-from .selectors import corpora_for_user
+from .selectors import searchable_corpora_for_user
 
 __all__ = [
     "Passage",
@@ -48,13 +48,12 @@ def retrieve_for_prompt(
     query = (query or "").strip()
     if not query or k < 1:
         return []
-    allowed = corpora_for_user(user=user)
+    searchable = searchable_corpora_for_user(user=user)
     if corpora is not None:
         corpora = list(corpora)
         ids = {c.pk if isinstance(c, Corpus) else c for c in corpora if not isinstance(c, str)}
         names = {c for c in corpora if isinstance(c, str)}
-        allowed = allowed.filter(Q(pk__in=ids) | Q(name__in=names))
-    searchable = list(allowed.filter(chunk_count__gt=0))
+        searchable = [c for c in searchable if c.pk in ids or c.name in names]
     if not searchable:
         return []
     candidates = candidate_pool()

@@ -76,6 +76,36 @@ def test_script_matches_the_reference_model(redis_prefix, shapes, ops, start):
             assert 0 < get_redis().pttl(key) <= model.ttl_ms[key]
 
 
+@pytest.mark.django_db
+@hsettings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    shapes=bucket_shapes,
+    picks=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2)), min_size=1, max_size=30),
+    now=st.integers(1_600_000_000_000, 1_900_000_000_000),
+)
+def test_a_batch_of_requests_sharing_bucket_lists_matches_the_model(
+    redis_prefix, shapes, picks, now
+):
+    # As the dispatcher sends a batch: one list object per plan and size, so consecutive
+    # requests of the same size go as "the same buckets again".
+    store = BucketStore(get_redis())
+    run = uuid.uuid4().hex[:8]
+    keys = [AdmissionKeys(redis_prefix).bucket(f"{run}-{i}") for i in range(4)]
+    sizes = [
+        [Bucket(f"b{i}", cap, refill, window, amount) for i, (cap, refill, window) in
+         enumerate(shapes)]
+        for amount in (1, 7, 30)
+    ]  # fmt: skip
+    requests = [(keys[user], sizes[size]) for user, size in picks]
+    expected = BucketModel().run(
+        "take", [(key, [b.scaled() for b in buckets]) for key, buckets in requests], now
+    )
+    got = store.take(requests, now_ms=now)
+    assert [(d.code, d.wait_ms) for d in got] == [(c, w) for c, w, _ in expected]
+
+
 def test_codes_and_batches(redis_prefix):
     store = BucketStore(get_redis())
     key = AdmissionKeys(redis_prefix).bucket("u1")

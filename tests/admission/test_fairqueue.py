@@ -31,6 +31,30 @@ def test_every_entry_leaves_once_in_each_users_order(entries, quantum):
     assert len(queue) == 0
 
 
+@given(
+    entries=entries,
+    quantum=st.integers(1, 1000),
+    popped=st.integers(0, 40),
+    removed=st.lists(st.integers(0, 79), max_size=10),
+)
+def test_the_whole_line_in_closed_form_is_the_release_order(entries, quantum, popped, removed):
+    queue = FairQueue(quantum=quantum)
+    for i, (user, cost, weight) in enumerate(entries):
+        queue.push(Entry(f"{user}{i}", user, cost, weight))
+    # Part-way through: deficits carried, a user in the middle of its turn, gaps left by stops.
+    for _ in range(popped):
+        queue.pop()
+    for i in removed:
+        if i < len(entries):
+            queue.remove(f"{entries[i][0]}{i}")
+    line = queue.release_order()
+    assert line == [e.id for e in queue.order()]
+    released = []
+    while (entry := queue.pop()) is not None:
+        released.append(entry.id)
+    assert released == line
+
+
 @given(cost=st.integers(50, 1500), flood=st.integers(1, 100), served=st.integers(0, 10))
 def test_a_flood_delays_a_light_user_by_about_one_request(cost, flood, served):
     queue = FairQueue(quantum=256)

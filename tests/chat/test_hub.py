@@ -43,3 +43,17 @@ async def test_resuming_after_an_event_id_skips_what_was_seen(redis_prefix):
     hub = OutputHub(settings.REDIS_URL)
     assert await collect(hub, stream, after=ids[1]) == ["z", "!"]
     await client.aclose()
+
+
+def test_the_pre_encoded_xread_is_what_redis_py_would_send():
+    from redis.connection import Connection
+
+    from apps.chat.hub import XreadPacker
+
+    streams = {f"sluice:out:{{{i:032x}}}": f"1764430000000-{i}" for i in range(30)}
+    streams["sluice:out:{é}"] = "0"  # a name beyond ASCII keeps its byte length right
+    packer = XreadPacker(count=500)
+    expected = b"".join(Connection().pack_command(
+        "XREAD", "COUNT", 500, "BLOCK", 5000, "STREAMS", *streams, *streams.values()))  # fmt: skip
+    assert packer.xread(streams, block=5000) == expected
+    assert packer.xread(streams, block=5000) == expected  # from the cache of encoded names

@@ -28,7 +28,7 @@ def record_completions(dispatcher: Dispatcher) -> int:
     # The lease holder records under one consumer name, so a new holder finds what the old one
     # had read but not yet stored (record_pending re-reads its own pending entries first).
     return recorder.record_pending(
-        consumer=ACTIVE_CONSUMER, block_ms=1, on_recorded=dispatcher.on_completion
+        consumer=ACTIVE_CONSUMER, block_ms=1, on_recorded=dispatcher.on_completions
     )
 
 
