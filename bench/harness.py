@@ -27,14 +27,21 @@ class Running:
     base_url: str
     ws_url: str
     supervisor: Supervisor
+    ws_urls: list[str] = field(default_factory=list)  # one per web process
 
     def pid_of(self, name: str) -> int:
         return next(p.pid for n, p in self.supervisor.children if n == name)
 
 
 @contextlib.contextmanager
-def sluice(*, worker_args: list[str], env_extra: dict[str, str] | None = None) -> Iterator[Running]:
-    """A whole Sluice on fresh data under var/bench/, stopped on exit."""
+def sluice(
+    *,
+    worker_args: list[str],
+    env_extra: dict[str, str] | None = None,
+    web_processes: int = 1,
+) -> Iterator[Running]:
+    """A whole Sluice on fresh data under var/bench/, stopped on exit. With several web
+    processes, each listens on its own port (a load balancer's job in production)."""
     var = BASE_DIR / "var" / "bench" / f"run-{os.getpid()}"
     try:
         with backing_services(var) as urls:
@@ -45,29 +52,21 @@ def sluice(*, worker_args: list[str], env_extra: dict[str, str] | None = None) -
             env["RAG_WARM_UP"] = "false"  # no corpora here: the model would only take memory
             os.environ.update(urls)
             manage(env, "migrate", "--no-input", "-v", "0")
-            port = free_port()
+            ports = [free_port() for _ in range(web_processes)]
             supervisor = Supervisor(env=env)
             python = sys.executable
-            supervisor.start(
-                "web",
-                [
-                    python,
-                    "-m",
-                    "daphne",
-                    "-b",
-                    "127.0.0.1",
-                    "-p",
-                    str(port),
-                    "-v",
-                    "0",
-                    "chatsite.asgi:application",
-                ],
-            )
+            for n, port in enumerate(ports):
+                daphne = [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "-v", "0",
+                          "chatsite.asgi:application"]  # fmt: skip
+                supervisor.start("web" if n == 0 else f"web-{n + 1}", daphne)
             supervisor.start("dispatcher", [python, "manage.py", "run_dispatcher"])
             supervisor.start("worker", [python, "-m", "worker", *worker_args])
             try:
-                wait_for_port(port)
-                yield Running(env, f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", supervisor)
+                for port in ports:
+                    wait_for_port(port)
+                ws_urls = [f"ws://127.0.0.1:{port}" for port in ports]
+                yield Running(env, f"http://127.0.0.1:{ports[0]}", ws_urls[0], supervisor,
+                              ws_urls)  # fmt: skip
             finally:
                 supervisor.stop_all()
     finally:

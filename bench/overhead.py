@@ -3,6 +3,7 @@
 websocket, driven by the same client code, interleaved in one run.
 
     .venv/bin/python bench/overhead.py [--clients 1,10,100] [--seconds 8] [--rounds 2]
+                                       [--web-processes 1]
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def main() -> None:
     parser.add_argument("--clients", default="1,10,100")
     parser.add_argument("--seconds", type=float, default=8.0, help="per round and side")
     parser.add_argument("--rounds", type=int, default=2, help="alternations of the two sides")
+    parser.add_argument("--web-processes", type=int, default=1,
+                        help="daphne processes, the clients spread over them")  # fmt: skip
     args = parser.parse_args()
     levels = [int(c) for c in args.clients.split(",")]
 
@@ -80,7 +83,7 @@ def main() -> None:
     )
     try:
         wait_for_port(direct_port)
-        with sluice(worker_args=worker_args) as running:
+        with sluice(worker_args=worker_args, web_processes=args.web_processes) as running:
             setup_django()
             sessions = make_sessions(max(levels))
             time.sleep(6)  # the worker's first heartbeat, the dispatcher's plan refresh
@@ -89,9 +92,10 @@ def main() -> None:
                 through, alone = Timings(), Timings()
                 seconds_each = 0.0
                 for _ in range(args.rounds):
+                    urls = running.ws_urls
                     sluice_clients = [
-                        (f"{running.ws_url}/ws/chat/{conversation}/", cookie)
-                        for cookie, conversation in sessions[:clients]
+                        (f"{urls[n % len(urls)]}/ws/chat/{conversation}/", cookie)
+                        for n, (cookie, conversation) in enumerate(sessions[:clients])
                     ]
                     direct_clients = [(f"ws://127.0.0.1:{direct_port}/", None)] * clients
                     through.extend(asyncio.run(run_level(sluice_clients, args.seconds)))
