@@ -32,16 +32,20 @@ STATUS_FOR_STATE = {
 
 
 def completion_record(*, completion: Completion, citations: list | None = None) -> Message | None:
-    """Stores the answer (or the failure) as an assistant message; None if already stored or
-    the conversation is gone. `citations` as the web attached them (read from the request's
-    hash when not given)."""
-    if completion.state == State.CANCELLED and not completion.text:
-        return None  # stopped before any text: nothing worth keeping
+    """Stores the answer (or the failure) as an assistant message; None if already stored, the
+    conversation is gone, or it was stopped before any text. `citations` as the web attached
+    them (read from the request's hash when not given)."""
     if citations is None:
         citations = completions_citations([completion])[0]
-    conversation = Conversation(id=int(completion.conversation_id))
-    return services.message_create(
-        conversation=conversation,
+    new = completion_message(completion, citations)
+    return services.message_store(new) if new is not None else None
+
+
+def completion_message(completion: Completion, citations: list) -> services.NewMessage | None:
+    if completion.state == State.CANCELLED and not completion.text:
+        return None  # stopped before any text: nothing worth keeping
+    return services.NewMessage(
+        conversation=Conversation(id=int(completion.conversation_id)),
         role=Message.Role.ASSISTANT,
         text=completion.text,
         request_id=completion.id,
@@ -112,8 +116,8 @@ def record_pending(
 ) -> int:
     """One pass: records what is on the done stream for this consumer. Returns how many.
 
-    Each batch read together is stored together: its citations in one round trip, one SQL
-    statement per answer, the conversations released and the entries acknowledged in one more.
+    Each batch read together is stored together: its citations, its answers, the release of
+    its conversations and its acknowledgement take one round trip each.
     """
     consumer = consumer or socket.gethostname()
     client = get_redis()
@@ -130,10 +134,9 @@ def record_pending(
                 continue
             completions = _parsed(entries)
             if completions:
-                for completion, citations in zip(
-                    completions, completions_citations(completions), strict=True
-                ):
-                    completion_record(completion=completion, citations=citations)
+                cited = zip(completions, completions_citations(completions), strict=True)
+                answers = [completion_message(c, citations) for c, citations in cited]
+                services.messages_store([a for a in answers if a is not None])
                 release_conversations(completions)
                 if on_recorded:
                     on_recorded(completions)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from functools import cache
 
 from django.conf import settings
@@ -83,6 +84,31 @@ def _message_insert_sql() -> str:
     """
 
 
+@dataclass
+class NewMessage:
+    """A message as it is stored: the fields `message_create` writes."""
+
+    conversation: Conversation
+    role: str
+    text: str
+    request_id: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    status: str = Message.Status.DONE
+    error: str = ""
+    citations: list = field(default_factory=list)
+
+    def params(self) -> dict:
+        title = clean_title(self.text)[:60] if self.role == Message.Role.USER else ""
+        return {
+            "conversation": self.conversation.pk, "role": self.role, "text": self.text,
+            "request_id": self.request_id, "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens, "status": self.status,
+            "error": self.error, "citations": json.dumps(self.citations),
+            "untitled": UNTITLED, "title": title,
+        }  # fmt: skip
+
+
 def message_create(
     *,
     conversation: Conversation,
@@ -97,31 +123,39 @@ def message_create(
 ) -> Message | None:
     """Stores a message and touches its conversation (a new chat takes its title from its
     first question). None when a message with this request id exists already (an answer is
-    stored once, however often its completion is delivered) or the conversation is gone.
-
-    One SQL statement, as every question and every answer passes here: no transaction, no
-    savepoint, no IntegrityError round trip, and no ORM query building on the hot path.
-    """
+    stored once, however often its completion is delivered) or the conversation is gone."""
     if role == Message.Role.USER:
         text = clean_message_text(text)
-    title = clean_title(text)[:60] if role == Message.Role.USER else ""
-    params = {
-        "conversation": conversation.pk, "role": role, "text": text, "request_id": request_id,
-        "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-        "status": status, "error": error, "citations": json.dumps(citations or []),
-        "untitled": UNTITLED, "title": title,
-    }  # fmt: skip
+    return message_store(NewMessage(
+        conversation=conversation, role=role, text=text, request_id=request_id,
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, status=status,
+        error=error, citations=citations or [],
+    ))  # fmt: skip
+
+
+def message_store(new: NewMessage) -> Message | None:
+    """`message_create` without the text's validation: one SQL statement, as every question
+    and every answer passes here (no transaction, no savepoint, no IntegrityError round trip,
+    no ORM query building)."""
     with connection.cursor() as cursor:
-        cursor.execute(_message_insert_sql(), params)
+        cursor.execute(_message_insert_sql(), new.params())
         row = cursor.fetchone()
     if row is None:
         return None
     message_id, created, new_title = row
     if new_title is not None:
-        conversation.title = new_title
+        new.conversation.title = new_title
     return Message(
-        id=message_id, conversation=conversation, role=role, text=text, created=created,
-        request_id=request_id, prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens, status=status, error=error,
-        citations=citations or [],
+        id=message_id, conversation=new.conversation, role=new.role, text=new.text,
+        created=created, request_id=new.request_id, prompt_tokens=new.prompt_tokens,
+        completion_tokens=new.completion_tokens, status=new.status, error=new.error,
+        citations=new.citations,
     )  # fmt: skip
+
+
+def messages_store(messages: list[NewMessage]) -> None:
+    """Several messages in one round trip (psycopg pipelines executemany): the recorder's
+    batches of answers."""
+    if messages:
+        with connection.cursor() as cursor:
+            cursor.executemany(_message_insert_sql(), [new.params() for new in messages])
