@@ -223,13 +223,15 @@ class Worker:
             return
         completion = await self._generate(item, attempt)
         await self._finish(item, completion)
+
         # Acknowledged only after the final event and the completion record are written:
         # a crash before this line leaves the entry pending, to be reclaimed and re-run.
         # Deleted too: the work streams hold only work not yet finished.
-        await self.batcher.call(lambda p: (
-            p.xack(stream, protocol.WORKER_GROUP, entry_id),
-            p.xdel(stream, entry_id),
-        ))  # fmt: skip
+        def acknowledge(pipe) -> None:
+            pipe.xack(stream, protocol.WORKER_GROUP, entry_id)
+            pipe.xdel(stream, entry_id)
+
+        await self.batcher.call(acknowledge)
 
     async def _generate(self, item: WorkItem, attempt: int) -> Completion:
         out_key = self.keys.output(item.id)
@@ -241,12 +243,14 @@ class Worker:
         if await self._cancelled(item.id):
             completion.state = State.CANCELLED
             return completion
-        start = protocol.start_event(attempt=attempt, worker_id=self.worker_id)
-        await self.batcher.call(lambda p: (
-            self._queue_state(p, item.id, State.STREAMING, worker=self.worker_id),
-            queue_emit(p, out_key, start),
-            p.expire(out_key, protocol.OUTPUT_TTL_SECONDS),
-        ))  # fmt: skip
+
+        def announce_start(pipe) -> None:
+            self._queue_state(pipe, item.id, State.STREAMING, worker=self.worker_id)
+            queue_emit(pipe, out_key, protocol.start_event(attempt=attempt,
+                                                           worker_id=self.worker_id))  # fmt: skip
+            pipe.expire(out_key, protocol.OUTPUT_TTL_SECONDS)
+
+        await self.batcher.call(announce_start)
         self.stats.busy += 1
         started = time.perf_counter()
         parts: list[str] = []
