@@ -34,6 +34,7 @@ format: $(STAMP)
 
 # Each benchmark prints its figures; none asserts them. See the README for what each measures.
 bench: $(STAMP)
+	$(BIN)/python bench/submit.py
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/connections.py
 	$(BIN)/python bench/admission.py
