@@ -12,6 +12,7 @@ import logging
 import socket
 from collections.abc import Callable
 
+from django.db import IntegrityError, transaction
 from redis.exceptions import ResponseError
 
 from chatsite.redis_client import get_redis
@@ -38,7 +39,7 @@ def completion_record(*, completion: Completion, citations: list | None = None) 
     if citations is None:
         citations = completions_citations([completion])[0]
     new = completion_message(completion, citations)
-    return services.message_store(new) if new is not None else None
+    return _store_one(new) if new is not None else None
 
 
 def completion_message(completion: Completion, citations: list) -> services.NewMessage | None:
@@ -136,7 +137,7 @@ def record_pending(
             if completions:
                 cited = zip(completions, completions_citations(completions), strict=True)
                 answers = [completion_message(c, citations) for c, citations in cited]
-                services.messages_store([a for a in answers if a is not None])
+                _store([a for a in answers if a is not None])
                 release_conversations(completions)
                 if on_recorded:
                     on_recorded(completions)
@@ -145,6 +146,27 @@ def record_pending(
             client.xack(k.done, protocol.RECORDER_GROUP, *(entry_id for entry_id, _ in entries))
             handled += len(entries)
     return handled
+
+
+def _store(answers: list[services.NewMessage]) -> None:
+    """The batch in one round trip; if one answer cannot be stored (its conversation deleted
+    that instant, a malformed usage figure), the others one by one, so one bad record never
+    holds back the rest, nor comes back forever."""
+    try:
+        with transaction.atomic():  # all or none, so the fallback below starts clean
+            services.messages_store(answers)
+    except IntegrityError:
+        for answer in answers:
+            _store_one(answer)
+
+
+def _store_one(answer: services.NewMessage) -> Message | None:
+    try:
+        with transaction.atomic():
+            return services.message_store(answer)
+    except IntegrityError as exc:
+        log.error("dropping answer %s that cannot be stored: %s", answer.request_id, exc)
+        return None
 
 
 def _parsed(entries: list[tuple[str, dict]]) -> list[Completion]:

@@ -60,3 +60,20 @@ def test_a_completion_for_a_deleted_conversation_is_dropped(user):
     completion = completion_for(conversation)
     conversation.delete()
     assert recorder.completion_record(completion=completion) is None
+
+
+def test_one_record_that_cannot_be_stored_does_not_hold_back_its_batch(user):
+    conversation = conversation_create(owner=user)
+    recorder.ensure_group()
+    bad = completion_for(conversation, request_id="bad")
+    bad.usage = Usage(prompt_tokens=-1, completion_tokens=3)  # breaks the column's check
+    for completion in (completion_for(conversation, request_id="a"), bad,
+                       completion_for(conversation, request_id="b")):  # fmt: skip
+        get_redis().xadd(keys().done, completion.to_fields())
+    assert recorder.record_pending(consumer="c1", block_ms=10) == 3
+    stored = Message.objects.filter(conversation=conversation).values_list("request_id", flat=True)
+    assert set(stored) == {"a", "b"}
+    # Acknowledged: a second pass finds nothing pending, so the bad record does not come back.
+    assert recorder.record_pending(consumer="c1", block_ms=10) == 0
+    # Stored directly (a new question settling the previous answer): dropped, not raised.
+    assert recorder.completion_record(completion=bad) is None
