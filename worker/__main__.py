@@ -16,8 +16,9 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
-import redis.asyncio as aioredis
+import uvloop
 
+from . import redis_connection
 from .engines import ENGINES, Engine, create_engine
 from .protocol import Keys
 from .runner import Worker, default_worker_id
@@ -215,7 +216,7 @@ async def running_engine(name: str, options: dict[str, Any]) -> AsyncIterator[En
 
 
 async def serve(args: argparse.Namespace) -> None:
-    client = aioredis.Redis.from_url(args.redis_url, decode_responses=True)
+    client = redis_connection.connect(args.redis_url, decode_responses=True)
     async with running_engine(args.engine, engine_options(args)) as engine:
         worker = Worker(
             redis_client=client,
@@ -244,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return prepare_model_main(argv[1:])
     args = build_parser().parse_args(argv)
-    asyncio.run(serve(args))
+    # uvloop: the worker's per-token work is event-loop work (timers, socket reads and writes).
+    uvloop.run(serve(args))
     return 0
 
 

@@ -22,6 +22,7 @@ from redis.exceptions import ResponseError
 from . import protocol
 from .batching import CommandBatcher
 from .engines import Engine, GenerationRequest
+from .output import OutputWriter, queue_emit
 from .protocol import Completion, Keys, State, Usage, WorkItem
 from .recovery import Reclaimer
 
@@ -60,9 +61,9 @@ class Worker:
         keys: stream and key names (the prefix isolates deployments and tests).
         worker_id: this worker's consumer name; unique per process.
         slots: concurrent generations; defaults to the engine's capacity.
-        batch_interval: at most one output-stream entry per this many seconds (tokens that
-            arrive sooner are gathered into the next entry).
-        batch_chars: flush a batch early once it holds this many characters.
+        batch_interval: an answer's tokens are written to its output stream about this often
+            (the first token at once); all answers on one clock (`output.OutputWriter`).
+        batch_chars: an answer's gathered text is written early once it is this long.
         heartbeat_interval: seconds between heartbeats; the key lives three intervals.
         claim_idle_ms: work pending this long on a worker whose heartbeat is gone is re-run.
         max_deliveries: after this many deliveries a work item goes to the dead-letter stream.
@@ -89,12 +90,13 @@ class Worker:
         self.keys = keys
         self.worker_id = worker_id or default_worker_id()
         self.slots = slots or engine.capacity
-        self.batch_interval = batch_interval
-        self.batch_chars = batch_chars
         self.heartbeat_interval = heartbeat_interval
         self.grace_seconds = grace_seconds
         self.stats = WorkerStats()
         self.batcher = CommandBatcher(redis_client)
+        self.output = OutputWriter(self.batcher, keys, interval=batch_interval,
+                                   max_chars=batch_chars,
+                                   cancel_interval=CANCEL_CHECK_SECONDS)  # fmt: skip
         self._free = asyncio.BoundedSemaphore(self.slots)
         self._tasks: dict[str, asyncio.Task] = {}
         self._stopping = asyncio.Event()
@@ -125,6 +127,7 @@ class Worker:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+            await self.output.stop()
             await self.batcher.close()
             await self.redis.delete(self.keys.heartbeat(self.worker_id))
             await self.redis.zrem(self.keys.workers, self.worker_id)
@@ -254,9 +257,7 @@ class Worker:
         self.stats.busy += 1
         started = time.perf_counter()
         parts: list[str] = []
-        batch: list[str] = []
-        last_sent = 0.0
-        last_cancel_check = time.perf_counter()
+        answer = self.output.open(item.id)
         request = GenerationRequest(
             id=item.id, messages=item.messages, max_tokens=item.max_tokens,
             temperature=item.temperature,
@@ -270,24 +271,12 @@ class Worker:
                 if completion.usage.ttft_ms is None:
                     completion.usage.ttft_ms = round((time.perf_counter() - started) * 1000, 2)
                 parts.append(output.text)
-                batch.append(output.text)
-                # Sent when the last send is a batch interval old: the first token goes out at
-                # once, a slow model's tokens one by one, a fast model's a few at a time.
-                now = time.perf_counter()
-                due = now - last_sent >= self.batch_interval
-                if due or sum(map(len, batch)) >= self.batch_chars:
-                    await self._emit(out_key, protocol.delta_event("".join(batch)))
-                    batch.clear()
-                    last_sent = now
-                    # Stop is checked between batches, at most every CANCEL_CHECK_SECONDS: one
-                    # EXISTS per few batches, not per token, and a Stop still lands within 0.2 s.
-                    if now - last_cancel_check < CANCEL_CHECK_SECONDS:
-                        continue
-                    last_cancel_check = now
-                    if await self._cancelled(item.id):
-                        await self.engine.abort(item.id)
-                        completion.state = State.CANCELLED
-                        break
+                # The first token is written at once, the rest on the output writer's clock.
+                await self.output.add(answer, output.text)
+                if answer.cancelled:  # the writer checks for Stop every few batches
+                    await self.engine.abort(item.id)
+                    completion.state = State.CANCELLED
+                    break
         except asyncio.CancelledError:
             await self.engine.abort(item.id)
             completion.state = State.FAILED
@@ -298,8 +287,7 @@ class Worker:
             completion.error = f"The model failed: {exc.__class__.__name__}"
         finally:
             self.stats.busy -= 1
-        if batch:
-            await self._emit(out_key, protocol.delta_event("".join(batch)))
+        await self.output.close(answer)
         completion.text = "".join(parts)
         completion.usage.duration_ms = round((time.perf_counter() - started) * 1000, 2)
         self.stats.tokens += completion.usage.completion_tokens
@@ -312,9 +300,6 @@ class Worker:
         else:
             self.stats.completed += 1
         await self.batcher.call(lambda p: queue_finish(p, self.keys, completion))
-
-    async def _emit(self, out_key: str, event: dict[str, str]) -> None:
-        await self.batcher.call(lambda p: queue_emit(p, out_key, event))
 
     async def _cancelled(self, request_id: str) -> bool:
         return bool(await self.batcher.call(lambda p: p.exists(self.keys.cancel(request_id))))
@@ -358,12 +343,6 @@ class Worker:
             .zadd(self.keys.workers, {self.worker_id: time.time()})
             .execute()
         )
-
-
-def queue_emit(pipe, out_key: str, event: dict[str, str]) -> None:
-    """Appends to a request's output stream, capped. Its expiry is set when an attempt starts
-    and again with the final event, not on every delta: one command per batch, not two."""
-    pipe.xadd(out_key, event, maxlen=protocol.OUTPUT_MAXLEN, approximate=True)
 
 
 def queue_finish(pipe, keys: Keys, completion: Completion) -> None:

@@ -40,7 +40,7 @@ class SimulatedEngine:
         self.prefill_ms_per_token = prefill_ms_per_token
         self.batch_slowdown = batch_slowdown
         self.tokens = tokens  # fixed answer length; None = the request's max_tokens
-        self.prefix_cache: OrderedDict[str, int] = OrderedDict()
+        self.prefix_cache: OrderedDict[int, int] = OrderedDict()
         self.prefix_cache_entries = prefix_cache_entries
         self.running = 0
         self._aborted: set[str] = set()
@@ -70,9 +70,11 @@ class SimulatedEngine:
     def _uncached_prompt_tokens(self, messages: list[dict[str, str]]) -> int:
         total = 0
         cached = 0
-        for i, message in enumerate(messages):
+        prefix = 0  # a running hash of the leading messages: one step per message, not a
+        # repr of every prefix (that grows with the square of a long conversation)
+        for message in messages:
             total += approx_tokens(message.get("content", ""))
-            prefix = repr(messages[: i + 1])
+            prefix = hash((prefix, message.get("role"), message.get("content")))
             if prefix in self.prefix_cache:
                 self.prefix_cache.move_to_end(prefix)
                 cached = total

@@ -1,0 +1,40 @@
+"""The worker's Redis client: commands packed by hiredis' C packer.
+
+redis-py's synchronous client already packs with hiredis when it is installed; its asyncio
+client packs in Python, argument by argument. A worker streaming a hundred answers sends a few
+thousand commands a second, and that packing was about a fifth of its CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import hiredis
+import redis.asyncio as aioredis
+from redis.exceptions import DataError
+
+
+class HiredisPackedConnection(aioredis.Connection):
+    def pack_command(self, *args) -> list[bytes]:
+        # A command name holding several words ("CLIENT SETNAME") goes as separate arguments,
+        # as redis-py sends it.
+        if isinstance(args[0], str):
+            args = (*args[0].encode().split(), *args[1:])
+        elif b" " in args[0]:
+            args = (*args[0].split(), *args[1:])
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError as exc:  # None, a bool, a dict: what redis-py's encoder refuses too
+            raise DataError(str(exc)) from exc
+
+    def pack_commands(self, commands: Iterable[Iterable]) -> list[bytes]:
+        return [b"".join(self.pack_command(*command)[0] for command in commands)]
+
+
+def connect(url: str, **options) -> aioredis.Redis:
+    """An asyncio client for `url`; over plain TCP its connections pack with hiredis."""
+    client = aioredis.Redis.from_url(url, **options)
+    pool = client.connection_pool
+    if pool.connection_class is aioredis.Connection:  # TLS connections keep redis-py's packer
+        pool.connection_class = HiredisPackedConnection
+    return client
