@@ -18,10 +18,19 @@ from django.conf import settings as django_settings
 from django.test import Client
 
 from apps.accounts.services import user_create
+from apps.chat import offload
 from chatsite.redis_client import get_redis
 from chatsite.stack import free_port, socket_database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def db_call_pool_closed(django_db_setup):
+    """The websocket's database pool threads hold connections to the test database: they are
+    closed before it is dropped."""
+    yield
+    offload.shutdown()
 
 
 @pytest.fixture(autouse=True)

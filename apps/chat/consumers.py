@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.core.exceptions import ValidationError
 from django.http import Http404
@@ -34,6 +35,15 @@ MAX_FRAME_BYTES = 64 * 1024
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
+    async def dispatch(self, message: dict) -> None:
+        # Channels closes stale database connections before every frame, in its one shared
+        # sync thread: a thread hop per frame. This consumer's database work all runs through
+        # `db_call`, which closes stale connections in its own pool thread, so none is needed.
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
     async def connect(self) -> None:
         self.user = self.scope.get("user")
         if self.user is None or not self.user.is_authenticated:

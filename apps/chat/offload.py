@@ -8,25 +8,76 @@ a small pool instead; each pool thread keeps its own persistent database connect
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from channels.db import DatabaseSyncToAsync
+from asgiref.sync import SyncToAsync
 from django.conf import settings
+from django.db import connections
+
+# A connection that passed Django's health check (CONN_HEALTH_CHECKS) this recently is not
+# checked again: a chat frame is one small call, and a `SELECT 1` before each would be one
+# round trip in every few. A connection that saw an error is still checked at once.
+HEALTH_CHECK_SECONDS = 1.0
 
 _pool: ThreadPoolExecutor | None = None
+_thread_connections: list = []  # each pool thread's connection wrappers, closed at shutdown
 
 
 def _executor() -> ThreadPoolExecutor:
     global _pool
     if _pool is None:
         _pool = ThreadPoolExecutor(
-            max_workers=settings.WEB_DB_THREADS, thread_name_prefix="sluice-db"
+            max_workers=settings.WEB_DB_THREADS,
+            thread_name_prefix="sluice-db",
+            initializer=lambda: _thread_connections.extend(connections.all()),
         )
     return _pool
 
 
+def shutdown() -> None:
+    """Stops the pool and closes its threads' database connections."""
+    global _pool
+    if _pool is not None:
+        _pool.shutdown(wait=True)
+        _pool = None
+    for conn in _thread_connections:
+        if conn.connection is not None:  # its thread has ended: nothing else uses it
+            conn.connection.close()
+    _thread_connections.clear()
+
+
+def tidy_connections(now: float | None = None) -> None:
+    """Django's `close_old_connections` (drops a connection past its age, or broken after an
+    error), keeping a health check younger than HEALTH_CHECK_SECONDS."""
+    now = time.monotonic() if now is None else now
+    for conn in connections.all(initialized_only=True):
+        if not conn.health_check_done:
+            conn.sluice_checked_at = None  # not checked since it was last cleared
+        elif getattr(conn, "sluice_checked_at", None) is None:
+            conn.sluice_checked_at = now  # checked, or connected, during the call just made
+        checked = conn.sluice_checked_at
+        recent = checked is not None and now - checked < HEALTH_CHECK_SECONDS
+        conn.close_if_unusable_or_obsolete()  # clears health_check_done
+        if recent and conn.connection is not None:
+            conn.health_check_done = True
+        else:
+            conn.sluice_checked_at = None
+
+
+class PooledDatabaseCall(SyncToAsync):
+    """A sync function as an awaitable run in the pool, connections tidied around it."""
+
+    def thread_handler(self, loop, *args, **kwargs):
+        tidy_connections()
+        try:
+            return super().thread_handler(loop, *args, **kwargs)
+        finally:
+            tidy_connections()
+
+
 def db_call(func: Callable[..., Any]) -> Callable[..., Any]:
-    """`func` as an awaitable run in the pool, with stale connections closed around it."""
-    return DatabaseSyncToAsync(func, thread_sensitive=False, executor=_executor())
+    """`func` as an awaitable run in the pool."""
+    return PooledDatabaseCall(func, thread_sensitive=False, executor=_executor())

@@ -87,12 +87,9 @@ CACHES = {
     }
 }
 
-CHANNEL_LAYERS = {
-    "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": SLUICE_REDIS_PREFIX + ":asgi"},
-    }
-}
+# No channel layer: answers reach websockets through each web process's output hub
+# (apps/chat/hub.py), which reads the output streams directly. A layer would give every socket
+# a channel of its own to poll, for messages nobody sends.
 
 AUTH_USER_MODEL = "accounts.User"
 LOGIN_URL = "accounts:login"
