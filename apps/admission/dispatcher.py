@@ -108,6 +108,7 @@ class Dispatcher:
         self.plans = PlanBook()
         self.active = False
         self.loaded = False
+        self.loads = 0  # how many times the mirror was rebuilt from Redis
         self.degradation = Degradation()
         self.fleet = Fleet()
         self.affinity: OrderedDict[str, str] = OrderedDict()
@@ -213,6 +214,7 @@ class Dispatcher:
             self.client.hdel(self.akeys.inflight, *stale)
         self._pending_first = True
         self.loaded = True
+        self.loads += 1
         log.info("queue loaded from Redis: %d waiting, %d running", len(self.records),
                  len(self.inflight))  # fmt: skip
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from .models import Conversation
-from .selectors import prompt_history, prompt_profile
+from .selectors import PromptProfile, prompt_profile, prompt_sources
 
 # Turns read per prompt: far more than a small model's window holds, and one bounded query.
 HISTORY_TURNS_MAX = 100
@@ -32,8 +32,11 @@ class Prompt:
 
 
 def system_prompt_for(user_id: int) -> str:
+    return system_prompt(prompt_profile(user_id=user_id))
+
+
+def system_prompt(profile: PromptProfile | None) -> str:
     lines = [BASE_SYSTEM_PROMPT]
-    profile = prompt_profile(user_id=user_id)
     if profile:
         if profile.display_name:
             lines.append(f"The user's name is {profile.display_name}.")
@@ -52,12 +55,13 @@ def prompt_build(
 ) -> Prompt:
     """The system prompt, then as many of the latest turns as the context window holds."""
     max_tokens = max_tokens or settings.MODEL_MAX_TOKENS
-    system = system_prompt_for(conversation.owner_id)
+    sources = prompt_sources(conversation=conversation, limit=HISTORY_TURNS_MAX)
+    system = system_prompt(sources.profile)
     if extra_system:
         system = f"{system}\n\n{extra_system}"
     budget = settings.MODEL_CONTEXT_TOKENS - max_tokens - estimate_tokens(system)
     turns: list[dict[str, str]] = []
-    for role, text in prompt_history(conversation=conversation, limit=HISTORY_TURNS_MAX):
+    for role, text in sources.history:
         cost = estimate_tokens(text)
         if cost > budget:
             if not turns:  # the latest question alone is too long: keep its end

@@ -12,7 +12,7 @@ import logging
 import socket
 from collections.abc import Callable
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from redis.exceptions import ResponseError
 
 from chatsite.redis_client import get_redis
@@ -86,7 +86,10 @@ def release_conversations(completions: list[Completion]) -> None:
 def request_settle(*, request_id: str, conversation: Conversation) -> bool:
     """True when the request has ended: its answer is then stored (once) and the conversation
     released. False while it is still queued or generating."""
-    entries = get_redis().xrevrange(keys().output(request_id), count=1)
+    pipe = get_redis().pipeline(transaction=False)
+    pipe.xrevrange(keys().output(request_id), count=1)
+    pipe.hget(keys().request(request_id), "citations")
+    entries, cited = pipe.execute()
     if not entries or entries[0][1].get("type") != EventType.FINAL:
         return False
     final = entries[0][1]
@@ -95,7 +98,7 @@ def request_settle(*, request_id: str, conversation: Conversation) -> bool:
         state=State(final["state"]), text=final.get("text", ""),
         usage=Usage(**json.loads(final.get("usage") or "{}")), error=final.get("error", ""),
     )  # fmt: skip
-    completion_record(completion=completion)
+    completion_record(completion=completion, citations=json.loads(cited) if cited else [])
     release_conversations([completion])
     return True
 
@@ -111,41 +114,52 @@ def ensure_group() -> None:
 def record_pending(
     *,
     consumer: str | None = None,
-    block_ms: int = 1000,
+    block_ms: int | None = 1000,
     count: int = 100,
     on_recorded: Callable[[list[Completion]], None] | None = None,
+    pending: bool = True,
 ) -> int:
     """One pass: records what is on the done stream for this consumer. Returns how many.
 
-    Each batch read together is stored together: its citations, its answers, the release of
-    its conversations and its acknowledgement take one round trip each.
+    With `pending`, first every record delivered to this consumer before but never
+    acknowledged (a crash between reading and storing); then new records, waiting up to
+    `block_ms` for one (None: not at all). Each batch read together is stored together: its
+    citations, its answers, the release of its conversations and its acknowledgement take one
+    round trip each.
     """
     consumer = consumer or socket.gethostname()
     client = get_redis()
     k = keys()
     handled = 0
-    # First anything delivered to this consumer before a crash, then new records.
-    for start in ("0", ">"):
-        block = None if start == "0" else block_ms
-        response = client.xreadgroup(
-            protocol.RECORDER_GROUP, consumer, {k.done: start}, count=count, block=block
-        )
-        for _, entries in response or []:
-            if not entries:
-                continue
-            completions = _parsed(entries)
-            if completions:
-                cited = zip(completions, completions_citations(completions), strict=True)
-                answers = [completion_message(c, citations) for c, citations in cited]
-                _store([a for a in answers if a is not None])
-                release_conversations(completions)
-                if on_recorded:
-                    on_recorded(completions)
-            # Acknowledged once stored: a crash before this re-reads them, and storing twice
-            # is a no-op.
-            client.xack(k.done, protocol.RECORDER_GROUP, *(entry_id for entry_id, _ in entries))
-            handled += len(entries)
+    while pending:
+        response = client.xreadgroup(protocol.RECORDER_GROUP, consumer, {k.done: "0"},
+                                     count=count)  # fmt: skip
+        entries = response[0][1] if response else []
+        handled += _record_batch(entries, on_recorded)
+        pending = len(entries) == count  # a full batch: more may be waiting
+    response = client.xreadgroup(protocol.RECORDER_GROUP, consumer, {k.done: ">"}, count=count,
+                                 block=block_ms)  # fmt: skip
+    for _, entries in response or []:
+        handled += _record_batch(entries, on_recorded)
     return handled
+
+
+def _record_batch(
+    entries: list[tuple[str, dict]], on_recorded: Callable[[list[Completion]], None] | None
+) -> int:
+    if not entries:
+        return 0
+    completions = _parsed(entries)
+    if completions:
+        cited = zip(completions, completions_citations(completions), strict=True)
+        answers = [completion_message(c, citations) for c, citations in cited]
+        _store([a for a in answers if a is not None])
+        release_conversations(completions)
+        if on_recorded:
+            on_recorded(completions)
+    # Acknowledged once stored: a crash before this re-reads them, and storing twice is a no-op.
+    get_redis().xack(keys().done, protocol.RECORDER_GROUP, *(entry_id for entry_id, _ in entries))
+    return len(entries)
 
 
 def _store(answers: list[services.NewMessage]) -> None:
@@ -162,7 +176,9 @@ def _store(answers: list[services.NewMessage]) -> None:
 
 def _store_one(answer: services.NewMessage) -> Message | None:
     try:
-        with transaction.atomic():
+        if not connection.in_atomic_block:  # one statement: atomic on its own
+            return services.message_store(answer)
+        with transaction.atomic():  # a savepoint, so a failure leaves the caller's open
             return services.message_store(answer)
     except IntegrityError as exc:
         log.error("dropping answer %s that cannot be stored: %s", answer.request_id, exc)

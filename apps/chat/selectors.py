@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+import psycopg
 from django.db import connection
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
@@ -27,8 +28,9 @@ def message_list_for_conversation(*, conversation: Conversation) -> QuerySet[Mes
     return conversation.messages.all()
 
 
-# The two reads behind every prompt run on each message sent, so they are plain SQL: the ORM
-# spends more CPU compiling these small queries than PostgreSQL spends answering them.
+# The two reads behind every prompt run on each message sent, so they are plain SQL (the ORM
+# spends more CPU compiling these small queries than PostgreSQL spends answering them) sent
+# together in one round trip.
 
 
 @cache
@@ -38,15 +40,6 @@ def _history_sql() -> str:
         WHERE conversation_id = %s AND role IN (%s, %s) AND status = %s
         ORDER BY created DESC, id DESC LIMIT %s
     """
-
-
-def prompt_history(*, conversation: Conversation, limit: int) -> list[tuple[str, str]]:
-    """The latest finished user and assistant turns, newest first: (role, text)."""
-    params = [conversation.pk, Message.Role.USER, Message.Role.ASSISTANT, Message.Status.DONE,
-              limit]  # fmt: skip
-    with connection.cursor() as cursor:
-        cursor.execute(_history_sql(), params)
-        return cursor.fetchall()
 
 
 @dataclass
@@ -77,9 +70,36 @@ def prompt_profile(*, user_id: int) -> PromptProfile | None:
     """What the system prompt says about the user; None without a profile."""
     with connection.cursor() as cursor:
         cursor.execute(_profile_sql(), [user_id])
-        row = cursor.fetchone()
+        return _prompt_profile(cursor.fetchone())
+
+
+def _prompt_profile(row: tuple | None) -> PromptProfile | None:
     if row is None:
         return None
     display_name, language, expertise, about, hints = row
     label = dict(Profile.Expertise.choices).get(expertise, expertise)
     return PromptProfile(display_name, language, str(label), about, list(hints))
+
+
+@dataclass
+class PromptSources:
+    history: list[tuple[str, str]]  # the latest finished turns, newest first: (role, text)
+    profile: PromptProfile | None
+
+
+def prompt_sources(*, conversation: Conversation, limit: int) -> PromptSources:
+    """The latest finished user and assistant turns (at most `limit`) and the owner's profile,
+    in one round trip (a psycopg pipeline)."""
+    history_params = [conversation.pk, Message.Role.USER, Message.Role.ASSISTANT,
+                      Message.Status.DONE, limit]  # fmt: skip
+    with connection.cursor():  # connects, or runs the health check when one is due
+        raw = connection.connection
+    with (
+        connection.wrap_database_errors,
+        psycopg.ClientCursor(raw) as history,
+        psycopg.ClientCursor(raw) as profile,
+    ):
+        with raw.pipeline():
+            history.execute(_history_sql(), history_params)
+            profile.execute(_profile_sql(), [conversation.owner_id])
+        return PromptSources(history.fetchall(), _prompt_profile(profile.fetchone()))

@@ -8,7 +8,7 @@ import pytest
 from django.conf import settings
 
 from apps.admission.dispatcher import Dispatcher, Options
-from apps.admission.management.commands.run_dispatcher import record_completions
+from apps.admission.management.commands.run_dispatcher import CompletionPass
 from apps.chat.generation import request_publish
 from chatsite.redis_client import get_redis
 from worker.protocol import Keys, WorkItem, new_request_id
@@ -57,7 +57,7 @@ def make_dispatcher(admission, clock, redis_prefix):
             client=get_redis(), keys=Keys(prefix=redis_prefix), options=Options(**opts),
             clock=clock if injected else time.time,
             bucket_clock=clock.ms if injected else None,
-            on_completion_pass=record_completions,
+            on_completion_pass=CompletionPass(),
         )  # fmt: skip
 
     return make

@@ -9,6 +9,7 @@ from apps.chat.keys import keys
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
 from chatsite.redis_client import get_redis
+from worker import protocol
 from worker.protocol import Completion, State, Usage
 
 pytestmark = pytest.mark.django_db
@@ -77,3 +78,19 @@ def test_one_record_that_cannot_be_stored_does_not_hold_back_its_batch(user):
     assert recorder.record_pending(consumer="c1", block_ms=10) == 0
     # Stored directly (a new question settling the previous answer): dropped, not raised.
     assert recorder.completion_record(completion=bad) is None
+
+
+def test_a_pass_without_pending_reads_only_new_records_and_a_recovery_drains_the_backlog(user):
+    conversation = conversation_create(owner=user)
+    recorder.ensure_group()
+    client = get_redis()
+    for n in range(5):
+        client.xadd(keys().done, completion_for(conversation, request_id=f"p{n}").to_fields())
+    client.xreadgroup(protocol.RECORDER_GROUP, "c1", {keys().done: ">"}, count=10)  # never stored
+    client.xadd(keys().done, completion_for(conversation, request_id="new").to_fields())
+    assert recorder.record_pending(consumer="c1", block_ms=None, pending=False) == 1
+    stored = Message.objects.filter(conversation=conversation).values_list("request_id", flat=True)
+    assert set(stored) == {"new"}
+    # The backlog of five, read two at a time until a batch comes back short.
+    assert recorder.record_pending(consumer="c1", block_ms=None, count=2) == 5
+    assert Message.objects.filter(conversation=conversation).count() == 6

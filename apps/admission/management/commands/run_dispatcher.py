@@ -24,12 +24,27 @@ from worker.protocol import Keys
 log = logging.getLogger("sluice.dispatcher")
 
 
-def record_completions(dispatcher: Dispatcher) -> int:
-    # The lease holder records under one consumer name, so a new holder finds what the old one
-    # had read but not yet stored (record_pending re-reads its own pending entries first).
-    return recorder.record_pending(
-        consumer=ACTIVE_CONSUMER, block_ms=1, on_recorded=dispatcher.on_completions
-    )
+class CompletionPass:
+    """Stores, each dispatcher pass, the answers that finished meanwhile.
+
+    The lease holder records under one consumer name, so a new holder finds what the old one
+    had read but not stored. Those records are re-read after each load of the dispatcher's
+    state (a new lease, a Redis outage) and after a pass that failed; other passes only read
+    new records, without waiting: one round trip when nothing finished.
+    """
+
+    def __init__(self) -> None:
+        self._loads_seen: int | None = None
+
+    def __call__(self, dispatcher: Dispatcher) -> int:
+        recover = dispatcher.loads != self._loads_seen
+        self._loads_seen = None  # until this pass has stored what it read
+        handled = recorder.record_pending(
+            consumer=ACTIVE_CONSUMER, block_ms=None, pending=recover,
+            on_recorded=dispatcher.on_completions,
+        )  # fmt: skip
+        self._loads_seen = dispatcher.loads
+        return handled
 
 
 class Command(BaseCommand):
@@ -53,7 +68,7 @@ class Command(BaseCommand):
                 quantum=settings.SLUICE_ADMISSION_QUANTUM,
             ),
             holder=f"{socket.gethostname()}-{os.getpid()}",
-            on_completion_pass=record_completions,
+            on_completion_pass=CompletionPass(),
         )
         self.stdout.write("[sluice] dispatcher running (active when it holds the lease)")
         grouped = False

@@ -1,0 +1,70 @@
+"""The dispatcher's completion pass: new records every pass, the backlog after a load or a
+failure."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from apps.admission.keys import ACTIVE_CONSUMER
+from apps.admission.management.commands.run_dispatcher import CompletionPass
+from apps.chat import recorder
+from apps.chat.keys import keys
+from apps.chat.models import Message
+from apps.chat.services import conversation_create
+from chatsite.redis_client import get_redis
+from worker import protocol
+from worker.protocol import Completion, State, Usage
+
+pytestmark = pytest.mark.django_db
+
+
+def finished(conversation, request_id: str) -> None:
+    completion = Completion(
+        id=request_id, user_id=str(conversation.owner_id), conversation_id=str(conversation.id),
+        state=State.DONE, text="Blue.", usage=Usage(prompt_tokens=5, completion_tokens=2),
+    )  # fmt: skip
+    get_redis().xadd(keys().done, completion.to_fields())
+
+
+def read_but_not_stored(conversation, request_id: str) -> None:
+    """A record the lease holder read and then lost (a crash, a lost lease)."""
+    finished(conversation, request_id)
+    get_redis().xreadgroup(protocol.RECORDER_GROUP, ACTIVE_CONSUMER, {keys().done: ">"})
+
+
+def stored(request_id: str) -> bool:
+    return Message.objects.filter(request_id=request_id).exists()
+
+
+def test_the_backlog_is_read_after_each_load_and_after_a_failed_pass(user):
+    conversation = conversation_create(owner=user)
+    recorder.ensure_group()
+    recorded = []
+    dispatcher = SimpleNamespace(loads=1, on_completions=recorded.extend)
+    completion_pass = CompletionPass()
+
+    read_but_not_stored(conversation, "a")
+    assert completion_pass(dispatcher) == 1  # the first pass recovers
+    assert stored("a") and [c.id for c in recorded] == ["a"]
+
+    read_but_not_stored(conversation, "b")
+    assert completion_pass(dispatcher) == 0  # same load: new records only
+    assert not stored("b")
+    dispatcher.loads = 2
+    assert completion_pass(dispatcher) == 1  # reloaded: the backlog again
+    assert stored("b")
+
+    finished(conversation, "c")
+    finished(conversation, "d")
+
+    def fail(completions):
+        raise ConnectionError("Redis went away")
+
+    dispatcher.on_completions = fail
+    with pytest.raises(ConnectionError):
+        completion_pass(dispatcher)  # reads c and d, fails before acknowledging them
+    dispatcher.on_completions = recorded.extend
+    assert completion_pass(dispatcher) == 2  # so the next pass recovers both
+    assert [c.id for c in recorded][-2:] == ["c", "d"]
