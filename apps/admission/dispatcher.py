@@ -81,6 +81,7 @@ class Options:
     sweep_interval: float = 1.0  # cancel flags and queue-wait deadlines
     cancel_checks: int = 5000  # cancel flags read per sweep, beyond the stops noted in a set
     degradation_interval: float = 2.0
+    fleet_interval: float = 0.5  # heartbeats reread at most this often (workers beat every 2 s)
 
 
 class Dispatcher:
@@ -486,6 +487,23 @@ class Dispatcher:
     # -- release to workers --------------------------------------------------------------------
 
     def refresh_fleet(self) -> Fleet:
+        """The live workers and how much work waits on their streams. Heartbeats change every
+        few seconds, so they are reread at most every `fleet_interval` (and at once while no
+        worker is known); the streams' lengths are read on every call, in one round trip."""
+        fleet = self.fleet
+        due = self._every("fleet", self.options.fleet_interval)
+        if due or not fleet.workers:
+            fleet = self._fleet_from_heartbeats()
+        streams = [self.keys.work, *(self.keys.work_for(w) for w in fleet.workers)]
+        pipe = self.client.pipeline(transaction=False)
+        for stream in streams:
+            pipe.xlen(stream)
+        fleet.stream_len = dict(zip(streams, pipe.execute(), strict=True))
+        fleet.queued_on_streams = sum(fleet.stream_len.values())
+        self.fleet = fleet
+        return fleet
+
+    def _fleet_from_heartbeats(self) -> Fleet:
         now = time.time()
         ids = self.client.zrangebyscore(self.keys.workers, now - 15, "+inf")
         beats = self.client.mget([self.keys.heartbeat(w) for w in ids]) if ids else []
@@ -498,13 +516,6 @@ class Dispatcher:
             if beat.get("healthy", True) and not beat.get("draining"):
                 fleet.workers[beat["worker_id"]] = beat
                 fleet.slots += int(beat.get("slots") or 0)
-        streams = [self.keys.work, *(self.keys.work_for(w) for w in fleet.workers)]
-        pipe = self.client.pipeline(transaction=False)
-        for stream in streams:
-            pipe.xlen(stream)
-        fleet.stream_len = dict(zip(streams, pipe.execute(), strict=True))
-        fleet.queued_on_streams = sum(fleet.stream_len.values())
-        self.fleet = fleet
         return fleet
 
     def release(self) -> int:

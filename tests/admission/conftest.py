@@ -49,9 +49,10 @@ def make_dispatcher(admission, clock, redis_prefix):
     force_level(0)
 
     def make(*, injected: bool = True, **options) -> Dispatcher:
-        # Every pass sweeps, recomputes the whole line's order and tells positions.
+        # Every pass sweeps, recomputes the whole line's order, tells positions and rereads
+        # the workers' heartbeats.
         opts = dict(block_ms=1, position_interval=0, position_share=1.0, sweep_interval=0,
-                    degradation_interval=0)  # fmt: skip
+                    degradation_interval=0, fleet_interval=0)  # fmt: skip
         opts.update(options)
         return Dispatcher(
             client=get_redis(), keys=Keys(prefix=redis_prefix), options=Options(**opts),

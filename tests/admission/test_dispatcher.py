@@ -154,3 +154,27 @@ def test_no_admission_key_is_left_without_a_ttl(make_dispatcher, user, clock):
     keys += list(client.scan_iter(match=f"{prefix}:out:*"))
     assert any("bucket" in k for k in keys)
     assert [k for k in keys if client.pttl(k) < 0] == []
+
+
+def test_heartbeats_are_reread_at_most_every_fleet_interval_stream_lengths_every_time(
+    make_dispatcher, redis_prefix
+):
+    import json
+
+    client = get_redis()
+    keys = Keys(prefix=redis_prefix)
+
+    def beat(slots: int) -> None:
+        client.set(keys.heartbeat("w1"), json.dumps({"worker_id": "w1", "slots": slots}), ex=60)
+        client.zadd(keys.workers, {"w1": time.time()})
+
+    dispatcher = make_dispatcher(fleet_interval=1.0)
+    assert dispatcher.refresh_fleet().slots == 0
+    beat(4)
+    assert dispatcher.refresh_fleet().slots == 4  # no worker was known: read at once
+    beat(8)
+    assert dispatcher.refresh_fleet().slots == 4  # within the interval: the heartbeats kept
+    client.xadd(keys.work, {"id": "x"})
+    assert dispatcher.refresh_fleet().queued_on_streams == 1  # lengths are always fresh
+    time.sleep(1.05)
+    assert dispatcher.refresh_fleet().slots == 8  # the interval has passed
