@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 
-from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.core.exceptions import ValidationError
 from django.http import Http404
@@ -27,6 +26,7 @@ from . import generation, selectors
 from .hub import get_hub
 from .keys import keys
 from .markdown import render_markdown
+from .models import Conversation
 from .offload import db_call
 
 log = logging.getLogger("sluice.chat.ws")
@@ -35,15 +35,6 @@ MAX_FRAME_BYTES = 64 * 1024
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
-    async def dispatch(self, message: dict) -> None:
-        # Channels closes stale database connections before every frame, in its one shared
-        # sync thread: a thread hop per frame. This consumer's database work all runs through
-        # `db_call`, which closes stale connections in its own pool thread, so none is needed.
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"No handler for message type {message['type']}")
-        await handler(message)
-
     async def connect(self) -> None:
         self.user = self.scope.get("user")
         if self.user is None or not self.user.is_authenticated:
@@ -51,16 +42,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         conversation_id = self.scope["url_route"]["kwargs"]["conversation_id"]
         try:
-            self.conversation = await self._conversation(conversation_id)
+            self.conversation, active = await self._open(conversation_id)
         except Http404:
             await self.close(code=4404)
             return
         self.relay: asyncio.Task | None = None
-        # A refresh or a second tab: show the answer in progress and continue live.
-        try:
-            active = await db_call(generation.active_request_id)(conversation=self.conversation)
-        except RedisError:
-            active = None  # the page still works; sending will explain the outage
         await self.accept()
         if active:
             await self._follow(active, after="0")
@@ -183,8 +169,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
     # -- database ------------------------------------------------------------------------------
 
     @db_call
-    def _conversation(self, conversation_id: int):
-        return selectors.conversation_get_for_user(user=self.user, id=conversation_id)
+    def _open(self, conversation_id: int) -> tuple[Conversation, str | None]:
+        """The conversation (Http404 unless it is the user's) and its answer in progress, if
+        any, to show at once: a refresh or a second tab continues live. One trip through the
+        pool, as every tab that opens asks both."""
+        conversation = selectors.conversation_get_for_user(user=self.user, id=conversation_id)
+        try:
+            active = generation.active_request_id(conversation=conversation)
+        except RedisError:
+            active = None  # the page still works; sending will explain the outage
+        return conversation, active
 
     @db_call
     def _submit(self, text: str) -> generation.Submitted:
