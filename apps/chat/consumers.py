@@ -35,6 +35,16 @@ MAX_FRAME_BYTES = 64 * 1024
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
+    async def dispatch(self, message: dict) -> None:
+        if message["type"] == "websocket.receive":
+            # Channels first tidies the database connections of its one shared sync thread,
+            # before every frame: a hop through that thread on each message sent. This
+            # consumer's frames do their database work through `db_call`, which tidies the
+            # pool thread's own connection, so they skip it.
+            await self.websocket_receive(message)
+        else:
+            await super().dispatch(message)
+
     async def connect(self) -> None:
         self.user = self.scope.get("user")
         if self.user is None or not self.user.is_authenticated:
