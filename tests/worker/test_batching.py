@@ -13,20 +13,7 @@ from redis.exceptions import DataError, ResponseError
 from worker.batching import CommandBatcher
 
 
-class CountingClient:
-    """A real asyncio Redis client that counts the pipelines sent through it."""
-
-    def __init__(self) -> None:
-        self.client = aioredis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
-        self.pipelines = 0
-
-    def pipeline(self, **options):
-        self.pipelines += 1
-        return self.client.pipeline(**options)
-
-
-async def test_concurrent_callers_share_pipelines_and_keep_their_order(redis_prefix):
-    counting = CountingClient()
+async def test_concurrent_callers_share_pipelines_and_keep_their_order(redis_prefix, counting):
     batcher = CommandBatcher(counting)  # type: ignore[arg-type]
     streams = [f"{redis_prefix}:out:{{{i}}}" for i in range(50)]
 
@@ -42,7 +29,6 @@ async def test_concurrent_callers_share_pipelines_and_keep_their_order(redis_pre
     # 1,000 commands from 50 concurrent writers went in far fewer pipelines.
     assert counting.pipelines <= 1000 // 5, counting.pipelines
     await batcher.close()
-    await counting.client.aclose()
 
 
 async def test_several_commands_in_one_call_return_their_replies_in_order(redis_prefix):
