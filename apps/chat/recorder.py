@@ -185,9 +185,13 @@ def _store_one(answer: services.NewMessage) -> Message | None:
         return None
 
 
-def _parsed(entries: list[tuple[str, dict]]) -> list[Completion]:
+def _parsed(entries: list[tuple[str, dict | None]]) -> list[Completion]:
     completions = []
     for entry_id, fields in entries:
+        if not fields:  # pending, but trimmed from the stream since: nothing left to store
+            log.error("skipping completion %s: its record was trimmed before it was stored",
+                      entry_id)  # fmt: skip
+            continue
         try:
             completions.append(Completion.from_fields(fields))
         except (KeyError, ValueError) as exc:

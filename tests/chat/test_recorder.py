@@ -94,3 +94,16 @@ def test_a_pass_without_pending_reads_only_new_records_and_a_recovery_drains_the
     # The backlog of five, read two at a time until a batch comes back short.
     assert recorder.record_pending(consumer="c1", block_ms=None, count=2) == 5
     assert Message.objects.filter(conversation=conversation).count() == 6
+
+
+def test_a_pending_record_trimmed_from_the_stream_is_skipped(user):
+    conversation = conversation_create(owner=user)
+    recorder.ensure_group()
+    client = get_redis()
+    gone = client.xadd(keys().done, completion_for(conversation, request_id="gone").to_fields())
+    client.xreadgroup(protocol.RECORDER_GROUP, "c1", {keys().done: ">"})
+    client.xdel(keys().done, gone)  # as MAXLEN trimming would, while it was still pending
+    client.xadd(keys().done, completion_for(conversation, request_id="kept").to_fields())
+    assert recorder.record_pending(consumer="c1", block_ms=None) == 2
+    assert list(Message.objects.values_list("request_id", flat=True)) == ["kept"]
+    assert recorder.record_pending(consumer="c1", block_ms=None) == 0  # acknowledged
