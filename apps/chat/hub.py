@@ -85,17 +85,10 @@ class OutputHub:
         self._add(sub, after)
         last = after if after not in ("", "$") else "0"
         try:
-            backlog = await self.control.xrange(stream, min=f"({last}" if last != "0" else "-")
-            batch, ended = _until_final(backlog)
-            if batch:
-                last = batch[-1][0]
-                yield batch
-            if ended:
-                return
+            # First what the stream already holds, then what the reader hands over; entries
+            # the backlog already covered are dropped.
+            arrived = await self.control.xrange(stream, min=f"({last}" if last != "0" else "-")
             while True:
-                arrived = [await sub.queue.get()]
-                while not sub.queue.empty():
-                    arrived.append(sub.queue.get_nowait())
                 fresh = [e for e in arrived if stream_id_key(e[0]) > stream_id_key(last)]
                 batch, ended = _until_final(fresh)
                 if batch:
@@ -103,6 +96,9 @@ class OutputHub:
                     yield batch
                 if ended:
                     return
+                arrived = [await sub.queue.get()]
+                while not sub.queue.empty():
+                    arrived.append(sub.queue.get_nowait())
         finally:
             self._remove(sub)
 
