@@ -10,20 +10,20 @@ import uuid
 import pytest
 
 from tests.chat.conftest import answer_text
-from worker.protocol import Completion, State
+from worker.protocol import Answer, State
 
 pytestmark = pytest.mark.slow
 
 
-def completion_record(worker, request_id: str, timeout: float = 10) -> Completion:
+def answer_record(worker, request_id: str, timeout: float = 10) -> Answer:
     """The request's record on the done stream (written just after the final event)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for _, fields in worker.client().xrange(worker.keys.done):
             if fields["id"] == request_id:
-                return Completion.from_fields(fields)
+                return Answer.from_fields(fields)
         time.sleep(0.05)
-    raise AssertionError(f"no completion record for {request_id}")
+    raise AssertionError(f"no answer record for {request_id}")
 
 
 def test_chat_round_trip(vllm_worker):
@@ -40,8 +40,8 @@ def test_chat_round_trip(vllm_worker):
     assert usage["prompt_tokens"] > 0 and 0 < usage["completion_tokens"] <= 32
     assert events[0]["type"] == "start" and events[0]["worker"] == vllm_worker.worker_id
 
-    # The completion record the dispatcher stores in PostgreSQL.
-    record = completion_record(vllm_worker, request_id)
+    # The answer record the recorder stores in PostgreSQL.
+    record = answer_record(vllm_worker, request_id)
     assert (record.state, record.text) == (State.DONE, final["text"])
     assert record.usage.completion_tokens == usage["completion_tokens"]
 

@@ -73,10 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="[WORKER_CLAIM_IDLE_MS] re-run a dead worker's work after it idles this long",
     )
     add(
-        "--max-deliveries",
+        "--max-attempts",
         type=int,
-        default=int(env_default("WORKER_MAX_DELIVERIES", 3)),
-        help="[WORKER_MAX_DELIVERIES] deliveries before work goes to the dead-letter stream",
+        default=int(env_default("WORKER_MAX_ATTEMPTS", 3)),
+        help="[WORKER_MAX_ATTEMPTS] a request started this often (its workers kept dying) goes "
+        "to the dead-letter stream and fails visibly",
+    )
+    add(
+        "--answer-timeout",
+        type=float,
+        default=float(env_default("WORKER_ANSWER_TIMEOUT_SECONDS", 600)),
+        help="[WORKER_ANSWER_TIMEOUT_SECONDS] an answer taking longer fails and frees its slot",
     )
     add(
         "--heartbeat-interval",
@@ -160,6 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--sim-prefill-ms-per-token", type=float, default=0.0)
     sim.add_argument("--sim-batch-slowdown", type=float, default=0.0)
     sim.add_argument(
+        "--sim-faults",
+        action="store_true",
+        help="markers in a message make its answer crash the worker, stall or fail (tests)",
+    )
+    sim.add_argument(
         "--sim-tokens",
         type=int,
         default=None,
@@ -191,6 +203,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
             "prefill_ms_per_token": args.sim_prefill_ms_per_token,
             "batch_slowdown": args.sim_batch_slowdown,
             "tokens": args.sim_tokens,
+            "faults": args.sim_faults,
         }
     if args.engine == "openai":
         if not args.base_url or not args.model:
@@ -217,23 +230,26 @@ async def running_engine(name: str, options: dict[str, Any]) -> AsyncIterator[En
 
 async def serve(args: argparse.Namespace) -> None:
     client = redis_connection.connect(args.redis_url, decode_responses=True)
-    async with running_engine(args.engine, engine_options(args)) as engine:
-        worker = Worker(
-            redis_client=client,
-            engine=engine,
-            keys=Keys(prefix=args.prefix),
-            worker_id=args.worker_id or default_worker_id(),
-            slots=int(args.slots) if args.slots else None,
-            claim_idle_ms=args.claim_idle_ms,
-            max_deliveries=args.max_deliveries,
-            grace_seconds=args.grace,
-            heartbeat_interval=args.heartbeat_interval,
-        )
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, worker.stop)
-        await worker.run()
-    await client.aclose()
+    try:
+        async with running_engine(args.engine, engine_options(args)) as engine:
+            worker = Worker(
+                redis_client=client,
+                engine=engine,
+                keys=Keys(prefix=args.prefix),
+                worker_id=args.worker_id or default_worker_id(),
+                slots=int(args.slots) if args.slots else None,
+                claim_idle_ms=args.claim_idle_ms,
+                max_attempts=args.max_attempts,
+                grace_seconds=args.grace,
+                heartbeat_interval=args.heartbeat_interval,
+                answer_timeout=args.answer_timeout,
+            )
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, worker.stop)
+            await worker.run()
+    finally:
+        await client.aclose()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,12 +1,15 @@
-"""The answers' output streams, written on one clock for every running generation.
+"""The answers' output streams, written on one clock for every running attempt.
 
-Each generation appends its tokens to an `Answer` without waiting on Redis. Every
-`interval` seconds one task appends each answer's gathered text to its output stream, all in
-one pipeline; every `cancel_interval` seconds it also asks, in one pipeline, which running
-answers were stopped. The first token of an answer is written at once (time to first token
-is what a user waits on), and the end of an answer is written by its own generation after the
-text still gathered, through the same ordered batcher, so a reader never sees a final event
-before the last delta.
+Each attempt appends its tokens to an `OutputBuffer` without waiting on Redis. Every `interval`
+seconds one task appends each buffer's gathered text to its output stream, all in one
+pipeline; every `check_interval` seconds it also asks, in the same pipeline, which attempts
+were stopped (the cancel flag) or replaced (another attempt owns the request). The first token
+of an answer is written at once (time to first token is what a user waits on), and the end of
+an answer is written by its own attempt after the text still gathered, through the same ordered
+batcher, so a reader never sees a final event before the last delta.
+
+Writes go through `transitions.delta`, fenced by the attempt's token and numbered, so text
+that could not be written (Redis restarting) is kept and sent again, and is written once.
 
 One clock instead of one timer per answer keeps the worker's per-token work to a list append,
 and lets a web process read a tick's entries for all its open chats in one XREAD.
@@ -19,35 +22,54 @@ import contextlib
 import logging
 import time
 
-from . import protocol
+from redis.exceptions import RedisError
+
+from . import transitions
 from .batching import CommandBatcher
 from .protocol import Keys
 
 log = logging.getLogger("sluice.worker")
 
 
-class Answer:
-    """One generation's output: the text not yet written, and whether a Stop was seen."""
+class OutputBuffer:
+    """One attempt's output: the text not yet written, and whether it was stopped or lost."""
 
-    __slots__ = ("cancelled", "out_key", "pending", "pending_chars", "request_id", "started")
+    __slots__ = ("batches", "cancelled", "lost", "pending", "pending_chars", "request_id",
+                 "started", "token")  # fmt: skip
 
-    def __init__(self, request_id: str, out_key: str) -> None:
+    def __init__(self, request_id: str, token: str) -> None:
         self.request_id = request_id
-        self.out_key = out_key
+        self.token = token  # the attempt's fencing token (transitions.start)
         self.pending: list[str] = []
         self.pending_chars = 0
+        self.batches = 0  # batches taken for writing, numbered from 1
         self.started = False  # its first delta is written
-        self.cancelled = False
+        self.cancelled = False  # the user pressed Stop
+        self.lost = False  # another attempt owns the request now
 
-    def take(self) -> str:
+    @property
+    def over(self) -> bool:
+        """Nothing more of this attempt should be generated."""
+        return self.cancelled or self.lost
+
+    def take(self) -> tuple[int, str]:
         text = "".join(self.pending)
         self.pending.clear()
         self.pending_chars = 0
-        return text
+        self.batches += 1
+        return self.batches, text
+
+    def put_back(self, batch: int, text: str) -> None:
+        """A batch that could not be written goes back in front of what arrived since; it keeps
+        its number only if nothing was taken after it."""
+        self.pending.insert(0, text)
+        self.pending_chars += len(text)
+        if self.batches == batch:
+            self.batches -= 1
 
 
 class OutputWriter:
-    """Writes the deltas of every running answer on a shared clock.
+    """Writes the deltas of every running attempt on a shared clock.
 
     Args:
         batcher: the worker's ordered Redis command batcher.
@@ -56,7 +78,8 @@ class OutputWriter:
             output-stream entry per interval).
         max_chars: an answer holding this much unwritten text is written at once, without
             waiting for the clock (a fast model's long bursts).
-        cancel_interval: seconds between checks for Stop; a Stop lands within about this long.
+        check_interval: seconds between checks for Stop and for a lost claim; a Stop lands
+            within about this long.
     """
 
     def __init__(
@@ -66,43 +89,51 @@ class OutputWriter:
         *,
         interval: float = 0.03,
         max_chars: int = 64,
-        cancel_interval: float = 0.2,
+        check_interval: float = 0.2,
     ) -> None:
         self.batcher = batcher
         self.keys = keys
         self.interval = interval
         self.max_chars = max_chars
-        self.cancel_interval = cancel_interval
-        self.answers: dict[str, Answer] = {}
+        self.check_interval = check_interval
+        self.buffers: dict[str, OutputBuffer] = {}
         self._task: asyncio.Task | None = None
-        self._last_cancel_check = 0.0
+        self._last_check = 0.0
 
-    def open(self, request_id: str) -> Answer:
-        answer = Answer(request_id, self.keys.output(request_id))
-        self.answers[request_id] = answer
+    def open(self, request_id: str, token: str) -> OutputBuffer:
+        buffer = OutputBuffer(request_id, token)
+        self.buffers[request_id] = buffer
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="output-writer")
-        return answer
+        return buffer
 
-    async def add(self, answer: Answer, text: str) -> None:
+    async def add(self, buffer: OutputBuffer, text: str) -> None:
         """Gathers `text`; writes it now only when it is the answer's first or the gathered
         text is long. Otherwise returns without touching Redis."""
-        answer.pending.append(text)
-        answer.pending_chars += len(text)
-        if not answer.started or answer.pending_chars >= self.max_chars:
-            answer.started = True
-            await self.flush(answer)
+        buffer.pending.append(text)
+        buffer.pending_chars += len(text)
+        if not buffer.started or buffer.pending_chars >= self.max_chars:
+            buffer.started = True
+            with contextlib.suppress(RedisError):  # kept; the clock sends it again
+                await self.flush(buffer)
 
-    async def flush(self, answer: Answer) -> None:
-        """Writes the answer's gathered text, if any, before anything it queues afterwards."""
-        if answer.pending:
-            event = protocol.delta_event(answer.take())
-            await self.batcher.call(lambda p: queue_emit(p, answer.out_key, event))
+    async def flush(self, buffer: OutputBuffer) -> None:
+        """Writes the buffer's gathered text, if any, before anything queued afterwards. Raises
+        RedisError with the text kept for the next try."""
+        if not buffer.pending or buffer.lost:
+            return
+        batch, text = buffer.take()
+        try:
+            written = await self.batcher.call(lambda p: self._queue_delta(p, buffer, batch, text))
+        except RedisError:
+            buffer.put_back(batch, text)
+            raise
+        if not written:
+            buffer.lost = True
 
-    async def close(self, answer: Answer) -> None:
-        """Writes what is left of the answer and stops writing for it."""
-        self.answers.pop(answer.request_id, None)
-        await self.flush(answer)
+    async def close(self, buffer: OutputBuffer) -> None:
+        """Stops writing for the buffer; what is left is written by `flush` before the end."""
+        self.buffers.pop(buffer.request_id, None)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -112,45 +143,50 @@ class OutputWriter:
             self._task = None
 
     async def _run(self) -> None:
-        while self.answers:
+        while self.buffers:
             await asyncio.sleep(self.interval)
             try:
                 await self.tick()
-            except Exception as exc:  # Redis trouble: this tick's deltas are lost, but each
-                # answer's final event still carries its whole text, so no reader loses any.
+            except RedisError as exc:  # the text is kept: the next tick sends it again
                 log.warning("writing answers failed: %s", exc)
 
+    def _queue_delta(self, pipe, buffer: OutputBuffer, batch: int, text: str) -> None:
+        transitions.delta(pipe, self.keys, buffer.request_id, token=buffer.token, text=text,
+                          batch=batch)  # fmt: skip
+
     async def tick(self) -> None:
-        """One clock tick: every answer's gathered text in one pipeline, and the Stop check
-        when it is due."""
-        due: list[tuple[Answer, dict[str, str]]] = [
-            (answer, protocol.delta_event(answer.take()))
-            for answer in self.answers.values()
-            if answer.pending and answer.started
-        ]
+        """One clock tick: every buffer's gathered text in one pipeline, and the checks for
+        Stop and for a lost claim when they are due."""
+        due = [(buffer, *buffer.take()) for buffer in self.buffers.values()
+               if buffer.pending and buffer.started and not buffer.lost]  # fmt: skip
         now = time.monotonic()
-        check = now - self._last_cancel_check >= self.cancel_interval
-        watched = [a for a in self.answers.values() if not a.cancelled] if check else []
+        check = now - self._last_check >= self.check_interval
+        watched = [b for b in self.buffers.values() if not b.over] if check else []
         if not due and not watched:
             return
         if check:
-            self._last_cancel_check = now
+            self._last_check = now
 
         def queue(pipe) -> None:
-            for answer, event in due:
-                queue_emit(pipe, answer.out_key, event)
-            for answer in watched:
-                pipe.exists(self.keys.cancel(answer.request_id))
+            for buffer, batch, text in due:
+                self._queue_delta(pipe, buffer, batch, text)
+            for buffer in watched:
+                pipe.exists(self.keys.cancel(buffer.request_id))
+                pipe.hget(self.keys.request(buffer.request_id), "owner")
 
-        replies = await self.batcher.call(queue)
+        try:
+            replies = await self.batcher.call(queue)
+        except RedisError:
+            for buffer, batch, text in reversed(due):
+                buffer.put_back(batch, text)
+            raise
         if not isinstance(replies, list):
             replies = [replies]
-        for answer, stopped in zip(watched, replies[len(due) :], strict=True):
-            if stopped:
-                answer.cancelled = True
-
-
-def queue_emit(pipe, out_key: str, event: dict[str, str]) -> None:
-    """Appends to a request's output stream, capped. Its expiry is set when an attempt starts
-    and again with the final event, not on every delta: one command per batch, not two."""
-    pipe.xadd(out_key, event, maxlen=protocol.OUTPUT_MAXLEN, approximate=True)
+        for (buffer, _, _), written in zip(due, replies, strict=False):
+            if not written:
+                buffer.lost = True
+        checks = replies[len(due) :]
+        for buffer, stopped, owner in zip(watched, checks[0::2], checks[1::2], strict=True):
+            buffer.cancelled = buffer.cancelled or bool(stopped)
+            if owner != buffer.token:
+                buffer.lost = True

@@ -1,9 +1,15 @@
 """The one contract between the web, the dispatcher and the workers: Redis key and stream names,
 the message schema on each stream, and a request's states.
 
+Words (docs/architecture.md has the glossary): a *request* has an id and a state machine and
+produces one *answer*; the worker's view of a request is a *work item*, delivered on a work
+stream; each time a worker starts running it is an *attempt*, and only the current attempt may
+write the request's events.
+
 Django code imports this module; it imports nothing from Django. Every per-request key carries the
-request id in a `{hash tag}`, so on a Redis Cluster all of a request's keys share one slot.
-Stream entries are flat string maps; structured fields are JSON strings.
+request id in a `{hash tag}`, so on a Redis Cluster all of a request's keys share one slot; the
+dispatcher's own keys share the `{adm}` tag. Stream entries are flat string maps; structured
+fields are JSON strings. Only `worker/transitions.py` writes a request's state and events.
 """
 
 from __future__ import annotations
@@ -14,12 +20,15 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
 from enum import StrEnum
-from typing import Any
 
 PROTOCOL_VERSION = "1"
 
 WORKER_GROUP = "workers"  # consumer group of every worker on the work streams
-RECORDER_GROUP = "recorder"  # consumer group of the completion recorder on the done stream
+RECORDER_GROUP = "recorder"  # consumer group of the answer recorder on the done stream
+DISPATCHER_GROUP = "dispatcher"  # consumer group of the dispatcher on the admission stream
+# One consumer name for whichever dispatcher holds the lease: a new holder re-reads what the old
+# one had been delivered but not yet acknowledged.
+ACTIVE_CONSUMER = "active"
 
 # Output streams keep this many entries; deltas are batched (~30 ms each), so this holds far more
 # than one answer, and the final event repeats the whole text anyway.
@@ -29,6 +38,9 @@ REQUEST_TTL_SECONDS = 24 * 3600
 CANCEL_TTL_SECONDS = 3600
 DONE_MAXLEN = 100_000
 DEAD_MAXLEN = 10_000
+# The dispatcher's queue, charges and running hashes: refreshed on every write.
+ADMISSION_STATE_TTL_SECONDS = 7 * 24 * 3600
+METRICS_TTL_SECONDS = 30 * 24 * 3600
 
 
 class State(StrEnum):
@@ -54,16 +66,38 @@ class EventType(StrEnum):
 
 @dataclass(frozen=True)
 class Keys:
-    """All Redis names under one prefix (tests give each test its own prefix)."""
+    """Every Redis name Sluice uses, under one prefix (tests give each test its own)."""
 
     prefix: str = "sluice"
 
+    # -- one request's keys: the request id is their hash tag ---------------------------------
+
+    def request(self, request_id: str) -> str:
+        """Hash: the request's state, owner, current attempt, citations (see transitions)."""
+        return f"{self.prefix}:req:{{{request_id}}}"
+
+    def output(self, request_id: str) -> str:
+        """Stream: the events readers follow (status, start, delta, final)."""
+        return f"{self.prefix}:out:{{{request_id}}}"
+
+    def cancel(self, request_id: str) -> str:
+        return f"{self.prefix}:cancel:{{{request_id}}}"
+
+    def conversation_active(self, conversation_id: int | str) -> str:
+        """The request currently answering in a conversation, so a new tab can resume it."""
+        return f"{self.prefix}:conv:{{{conversation_id}}}:active"
+
     @property
-    def admit(self) -> str:
-        return f"{self.prefix}:admit"
+    def account_events(self) -> str:
+        """Stream: account changes that end sessions (logout, password change, deactivation),
+        each naming its user; every web process follows it once for all its open sockets."""
+        return f"{self.prefix}:account-events"
+
+    # -- work and workers ------------------------------------------------------------------------
 
     @property
     def work(self) -> str:
+        """The shared work stream: any worker with a free slot takes from it."""
         return f"{self.prefix}:work"
 
     def work_for(self, worker_id: str) -> str:
@@ -71,11 +105,8 @@ class Keys:
         return f"{self.prefix}:work:{worker_id}"
 
     @property
-    def done(self) -> str:
-        return f"{self.prefix}:done"
-
-    @property
     def dead(self) -> str:
+        """Stream: what could not be parsed, stored or run, each entry with its reason."""
         return f"{self.prefix}:dead"
 
     @property
@@ -86,21 +117,67 @@ class Keys:
     def heartbeat(self, worker_id: str) -> str:
         return f"{self.prefix}:worker:{worker_id}"
 
-    def request(self, request_id: str) -> str:
-        return f"{self.prefix}:req:{{{request_id}}}"
-
-    def output(self, request_id: str) -> str:
-        return f"{self.prefix}:out:{{{request_id}}}"
-
-    def cancel(self, request_id: str) -> str:
-        return f"{self.prefix}:cancel:{{{request_id}}}"
-
-    def conversation_active(self, conversation_id: int | str) -> str:
-        """The request currently generating in a conversation, so a new tab can resume it."""
-        return f"{self.prefix}:conv:{{{conversation_id}}}:active"
-
     def reclaim_lock(self, worker_id: str) -> str:
         return f"{self.prefix}:reclaim:{worker_id}"
+
+    # -- the dispatcher's own keys: one hash tag, so its transactions stay in one slot ---------
+
+    def _adm(self, name: str) -> str:
+        return f"{self.prefix}:{{adm}}:{name}"
+
+    @property
+    def admit(self) -> str:
+        """Stream: new requests, read by the dispatcher."""
+        return self._adm("admit")
+
+    @property
+    def done(self) -> str:
+        """Stream: answer records, read by the recorder (stores them) and the dispatcher."""
+        return self._adm("done")
+
+    @property
+    def lease(self) -> str:
+        return self._adm("lease")
+
+    @property
+    def queue(self) -> str:
+        """Hash: request id → JSON of a queued request (the authoritative queue)."""
+        return self._adm("queue")
+
+    @property
+    def charges(self) -> str:
+        """Hash: request id → JSON of what its buckets were charged, until reconciled."""
+        return self._adm("charges")
+
+    @property
+    def running(self) -> str:
+        """Hash: request id → "user|dispatched ms" for requests on workers (max_concurrent)."""
+        return self._adm("running")
+
+    @property
+    def cancels(self) -> str:
+        """Set: ids of requests whose user pressed stop, emptied by the dispatcher's sweep. It
+        finds a waiting request's stop at once, wherever it is in a long queue."""
+        return self._adm("cancels")
+
+    @property
+    def degradation(self) -> str:
+        return self._adm("degradation")
+
+    @property
+    def metrics(self) -> str:
+        return self._adm("metrics")
+
+    def bucket(self, user_id: str) -> str:
+        return self._adm(f"bucket:{user_id}")
+
+    # -- the web's own keys ----------------------------------------------------------------------
+
+    def login_failures(self, digest: str) -> str:
+        return f"{self.prefix}:login-failures:{digest}"
+
+    def rag_cache(self, kind: str, digest: str) -> str:
+        return f"{self.prefix}:rag:{kind}:{digest}"
 
 
 def new_request_id() -> str:
@@ -113,7 +190,7 @@ def now_ms() -> int:
 
 @dataclass
 class WorkItem:
-    """A generation to run, as it travels on the admission and work streams."""
+    """A request to answer, as it travels on the admission and work streams."""
 
     id: str
     user_id: str
@@ -123,7 +200,6 @@ class WorkItem:
     temperature: float = 0.7
     prompt_tokens_estimate: int = 0
     kind: str = "chat"  # request type, weighted by the plan's cost weights
-    plan: str = ""
     submitted_ms: int = field(default_factory=now_ms)
     v: str = PROTOCOL_VERSION
 
@@ -135,18 +211,23 @@ class WorkItem:
 
     @classmethod
     def from_fields(cls, fields: dict[str, str]) -> WorkItem:
+        """Raises KeyError or ValueError for an entry that is not a work item."""
         if fields.get("v") != PROTOCOL_VERSION:
             raise ValueError(f"unsupported work item version {fields.get('v')!r}")
+        messages = json.loads(fields["messages"])
+        if not isinstance(messages, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages
+        ):
+            raise ValueError("messages must be a list of {role, content}")
         return cls(
             id=fields["id"],
             user_id=fields["user_id"],
             conversation_id=fields["conversation_id"],
-            messages=json.loads(fields["messages"]),
+            messages=messages,
             max_tokens=int(fields["max_tokens"]),
             temperature=float(fields["temperature"]),
             prompt_tokens_estimate=int(fields.get("prompt_tokens_estimate", 0)),
             kind=fields.get("kind", "chat"),
-            plan=fields.get("plan", ""),
             submitted_ms=int(fields.get("submitted_ms", 0)),
         )
 
@@ -160,22 +241,26 @@ class Usage:
 
 
 @dataclass
-class Completion:
-    """What the done stream carries to the recorder: the outcome of one request."""
+class Answer:
+    """How a request ended: what the final event shows readers and what the done stream
+    carries to the recorder (which stores it in PostgreSQL) and the dispatcher (which settles
+    the user's charge)."""
 
     id: str
     user_id: str
     conversation_id: str
     state: State
-    text: str
-    usage: Usage
+    text: str = ""
+    usage: Usage = field(default_factory=Usage)
     error: str = ""
     worker_id: str = ""
+    attempt: int = 0  # 0: ended without running (rejected, timed out or stopped in line)
+    retry_after: int | None = None  # seconds, for a rejection that waiting can fix
     prompt_tokens_estimate: int = 0
     max_tokens: int = 0
 
     def to_fields(self) -> dict[str, str]:
-        return {
+        fields = {
             "v": PROTOCOL_VERSION,
             "id": self.id,
             "user_id": self.user_id,
@@ -185,43 +270,54 @@ class Completion:
             "usage": json.dumps(asdict(self.usage)),
             "error": self.error,
             "worker_id": self.worker_id,
+            "attempt": str(self.attempt),
             "prompt_tokens_estimate": str(self.prompt_tokens_estimate),
             "max_tokens": str(self.max_tokens),
         }
+        if self.retry_after is not None:
+            fields["retry_after"] = str(int(self.retry_after))
+        return fields
 
     @classmethod
-    def from_fields(cls, fields: dict[str, str]) -> Completion:
+    def from_fields(cls, fields: dict[str, str]) -> Answer:
+        """Raises KeyError, ValueError or TypeError for a record that is not an answer."""
+        usage = json.loads(fields.get("usage") or "{}")
+        if not isinstance(usage, dict):
+            raise ValueError("usage must be a JSON object")
+        retry_after = fields.get("retry_after")
         return cls(
             id=fields["id"],
             user_id=fields["user_id"],
             conversation_id=fields["conversation_id"],
             state=State(fields["state"]),
             text=fields.get("text", ""),
-            usage=Usage(**json.loads(fields.get("usage") or "{}")),
+            usage=Usage(**usage),
             error=fields.get("error", ""),
             worker_id=fields.get("worker_id", ""),
+            attempt=int(fields.get("attempt") or 0),
+            retry_after=int(retry_after) if retry_after else None,
             prompt_tokens_estimate=int(fields.get("prompt_tokens_estimate") or 0),
             max_tokens=int(fields.get("max_tokens") or 0),
         )
 
 
-def status_event(state: State, **extra: Any) -> dict[str, str]:
-    return {"type": EventType.STATUS, "state": state, **{k: str(v) for k, v in extra.items()}}
-
-
-def start_event(*, attempt: int, worker_id: str) -> dict[str, str]:
-    return {"type": EventType.START, "attempt": str(attempt), "worker": worker_id}
-
-
-def delta_event(text: str) -> dict[str, str]:
-    return {"type": EventType.DELTA, "text": text}
-
-
-def final_event(completion: Completion) -> dict[str, str]:
-    return {
+def final_fields(answer: Answer) -> dict[str, str]:
+    """The final event on the output stream: what every reader shows at the end."""
+    fields = {
         "type": EventType.FINAL,
-        "state": str(completion.state),
-        "text": completion.text,
-        "usage": json.dumps(asdict(completion.usage)),
-        "error": completion.error,
+        "state": str(answer.state),
+        "text": answer.text,
+        "usage": json.dumps(asdict(answer.usage)),
+        "error": answer.error,
+        "attempt": str(answer.attempt),
     }
+    if answer.retry_after is not None:
+        fields["retry_after"] = str(int(answer.retry_after))
+    return fields
+
+
+def answer_from_final(request_id: str, fields: dict[str, str], *, user_id: str,
+                      conversation_id: str) -> Answer:  # fmt: skip
+    """The answer a final event describes (for readers that settle a request themselves)."""
+    return Answer.from_fields({**fields, "id": request_id, "user_id": user_id,
+                               "conversation_id": conversation_id})  # fmt: skip

@@ -1,10 +1,17 @@
-"""Re-running work that a dead worker left pending, and dead-lettering work that keeps failing.
+"""Work that nobody runs any more: found by the live workers and run again.
 
-Any live worker with free slots looks, every few seconds, for consumers of the work streams whose
-heartbeat is gone. Their pending entries, once idle past `claim_idle_ms`, are claimed with XCLAIM
-and run again by the claimer; entries delivered `max_deliveries` times go to the dead-letter
-stream and their requests fail visibly. A dead worker's affinity stream is moved back to the
-shared stream, so work routed to it is not stranded.
+Every few seconds (`interval_seconds`) a worker with free slots looks for:
+
+- work delivered to itself that it is not running (an attempt that gave up while Redis was
+  away, or a worker restarted under the same id): run again;
+- work pending on consumers of the shared stream whose heartbeat is gone, idle past
+  `claim_idle_ms`: claimed with XCLAIM and run again;
+- the affinity streams of workers whose heartbeat is gone: their entries move back to the
+  shared stream at once (the stream and its group stay, so a worker that was only paused
+  finds them when it resumes).
+
+Each run is a new attempt (`transitions.start` counts them and fences the old one out); a
+request started too often is dead-lettered there, so work that kills its workers ends visibly.
 """
 
 from __future__ import annotations
@@ -15,12 +22,13 @@ import time
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from . import protocol
-from .protocol import Completion, Keys, State, Usage
+from . import protocol, transitions
+from .protocol import Keys
 
 log = logging.getLogger("sluice.worker.recovery")
 
-ClaimedEntry = tuple[str, dict[str, str], str, int]  # (entry id, fields, stream, deliveries)
+ClaimedEntry = tuple[str, dict[str, str], str]  # (entry id, fields, stream)
+VANISHED_SECONDS = 60  # a worker silent this long has its affinity stream checked
 
 
 class Reclaimer:
@@ -31,35 +39,56 @@ class Reclaimer:
         keys: Keys,
         worker_id: str,
         claim_idle_ms: int,
-        max_deliveries: int,
         interval_seconds: float = 2.0,
+        running: dict | None = None,
     ) -> None:
         self.redis = redis_client
         self.keys = keys
         self.worker_id = worker_id
         self.claim_idle_ms = claim_idle_ms
-        self.max_deliveries = max_deliveries
         self.interval_seconds = interval_seconds
+        self.running = running if running is not None else {}  # entry ids this worker runs
         self._last_run = 0.0
 
     async def maybe_reclaim(self, *, limit: int) -> list[ClaimedEntry]:
-        """At most `limit` entries of dead workers, claimed for this worker; runs every
-        `interval_seconds` at most, so the common path costs nothing."""
+        """At most `limit` entries to run again; looks every `interval_seconds` at most, so
+        the common path costs nothing."""
         if limit <= 0 or time.monotonic() - self._last_run < self.interval_seconds:
             return []
         self._last_run = time.monotonic()
         try:
-            dead = await self._dead_consumers()
-            claimed: list[ClaimedEntry] = []
-            for consumer in dead:
-                await self._rehome_affinity_stream(consumer)
-                claimed += await self._claim_from(consumer, limit=limit - len(claimed))
+            claimed = await self._own_forgotten(limit)
+            for consumer in await self._dead_consumers():
                 if len(claimed) >= limit:
                     break
+                await self.rehome(consumer)
+                claimed += await self._claim_from(consumer, limit=limit - len(claimed))
             return claimed
         except ResponseError as exc:
+            if transitions.is_missing_group(exc):
+                raise  # the read loop recreates the groups
             log.warning("reclaim skipped: %s", exc)
             return []
+
+    async def _own_forgotten(self, limit: int) -> list[ClaimedEntry]:
+        """Entries delivered to this worker that no task of its runs."""
+        found: list[ClaimedEntry] = []
+        for stream in (self.keys.work_for(self.worker_id), self.keys.work):
+            response = await self.redis.xreadgroup(
+                protocol.WORKER_GROUP, self.worker_id, {stream: "0"},
+                count=limit + len(self.running),
+            )  # fmt: skip
+            for _, entries in response or []:
+                for entry_id, fields in entries:
+                    if entry_id in self.running or len(found) >= limit:
+                        continue
+                    if not fields:  # deleted from the stream while pending: nothing to run
+                        await self.redis.xack(stream, protocol.WORKER_GROUP, entry_id)
+                        continue
+                    log.warning("re-running %s, delivered here but not running",
+                                fields.get("id"))  # fmt: skip
+                    found.append((entry_id, fields, stream))
+        return found
 
     async def _dead_consumers(self) -> list[str]:
         consumers = await self.redis.xinfo_consumers(self.keys.work, protocol.WORKER_GROUP)
@@ -71,7 +100,7 @@ class Reclaimer:
             if not await self.redis.exists(self.keys.heartbeat(name)):
                 dead.append(name)
         # Affinity streams of workers that vanished without pending work on the shared stream.
-        cutoff = time.time() - 60
+        cutoff = time.time() - VANISHED_SECONDS
         for name in await self.redis.zrangebyscore(self.keys.workers, "-inf", cutoff):
             if name != self.worker_id and name not in dead:
                 if not await self.redis.exists(self.keys.heartbeat(name)):
@@ -95,47 +124,37 @@ class Reclaimer:
             if not entries:
                 continue  # another worker claimed it first
             _, fields = entries[0]
-            deliveries = entry["times_delivered"] + 1
-            if deliveries > self.max_deliveries:
-                await self._dead_letter(entry_id, fields, deliveries - 1)
+            if not fields:  # deleted while pending: nothing to run
+                await self.redis.xack(self.keys.work, protocol.WORKER_GROUP, entry_id)
                 continue
-            log.warning("re-running %s from dead worker %s (delivery %d)",
-                        fields.get("id"), consumer, deliveries)  # fmt: skip
-            claimed.append((entry_id, fields, self.keys.work, deliveries))
+            log.warning("re-running %s from dead worker %s", fields.get("id"), consumer)
+            claimed.append((entry_id, fields, self.keys.work))
         return claimed
 
-    async def _dead_letter(self, entry_id: str, fields: dict[str, str], deliveries: int) -> None:
-        log.error("request %s failed %d deliveries; dead-lettered", fields.get("id"), deliveries)
-        await self.redis.xadd(self.keys.dead, {**fields, "deliveries": str(deliveries)},
-                              maxlen=protocol.DEAD_MAXLEN, approximate=True)  # fmt: skip
-        if "id" in fields:
-            from .runner import finish_request  # runner imports this module
-
-            await finish_request(self.redis, self.keys, Completion(
-                id=fields["id"], user_id=fields.get("user_id", ""),
-                conversation_id=fields.get("conversation_id", ""), state=State.FAILED, text="",
-                usage=Usage(), error="The answer could not be generated: its workers kept "
-                "failing. Please try again.",
-                prompt_tokens_estimate=int(fields.get("prompt_tokens_estimate") or 0),
-                max_tokens=int(fields.get("max_tokens") or 0),
-            ))  # fmt: skip
-        await (
-            self.redis.pipeline(transaction=False)
-            .xack(self.keys.work, protocol.WORKER_GROUP, entry_id)
-            .xdel(self.keys.work, entry_id)
-            .execute()
-        )
-
-    async def _rehome_affinity_stream(self, consumer: str) -> None:
-        """Moves work routed to a dead worker back to the shared stream, once (a lock)."""
-        stream = self.keys.work_for(consumer)
-        if not await self.redis.set(self.keys.reclaim_lock(consumer), self.worker_id, nx=True,
-                                    ex=60):  # fmt: skip
-            return
-        entries = await self.redis.xrange(stream)
-        for _, fields in entries:
-            await self.redis.xadd(self.keys.work, fields)
+    async def rehome(self, worker_id: str) -> int:
+        """Moves the entries of `worker_id`'s affinity stream to the shared stream, once (a
+        lock): all of them for a dead worker; for this worker, leaving, only those it has not
+        read (what it read, it ran or gave back)."""
+        stream = self.keys.work_for(worker_id)
+        leaving = worker_id == self.worker_id
+        if not leaving and not await self.redis.set(
+            self.keys.reclaim_lock(worker_id), self.worker_id, nx=True, ex=VANISHED_SECONDS
+        ):
+            return 0
+        start = "-"
+        if leaving:
+            groups = await self.redis.xinfo_groups(stream)
+            read = next((g["last-delivered-id"] for g in groups
+                         if g["name"] == protocol.WORKER_GROUP), "0-0")  # fmt: skip
+            start = f"({read}"
+        entries = await self.redis.xrange(stream, min=start)
         if entries:
-            log.warning("moved %d entries from dead worker %s's stream", len(entries), consumer)
-        await self.redis.delete(stream)
-        await self.redis.zrem(self.keys.workers, consumer)
+            pipe = self.redis.pipeline(transaction=False)
+            for entry_id, fields in entries:
+                transitions.work_returned(pipe, self.keys, stream, entry_id, fields)
+            await pipe.execute()
+            log.warning("moved %d entries from worker %s's stream to the shared stream",
+                        len(entries), worker_id)  # fmt: skip
+        if not leaving:
+            await self.redis.zrem(self.keys.workers, worker_id)
+        return len(entries)

@@ -31,10 +31,22 @@ class HiredisPackedConnection(aioredis.Connection):
         return [b"".join(self.pack_command(*command)[0] for command in commands)]
 
 
-def connect(url: str, **options) -> aioredis.Redis:
-    """An asyncio client for `url`; over plain TCP its connections pack with hiredis."""
-    client = aioredis.Redis.from_url(url, **options)
-    pool = client.connection_pool
+def connect(
+    url: str,
+    *,
+    max_connections: int = 8,
+    socket_timeout: float = 10.0,
+    connect_timeout: float = 5.0,
+    **options,
+) -> aioredis.Redis:
+    """An asyncio client for `url` with a bounded pool (callers wait for a free connection)
+    and timeouts, so a frozen Redis fails a command instead of hanging it; `socket_timeout`
+    must exceed the longest blocking read (the work read blocks 1 s). Over plain TCP its
+    connections pack with hiredis."""
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=socket_timeout,
+        socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout, **options,
+    )  # fmt: skip
     if pool.connection_class is aioredis.Connection:  # TLS connections keep redis-py's packer
         pool.connection_class = HiredisPackedConnection
-    return client
+    return aioredis.Redis(connection_pool=pool)

@@ -1,10 +1,20 @@
-"""What the worker's tests share: a real asyncio Redis client that counts its pipelines."""
+"""What the worker's tests share: a real asyncio Redis client that counts its pipelines, and
+workers run in this process on the simulated engine against the test's Redis keys."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
 
 import pytest
 import redis.asyncio as aioredis
 from django.conf import settings
+
+from worker import protocol, redis_connection, transitions
+from worker.engines.simulated import SimulatedEngine
+from worker.protocol import Keys, WorkItem
+from worker.runner import Worker
 
 
 class CountingClient:
@@ -24,3 +34,83 @@ async def counting():
     counting = CountingClient()
     yield counting
     await counting.client.aclose()
+
+
+@pytest.fixture
+def keys(redis_prefix) -> Keys:
+    return Keys(prefix=redis_prefix)
+
+
+@pytest.fixture
+async def redis_async():
+    client = aioredis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def run_worker(keys):
+    """Starts Worker(s) in this process; each is stopped (and awaited) after the test."""
+    running: list[tuple[Worker, asyncio.Task, aioredis.Redis]] = []
+
+    async def start(worker_id: str = "w1", *, engine: SimulatedEngine | None = None,
+                    **options) -> Worker:  # fmt: skip
+        client = redis_connection.connect(settings.REDIS_URL, decode_responses=True)
+        engine = engine or SimulatedEngine(slots=2, first_token_ms=5, decode_ms_per_token=2,
+                                           tokens=5, faults=True)  # fmt: skip
+        options = {"heartbeat_interval": 0.2, "claim_idle_ms": 200, "grace_seconds": 2,
+                   "read_block_ms": 200, **options}  # fmt: skip
+        worker = Worker(redis_client=client, engine=engine, keys=keys, worker_id=worker_id,
+                        **options)  # fmt: skip
+        task = asyncio.create_task(worker.run())
+        running.append((worker, task, client))
+        return worker
+
+    yield start
+    for worker, task, client in running:
+        worker.stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, timeout=15)
+        await client.aclose()
+
+
+async def enqueue(client, keys: Keys, request_id: str, *, text: str = "Hi",
+                  stream: str | None = None) -> WorkItem:  # fmt: skip
+    """A request submitted straight onto a work stream, as the dispatcher hands it over."""
+    item = WorkItem(id=request_id, user_id="7", conversation_id="3", max_tokens=5,
+                    messages=[{"role": "user", "content": text}])  # fmt: skip
+    pipe = client.pipeline(transaction=False)
+    transitions.submitted(pipe, keys, item, citations=[], stream=stream or keys.work,
+                          submit_by_ms=protocol.now_ms() + 5000)  # fmt: skip
+    await pipe.execute()
+    return item
+
+
+async def events(client, keys: Keys, request_id: str) -> list[dict]:
+    return [fields for _, fields in await client.xrange(keys.output(request_id))]
+
+
+async def final_of(client, keys: Keys, request_id: str, *, timeout: float = 20) -> dict:
+    """The request's final event, once it is there."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for fields in await events(client, keys, request_id):
+            if fields["type"] == "final":
+                return fields
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"request {request_id} never ended")
+
+
+async def eventually(check, *, timeout: float = 20, what: str = "condition"):
+    """Polls an async check until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await check()
+        if value:
+            return value
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def answer_records(client, keys: Keys, request_id: str) -> list[dict]:
+    return [f for _, f in await client.xrange(keys.done) if f["id"] == request_id]

@@ -4,11 +4,16 @@ Time to first token = `first_token_ms` + `prefill_ms_per_token` x uncached promp
 one token every `decode_ms_per_token`, slowed by `batch_slowdown` per extra running sequence
 (continuous batching shares the GPU). A prefix cache keyed by the leading messages remembers how
 many prompt tokens are already computed, as vLLM's automatic prefix caching would.
+
+With `faults` on, a marker in the last message makes the answer misbehave, so the fault tests
+can drive what real engines do on a bad day: `[[sim:crash]]` kills the worker process,
+`[[sim:stall]]` never yields a token, `[[sim:fail]]` raises.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -33,6 +38,7 @@ class SimulatedEngine:
         batch_slowdown: float = 0.0,
         tokens: int | None = None,
         prefix_cache_entries: int = 10_000,
+        faults: bool = False,
     ) -> None:
         self.slots = slots
         self.first_token_ms = first_token_ms
@@ -46,6 +52,7 @@ class SimulatedEngine:
         self._aborted: set[str] = set()
         self.cache_hits = 0
         self.cache_lookups = 0
+        self.faults = faults
 
     @property
     def capacity(self) -> int:
@@ -86,7 +93,18 @@ class SimulatedEngine:
         self.cache_hits += cached > 0
         return total - cached
 
+    async def _misbehave(self, request: GenerationRequest) -> None:
+        last = request.messages[-1].get("content", "") if request.messages else ""
+        if "[[sim:crash]]" in last:
+            os._exit(17)  # the whole worker process dies mid-answer, as on a driver fault
+        if "[[sim:stall]]" in last:
+            await asyncio.Event().wait()
+        if "[[sim:fail]]" in last:
+            raise RuntimeError("simulated engine failure")
+
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineOutput]:
+        if self.faults:
+            await self._misbehave(request)
         prompt_tokens = sum(approx_tokens(m.get("content", "")) for m in request.messages)
         uncached = self._uncached_prompt_tokens(request.messages)
         count = self.tokens if self.tokens is not None else request.max_tokens

@@ -1,0 +1,209 @@
+"""Running one work item: claim the request for a new attempt, generate the answer, end the
+request, acknowledge the work item.
+
+Every Redis write here goes through `transitions` and is retried while Redis is away (a
+restart, a failover), so an attempt never leaves its answer half-written: it is finished, or it
+learns that another attempt owns the request and stops without writing anything more. The
+work item is acknowledged only after the request has ended; a worker that dies before that
+leaves it pending, and a live worker runs it again as the next attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from . import transitions
+from .batching import CommandBatcher
+from .engines import Engine, GenerationRequest
+from .heartbeat import WorkerStats
+from .output import OutputBuffer, OutputWriter
+from .protocol import Answer, Keys, State, WorkItem
+
+log = logging.getLogger("sluice.worker")
+
+# Redis errors worth waiting out: the server restarting, loading its data, or briefly away.
+TRANSIENT = (RedisConnectionError, RedisTimeoutError)
+
+
+@dataclass
+class Attempts:
+    """What running an attempt needs from its worker.
+
+    Args:
+        max_attempts: a request started this many times already is not run again: it goes to
+            the dead-letter stream and fails visibly (it may be what kills its workers).
+        answer_timeout: seconds an answer may take; a hung engine fails the answer and frees
+            its slot instead of holding it forever.
+        redis_patience: seconds a write waits out Redis being away before giving up.
+    """
+
+    batcher: CommandBatcher
+    keys: Keys
+    engine: Engine
+    output: OutputWriter
+    worker_id: str
+    stats: WorkerStats
+    max_attempts: int = 3
+    answer_timeout: float = 600.0
+    redis_patience: float = 300.0
+
+    async def write(self, queue: Callable[[Any], Any]) -> Any:
+        """Runs the commands `queue` puts on a pipeline, retried while Redis is away."""
+        return await self.retrying(lambda: self.batcher.call(queue))
+
+    async def retrying(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        deadline = time.monotonic() + self.redis_patience
+        delay = 0.2
+        while True:
+            try:
+                return await call()
+            except TRANSIENT as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("Redis unavailable (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def run(self, entry_id: str, fields: dict[str, str], stream: str) -> None:
+        """Runs one work item to its end. If the worker stops it past its grace period
+        (cancelled), the work item goes back to the shared stream for another worker."""
+        finished = False
+        try:
+            finished = await self._run(entry_id, fields, stream)
+        except asyncio.CancelledError:
+            if not finished:
+                await self._give_back(entry_id, fields, stream)
+            raise
+
+    async def _run(self, entry_id: str, fields: dict[str, str], stream: str) -> bool:
+        try:
+            item = WorkItem.from_fields(fields)
+        except (KeyError, ValueError, TypeError) as exc:
+            reason = f"malformed work item: {exc.__class__.__name__}: {exc}"
+            log.error("dead-lettering work item %s: %s", entry_id, reason)
+            await self.write(lambda p: (
+                transitions.dead_letter(p, self.keys, source="worker", stream=stream,
+                                        entry_id=entry_id, fields=fields, reason=reason),
+                transitions.work_done(p, stream, entry_id),
+            ))  # fmt: skip
+            return True
+        token = f"{self.worker_id}/{uuid.uuid4().hex[:12]}"
+        start = transitions.start_result(await self.write(lambda p: transitions.start(
+            p, self.keys, item.id, token=token, worker_id=self.worker_id,
+            max_attempts=self.max_attempts)))  # fmt: skip
+        if start.code == transitions.START_ENDED:  # ended meanwhile (stopped, or run already)
+            await self.write(lambda p: transitions.work_done(p, stream, entry_id))
+            return True
+        answer = Answer(
+            id=item.id, user_id=item.user_id, conversation_id=item.conversation_id,
+            state=State.DONE, worker_id=self.worker_id, attempt=start.attempt,
+            prompt_tokens_estimate=item.prompt_tokens_estimate, max_tokens=item.max_tokens,
+        )  # fmt: skip
+        exhausted = start.code == transitions.START_EXHAUSTED
+        if start.code == transitions.START_STOPPED:
+            answer.state = State.CANCELLED
+        elif exhausted:
+            log.error("request %s was started %d times; dead-lettered", item.id, start.attempt - 1)
+            answer.state = State.FAILED
+            answer.error = ("This answer could not be generated: it was tried "
+                            f"{start.attempt - 1} times and failed each time. Please try again "
+                            "or rephrase the question.")  # fmt: skip
+        else:
+            buffer = await self._generate(item, answer, token)
+            if buffer.lost:
+                log.warning("request %s: attempt %d lost its claim to a newer one; stopped",
+                            item.id, start.attempt)  # fmt: skip
+                return True  # the current attempt acknowledges the work item
+        return await self._end(answer, token, stream, entry_id, fields, exhausted=exhausted)
+
+    async def _generate(self, item: WorkItem, answer: Answer, token: str) -> OutputBuffer:
+        buffer = self.output.open(item.id, token)
+        request = GenerationRequest(
+            id=item.id, messages=item.messages, max_tokens=item.max_tokens,
+            temperature=item.temperature,
+        )  # fmt: skip
+        started = time.perf_counter()
+        parts: list[str] = []
+        usage = answer.usage
+        try:
+            async with asyncio.timeout(self.answer_timeout):
+                async for output in self.engine.generate(request):
+                    usage.prompt_tokens = output.prompt_tokens
+                    usage.completion_tokens = output.completion_tokens
+                    if output.text:
+                        if usage.ttft_ms is None:
+                            usage.ttft_ms = round((time.perf_counter() - started) * 1000, 2)
+                        parts.append(output.text)
+                        # The first token is written at once, the rest on the writer's clock.
+                        await self.output.add(buffer, output.text)
+                    if buffer.over:  # Stop, or another attempt took over
+                        await self.engine.abort(item.id)
+                        break
+        except TimeoutError:
+            await self.engine.abort(item.id)
+            answer.state = State.FAILED
+            answer.error = (f"The model took longer than {self.answer_timeout:.0f} s to answer, "
+                            "so the answer was stopped. Please try again.")  # fmt: skip
+        except asyncio.CancelledError:
+            await self.engine.abort(item.id)
+            await self.output.close(buffer)
+            raise
+        except Exception as exc:  # an engine failure fails this answer, not the worker
+            log.exception("request %s failed in the engine", item.id)
+            answer.state = State.FAILED
+            answer.error = f"The model failed: {exc.__class__.__name__}"
+        if not buffer.lost:
+            await self.retrying(lambda: self.output.flush(buffer))
+        await self.output.close(buffer)
+        if buffer.cancelled and answer.state == State.DONE:
+            answer.state = State.CANCELLED
+        answer.text = "".join(parts)
+        usage.duration_ms = round((time.perf_counter() - started) * 1000, 2)
+        self.stats.add_tokens(usage.completion_tokens)
+        return buffer
+
+    async def _end(self, answer: Answer, token: str, stream: str, entry_id: str,
+                   fields: dict[str, str], *, exhausted: bool) -> bool:  # fmt: skip
+        """Ends the request, then records the answer and acknowledges the work item. The work
+        item stays pending if another attempt owns the request: that one acknowledges it."""
+        result = transitions.finish_result(
+            await self.write(lambda p: transitions.finish(p, self.keys, answer, token=token))
+        )
+        if result == transitions.LOST:
+            log.warning("request %s: attempt %d lost its claim before it ended", answer.id,
+                        answer.attempt)  # fmt: skip
+            return True
+        if answer.state == State.FAILED:
+            self.stats.failed += 1
+        else:
+            self.stats.completed += 1
+
+        def after(pipe) -> None:
+            if result == transitions.ENDED_NOW:
+                transitions.answer_record(pipe, self.keys, answer)
+            if exhausted:
+                transitions.dead_letter(pipe, self.keys, source="worker", stream=stream,
+                                        entry_id=entry_id, fields=fields,
+                                        reason=f"started {answer.attempt - 1} times without "
+                                        "finishing")  # fmt: skip
+            transitions.work_done(pipe, stream, entry_id)
+
+        await self.write(after)
+        return True
+
+    async def _give_back(self, entry_id: str, fields: dict[str, str], stream: str) -> None:
+        try:
+            await asyncio.wait_for(self.batcher.call(lambda p: transitions.work_returned(
+                p, self.keys, stream, entry_id, fields)), timeout=5)  # fmt: skip
+            log.info("returned %s to the shared stream for another worker", fields.get("id"))
+        except (TimeoutError, *TRANSIENT) as exc:  # left pending: a live worker reclaims it
+            log.warning("could not return %s (%s); it will be reclaimed", fields.get("id"), exc)

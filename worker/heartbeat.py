@@ -1,0 +1,84 @@
+"""A worker's liveness and load, as the dispatcher and the other workers see it.
+
+Liveness is a Redis key with a TTL (three beat intervals), refreshed by the worker; the
+`workers` sorted set remembers who beat when, so a worker that vanished can be found.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from . import protocol
+from .engines import Engine
+from .protocol import Keys
+
+
+@dataclass
+class WorkerStats:
+    completed: int = 0
+    failed: int = 0
+    tokens: int = 0
+    window_started: float = field(default_factory=time.monotonic)
+    window_tokens: int = 0
+
+    def add_tokens(self, count: int) -> None:
+        self.tokens += count
+        self.window_tokens += count
+
+    def tokens_per_second(self) -> float:
+        elapsed = time.monotonic() - self.window_started
+        rate = self.window_tokens / elapsed if elapsed > 0 else 0.0
+        if elapsed > 10:  # a rolling ~10 s window
+            self.window_started, self.window_tokens = time.monotonic(), 0
+        return rate
+
+
+async def beat(
+    client,
+    keys: Keys,
+    *,
+    worker_id: str,
+    engine: Engine,
+    slots: int,
+    running: list[str],
+    stats: WorkerStats,
+    draining: bool,
+    interval: float,
+) -> None:
+    """Writes one heartbeat; `running` holds the ids of the requests this worker runs now."""
+    health = await engine.health()
+    payload = {
+        "worker_id": worker_id,
+        "engine": engine.name,
+        "slots": slots,
+        "busy": len(running),
+        "free": slots - len(running),
+        "running": running,
+        "tokens_per_second": round(stats.tokens_per_second(), 1),
+        "completed": stats.completed,
+        "failed": stats.failed,
+        "healthy": health.ok,
+        "detail": health.detail,
+        "engine_metrics": health.metrics,
+        "draining": draining,
+        "at_ms": protocol.now_ms(),
+    }
+    ttl = max(1, int(interval * 3))
+    await (
+        client.pipeline(transaction=False)
+        .set(keys.heartbeat(worker_id), json.dumps(payload), ex=ttl)
+        .zadd(keys.workers, {worker_id: time.time()})
+        .execute()
+    )
+
+
+async def forget(client, keys: Keys, worker_id: str) -> None:
+    """A worker that stops cleanly says so at once instead of waiting for its key to expire."""
+    await (
+        client.pipeline(transaction=False)
+        .delete(keys.heartbeat(worker_id))
+        .zrem(keys.workers, worker_id)
+        .execute()
+    )

@@ -1,0 +1,265 @@
+"""The only code that writes a request's state and events, and moves its work item.
+
+Every process calls these: the web (submitted, stopped), the dispatcher (dispatched, position,
+ended in line, lost), the worker (started, delta, finished) and the recorder (dead letters).
+Each function queues commands on a redis-py pipeline, sync or asyncio alike, so callers batch
+them with their own work; the caller executes and reads the replies with the `*_result`
+helpers where a reply means something.
+
+Attempts are fenced. `start` makes the caller the request's *owner* with a token of its own and
+counts the attempt; a delta or a final event is written only while the writer is still the
+owner, so a worker that was paused, taken for dead and replaced learns it lost its claim (the
+write answers `LOST`) and stops, and readers never see two attempts interleaved. A request ends
+once: a final event is written only while the request has not ended, by its owner or (token
+`""`) by the dispatcher for a request no attempt owns any more. Ending clears the owner, so a
+late attempt stops too.
+
+The scripts touch only one request's keys (its hash tag), so they stay valid on a Redis
+Cluster; the answer record for the done stream is a separate step, written only by the call
+that ended the request (see `finish_result`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from redis.exceptions import ResponseError
+
+from . import protocol
+from .protocol import Answer, EventType, Keys, State, WorkItem
+
+_ENDED = "local s = redis.call('HGET', KEYS[1], 'state') " \
+         "if s == 'done' or s == 'failed' or s == 'cancelled' then return 0 end "  # fmt: skip
+
+# KEYS: request hash, output stream, cancel flag
+# ARGV: token, worker, now ms, request ttl, output ttl, output maxlen, max attempts (0: any)
+START = (
+    _ENDED
+    + """
+local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'worker', ARGV[2], 'updated_ms', ARGV[3], 'seq', 0)
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+if redis.call('EXISTS', KEYS[3]) == 1 then return {2, attempt} end
+local most = tonumber(ARGV[7])
+if most > 0 and attempt > most then return {3, attempt} end
+redis.call('HSET', KEYS[1], 'state', 'streaming')
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*',
+           'type', 'start', 'attempt', attempt, 'worker', ARGV[2])
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+return {1, attempt}
+"""
+)
+
+# KEYS: request hash, output stream. ARGV: token, output maxlen, text, batch number
+# A batch resent after a lost reply (Redis restarted) is written once: its number is not above
+# the last one written.
+DELTA = """
+local owner, last = unpack(redis.call('HMGET', KEYS[1], 'owner', 'seq'))
+if owner ~= ARGV[1] then return 0 end
+if tonumber(ARGV[4]) <= (tonumber(last) or 0) then return 1 end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'type', 'delta', 'text', ARGV[3])
+redis.call('HSET', KEYS[1], 'seq', ARGV[4])
+return 1
+"""
+
+# KEYS: request hash, output stream
+# ARGV: token ('' = no attempt), now ms, request ttl, output ttl, output maxlen, state, error,
+#       usage, retry after, then the final event's fields as name, value pairs
+FINISH = """
+local s, ended_by = unpack(redis.call('HMGET', KEYS[1], 'state', 'ended_by'))
+if s == 'done' or s == 'failed' or s == 'cancelled' then
+  if ARGV[1] ~= '' and ended_by == ARGV[1] then return 1 end
+  return 0
+end
+if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return -1 end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', unpack(ARGV, 10))
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+redis.call('HSET', KEYS[1], 'state', ARGV[6], 'error', ARGV[7], 'usage', ARGV[8],
+           'retry_after', ARGV[9], 'updated_ms', ARGV[2], 'ended_by', ARGV[1])
+redis.call('HDEL', KEYS[1], 'owner')
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+# KEYS: request hash, output stream. ARGV: now ms, request ttl, output ttl, output maxlen
+DISPATCHED = """
+local s = redis.call('HGET', KEYS[1], 'state')
+if s and s ~= 'queued' then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'dispatched', 'updated_ms', ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'type', 'status', 'state', 'dispatched')
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+
+# Replies of `finish` and `delta`.
+ENDED_NOW, ALREADY_ENDED, LOST = 1, 0, -1
+# Replies of `start`, first element.
+STARTED, START_ENDED, START_STOPPED, START_EXHAUSTED = 1, 0, 2, 3
+
+
+@dataclass(frozen=True)
+class Start:
+    """What `start` found: run the attempt (`code` STARTED), or not, and why."""
+
+    code: int
+    attempt: int = 0
+
+
+# -- the web ----------------------------------------------------------------------------------
+
+
+def submitted(
+    pipe, keys: Keys, item: WorkItem, *, citations: list, stream: str, submit_by_ms: int
+) -> None:
+    """A new request: its state, the conversation's active request, the first event for
+    readers, and the admission entry. `submit_by_ms`: the web gives up waiting for Redis by
+    then, so an entry Redis only runs later (it was frozen) is withdrawn by the dispatcher."""
+    cited = json.dumps(citations)
+    now = protocol.now_ms()
+    request_key, out_key = keys.request(item.id), keys.output(item.id)
+    pipe.hset(request_key, mapping={
+        "state": State.QUEUED, "user_id": item.user_id, "conversation_id": item.conversation_id,
+        "kind": item.kind, "created_ms": now, "updated_ms": now, "citations": cited,
+    })  # fmt: skip
+    pipe.expire(request_key, protocol.REQUEST_TTL_SECONDS)
+    pipe.set(keys.conversation_active(item.conversation_id), item.id,
+             ex=protocol.REQUEST_TTL_SECONDS)  # fmt: skip
+    _event(pipe, out_key, {"type": EventType.STATUS, "state": State.QUEUED, "citations": cited})
+    pipe.expire(out_key, protocol.OUTPUT_TTL_SECONDS)
+    pipe.xadd(stream, {**item.to_fields(), "submit_by_ms": str(submit_by_ms)})
+
+
+def stopped(pipe, keys: Keys, request_id: str) -> None:
+    """The user pressed Stop: the flag a worker checks between batches, and a note to the
+    dispatcher, whose sweep ends the request at once if it is still waiting in line."""
+    pipe.set(keys.cancel(request_id), "1", ex=protocol.CANCEL_TTL_SECONDS)
+    pipe.sadd(keys.cancels, request_id)
+    pipe.expire(keys.cancels, protocol.ADMISSION_STATE_TTL_SECONDS)
+
+
+# -- the dispatcher ---------------------------------------------------------------------------
+
+
+def dispatched(pipe, keys: Keys, request_id: str, *, stream: str, fields: dict[str, str]) -> None:
+    """The request leaves the line for a work stream (unless it has moved on already)."""
+    pipe.xadd(stream, fields)
+    pipe.eval(DISPATCHED, 2, keys.request(request_id), keys.output(request_id), protocol.now_ms(),
+              protocol.REQUEST_TTL_SECONDS, protocol.OUTPUT_TTL_SECONDS,
+              protocol.OUTPUT_MAXLEN)  # fmt: skip
+
+
+def position(pipe, keys: Keys, request_id: str, *, place: int, eta_seconds: int,
+             reason: str = "") -> None:  # fmt: skip
+    """ "You are #3 in line (about 12 s)", and why, when the plan's rate holds it."""
+    event = {"type": EventType.STATUS, "state": State.QUEUED, "position": str(place),
+             "eta_seconds": str(eta_seconds)}  # fmt: skip
+    if reason:
+        event["reason"] = reason
+    out_key = keys.output(request_id)
+    _event(pipe, out_key, event)
+    pipe.expire(out_key, protocol.OUTPUT_TTL_SECONDS)
+
+
+# -- workers ----------------------------------------------------------------------------------
+
+
+def start(pipe, keys: Keys, request_id: str, *, token: str, worker_id: str,
+          max_attempts: int = 0) -> None:  # fmt: skip
+    """Claims the request for a new attempt; read the reply with `start_result`."""
+    pipe.eval(START, 3, keys.request(request_id), keys.output(request_id),
+              keys.cancel(request_id), token, worker_id, protocol.now_ms(),
+              protocol.REQUEST_TTL_SECONDS, protocol.OUTPUT_TTL_SECONDS, protocol.OUTPUT_MAXLEN,
+              max_attempts)  # fmt: skip
+
+
+def start_result(reply) -> Start:
+    if not reply:  # the script's early `return 0`: the request has ended
+        return Start(START_ENDED)
+    return Start(int(reply[0]), int(reply[1]))
+
+
+def delta(pipe, keys: Keys, request_id: str, *, token: str, text: str, batch: int) -> None:
+    """Batch number `batch` (1, 2, ...) of the answer's text, written only while `token` owns
+    the request, and once: the reply is 1, or 0 when another attempt took over (the caller
+    has lost its claim)."""
+    pipe.eval(DELTA, 2, keys.request(request_id), keys.output(request_id), token,
+              protocol.OUTPUT_MAXLEN, text, batch)  # fmt: skip
+
+
+def finish(pipe, keys: Keys, answer: Answer, *, token: str = "") -> None:
+    """Ends the request with `answer`: the final event and the end state, once. `token` is the
+    attempt's ("" for the dispatcher ending a request no attempt runs). Read the reply with
+    `finish_result`; then, only for ENDED_NOW, queue `answer_record`."""
+    final = protocol.final_fields(answer)
+    pairs = [part for name_value in final.items() for part in name_value]
+    retry_after = "" if answer.retry_after is None else str(int(answer.retry_after))
+    pipe.eval(FINISH, 2, keys.request(answer.id), keys.output(answer.id), token,
+              protocol.now_ms(), protocol.REQUEST_TTL_SECONDS, protocol.OUTPUT_TTL_SECONDS,
+              protocol.OUTPUT_MAXLEN, str(answer.state), answer.error,
+              json.dumps(asdict(answer.usage)), retry_after, *pairs)  # fmt: skip
+
+
+def finish_result(reply) -> int:
+    """ENDED_NOW (this call ended it; also when an attempt resends its own finish after a lost
+    reply), ALREADY_ENDED, or LOST (another attempt owns it)."""
+    return int(reply)
+
+
+def answer_record(pipe, keys: Keys, answer: Answer) -> None:
+    """The record the recorder stores in PostgreSQL and the dispatcher settles charges from.
+    Written after `finish` answered ENDED_NOW; a record written twice is stored once."""
+    pipe.xadd(keys.done, answer.to_fields(), maxlen=protocol.DONE_MAXLEN, approximate=True)
+
+
+def work_done(pipe, stream: str, entry_id: str) -> None:
+    """The work item is finished with: acknowledged and deleted, so a work stream holds only
+    work not yet finished (the dispatcher counts its length as work waiting or running)."""
+    pipe.xack(stream, protocol.WORKER_GROUP, entry_id)
+    pipe.xdel(stream, entry_id)
+
+
+def work_returned(pipe, keys: Keys, stream: str, entry_id: str, fields: dict[str, str]) -> None:
+    """A work item this worker will not run (it is stopping, or the stream's owner left) goes
+    back to the shared stream for any other worker."""
+    pipe.xadd(keys.work, fields)
+    work_done(pipe, stream, entry_id)
+
+
+# -- anyone -----------------------------------------------------------------------------------
+
+
+def dead_letter(pipe, keys: Keys, *, source: str, reason: str, stream: str = "",
+                entry_id: str = "", fields: dict | None = None) -> None:  # fmt: skip
+    """Keeps what could not be parsed, stored or run, with the reason, for an operator: no
+    loop dies on data, and nothing is dropped silently."""
+    fields = fields or {}
+    pipe.xadd(keys.dead, {
+        "source": source, "reason": reason[:500], "stream": stream, "entry_id": entry_id,
+        "request_id": str(fields.get("id", "")), "at_ms": protocol.now_ms(),
+        "fields": json.dumps(fields, default=str),
+    }, maxlen=protocol.DEAD_MAXLEN, approximate=True)  # fmt: skip
+
+
+def ensure_groups(pipe, groups: Iterable[tuple[str, str]]) -> None:
+    """Creates each (stream, group) that is missing, streams too; check the replies with
+    `check_groups` (a group that exists already is not an error)."""
+    for stream, group in groups:
+        pipe.xgroup_create(stream, group, id="0", mkstream=True)
+
+
+def check_groups(replies: list) -> None:
+    for reply in replies:
+        if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
+            raise reply
+
+
+def is_missing_group(exc: Exception) -> bool:
+    """A read failed because its stream or group is gone (deleted, or Redis restarted empty)."""
+    return isinstance(exc, ResponseError) and "NOGROUP" in str(exc)
+
+
+def _event(pipe, out_key: str, event: dict) -> None:
+    pipe.xadd(out_key, event, maxlen=protocol.OUTPUT_MAXLEN, approximate=True)
