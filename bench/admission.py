@@ -125,7 +125,7 @@ def run(args, redis_url: str) -> None:
     from apps.admission.buckets import SCRIPT, plan_buckets
     from apps.admission.dispatcher import Dispatcher, Options
     from apps.admission.models import DegradationSettings, Plan
-    from worker.protocol import Keys, WorkItem, new_request_id
+    from worker.protocol import Keys, WorkItem, new_request_id, now_ms
 
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     for key in client.scan_iter(match="benchadm:*", count=10_000):
@@ -147,10 +147,11 @@ def run(args, redis_url: str) -> None:
     messages = [{"role": "user", "content": "What does Sluice do when it is overloaded?"}]
     print(f"writing {args.requests} admission records from {args.users} users…", flush=True)
     pipe = client.pipeline(transaction=False)
+    submit_by_ms = str(now_ms() + 3600_000)  # the web's deadline for Redis: not withdrawn here
     for i in range(args.requests):
         item = WorkItem(id=new_request_id(), user_id=str(i % args.users), conversation_id=str(i),
                         messages=messages, max_tokens=256, prompt_tokens_estimate=40)  # fmt: skip
-        pipe.xadd(keys.admit, item.to_fields())
+        pipe.xadd(keys.admit, {**item.to_fields(), "submit_by_ms": submit_by_ms})
         if i % 1000 == 999:
             pipe.execute()
     pipe.execute()
@@ -162,17 +163,17 @@ def run(args, redis_url: str) -> None:
         decided += dispatcher.step()
     elapsed = time.perf_counter() - started
     rate = decided / elapsed
-    counters = client.hgetall(dispatcher.akeys.metrics)
+    counters = client.hgetall(keys.metrics)
     print(
         f"dispatcher: {decided} decisions in {elapsed:.2f} s "
         f"({counters.get('requests:admitted', 0)} admitted, "
-        f"{counters.get('requests:rejected', 0)} rejected, {len(dispatcher.records)} queued)"
+        f"{counters.get('requests:rejected', 0)} rejected, {len(dispatcher.line)} queued)"
     )
 
     plan = Plan.objects.get(slug="bench")
     buckets = plan_buckets(plan, tokens=296)
     sha = client.script_load(SCRIPT)
-    bucket_keys = [dispatcher.akeys.bucket(f"ceiling-{u}") for u in range(args.users)]
+    bucket_keys = [keys.bucket(f"ceiling-{u}") for u in range(args.users)]
     ceiling = redis_ceiling(redis_url, sha, bucket_keys, buckets, seconds=args.seconds)
     print(f"redis: the bucket script once per decision, pipelined: {ceiling:,.0f}/s")
     for key in client.scan_iter(match="benchadm:*", count=10_000):

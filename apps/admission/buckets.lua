@@ -59,7 +59,10 @@ for i = 1, #KEYS do
   end
   if code == 0 then
     -- Written only when something changes; refilling is lazy, so a refusal needs no write.
-    local ttl = 1000
+    -- The key lives until the slowest of its buckets is full again, counting buckets this
+    -- call does not pass (a refund passes only the token buckets): so its lifetime is never
+    -- shortened, or the request bucket's state would expire and give the whole burst back.
+    local ttl = math.max(1000, redis.call('PTTL', key))
     local fields = {}
     for b = 1, n do
       local level

@@ -2,7 +2,8 @@
 
 The dispatcher computes the level from three signals, each as a ratio of its threshold (the
 backlog, the host's CPU over the last minute, the workers' KV-cache / GPU memory use), and
-publishes it in Redis with its effects. Web processes read it (see selectors.degradation_get):
+publishes it in Redis with its effects, every few seconds, with the fleet's gauges. Web processes
+read it (see selectors.degradation_get):
 
   level 0  normal
   level 1  answers capped at `capped_max_tokens`          (cap_max_tokens_level, default 1)
@@ -16,9 +17,13 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
+import redis
+
+from worker.protocol import METRICS_TTL_SECONDS, Keys
+
 from .models import DegradationSettings
 
-STATE_TTL_SECONDS = 30  # a dispatcher that stops publishing stops degrading the service
+PUBLISHED_TTL_SECONDS = 30  # a dispatcher that stops publishing stops degrading the service
 
 
 @dataclass
@@ -54,9 +59,12 @@ def host_cpu_percent() -> float:
 
 def gpu_memory_percent(heartbeats: list[dict]) -> float:
     """The fullest worker's KV cache (vLLM reports it; llama.cpp workers report nothing)."""
-    usage = [
-        float((beat.get("engine_metrics") or {}).get("kv_cache_usage") or 0) for beat in heartbeats
-    ]
+    usage = []
+    for beat in heartbeats:
+        try:
+            usage.append(float((beat.get("engine_metrics") or {}).get("kv_cache_usage") or 0))
+        except (AttributeError, TypeError, ValueError):
+            continue  # a garbled figure from one worker says nothing about the others
     return max(usage, default=0.0) * 100
 
 
@@ -84,3 +92,24 @@ def degradation_compute(
         signals={name: round(value, 3) for name, value in signals.items()},
         forced=forced,
     )  # fmt: skip
+
+
+def degradation_publish(
+    client: redis.Redis, keys: Keys, *, settings: DegradationSettings, backlog: int,
+    heartbeats: list[dict], workers: int, slots: int, running: int, service_s: float,
+) -> Degradation:  # fmt: skip
+    """Computes the level from the backlog, this host's CPU and the workers' KV caches, and
+    publishes it with the gauges /metrics shows."""
+    degradation = degradation_compute(
+        settings=settings, backlog=backlog, cpu_percent=host_cpu_percent(),
+        gpu_percent=gpu_memory_percent(heartbeats),
+    )  # fmt: skip
+    pipe = client.pipeline(transaction=False)
+    pipe.set(keys.degradation, degradation.to_json(), ex=PUBLISHED_TTL_SECONDS)
+    pipe.hset(keys.metrics, mapping={
+        "gauge:workers": workers, "gauge:slots": slots, "gauge:running": running,
+        "gauge:service_seconds": service_s,
+    })  # fmt: skip
+    pipe.expire(keys.metrics, METRICS_TTL_SECONDS)
+    pipe.execute()
+    return degradation

@@ -7,11 +7,20 @@ from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .keys import METRICS_TTL_SECONDS
+from worker.protocol import METRICS_TTL_SECONDS
 
 # Upper bounds (ms) of the admission-latency histogram: from the web's XADD to the decision.
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
-STATUSES = ("admitted", "queued", "rejected", "timed_out", "cancelled")
+# `requests:<status>`: admitted (charged), queued (told a first position), rejected and
+# timed_out (with a reason below), cancelled (stopped in line), withdrawn (given up by the web
+# before Redis took it), lost (its worker stopped before it finished), invalid (an admission
+# entry that could not be read, dead-lettered).
+STATUSES = ("admitted", "queued", "rejected", "timed_out", "cancelled", "withdrawn", "lost",
+            "invalid")  # fmt: skip
+# `requests:<status>:<reason>`, counted besides the status's total. rate: the plan's rate or
+# daily quota; too_large: more tokens than the plan allows at once; shed: the lowest plan under
+# heavy load; no_worker: charged, but no worker slot came free in time.
+REASONS = {"rejected": ("rate", "too_large", "shed"), "timed_out": ("rate", "no_worker")}
 
 
 @dataclass
@@ -23,8 +32,11 @@ class MetricsBatch:
     _latency: Counter = field(default_factory=Counter)
     _latency_sum: float = 0.0
 
-    def count(self, status: str, n: int = 1) -> None:
+    def count(self, status: str, n: int = 1, *, reason: str = "") -> None:
         self.counts[status] = self.counts.get(status, 0) + n
+        if reason:
+            name = f"{status}:{reason}"
+            self.counts[name] = self.counts.get(name, 0) + n
 
     def latency(self, ms: float) -> None:
         ms = max(0.0, ms)

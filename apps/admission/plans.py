@@ -1,9 +1,16 @@
-"""The dispatcher's view of plans: every plan and override loaded at once, refreshed every few
-seconds, so a decision never waits on PostgreSQL."""
+"""Which plan a user has, decided by one rule, and the dispatcher's view of every plan.
+
+The rule (`plan_decide`): the user's override, else the default plan, else the built-in
+`FALLBACK_PLAN`. Should several plans be marked default (the admin keeps one, a bulk update
+could leave more), the one with the lowest id is it. Everything that asks applies this rule:
+`selectors.plan_for_user` (the web), `PlanBook.for_user` (the dispatcher, from memory) and
+`plan_slug_sql` (retrieval's one-statement corpus lookup); tests hold the three to it.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .models import DegradationSettings, Plan, UserPlan
@@ -12,14 +19,35 @@ from .models import DegradationSettings, Plan, UserPlan
 FALLBACK_PLAN = Plan(slug="default", name="Default", is_default=True)
 
 
+def plan_decide(*, override: Plan | None, defaults: Iterable[Plan]) -> Plan:
+    """The one rule: `override`, else the default plan with the lowest id, else the fallback."""
+    if override is not None:
+        return override
+    return min(defaults, key=lambda plan: plan.id, default=FALLBACK_PLAN)
+
+
+def plan_slug_sql(*, user: str, fallback: str) -> str:
+    """`plan_decide` as an SQL expression: the slug of the plan of the user whose id is the
+    parameter `user`, else the parameter `fallback` (FALLBACK_PLAN's slug); named parameters,
+    as `%(name)s`."""
+    return f"""COALESCE((
+        SELECT p.slug FROM {Plan._meta.db_table} p
+        LEFT JOIN {UserPlan._meta.db_table} up ON up.plan_id = p.id AND up.user_id = %({user})s
+        WHERE up.id IS NOT NULL OR p.is_default
+        ORDER BY up.id IS NULL, p.id LIMIT 1), %({fallback})s)"""
+
+
 @dataclass
 class PlanBook:
+    """Every plan and override loaded at once, refreshed every few seconds, so a decision never
+    waits on PostgreSQL."""
+
     refresh_seconds: float = 5.0
 
     def __post_init__(self) -> None:
         self.loaded_at = -1e9
         self.plans: dict[int | None, Plan] = {}
-        self.by_user: dict[str, int] = {}
+        self.overrides: dict[str, Plan] = {}  # user id → their own plan
         self.default: Plan = FALLBACK_PLAN
         self.lowest_weight = FALLBACK_PLAN.priority_weight
         self.degradation = DegradationSettings()
@@ -29,9 +57,11 @@ class PlanBook:
             return
         plans = {plan.id: plan for plan in Plan.objects.all()}
         self.plans = plans
-        self.by_user = {str(u): p for u, p in UserPlan.objects.values_list("user_id", "plan_id")}
-        defaults = [p for p in plans.values() if p.is_default]
-        self.default = defaults[0] if defaults else FALLBACK_PLAN
+        self.overrides = {str(user_id): plans[plan_id] for user_id, plan_id
+                          in UserPlan.objects.values_list("user_id", "plan_id")
+                          if plan_id in plans}  # fmt: skip
+        self.default = plan_decide(override=None, defaults=(p for p in plans.values()
+                                                            if p.is_default))  # fmt: skip
         self.lowest_weight = min(
             (p.priority_weight for p in plans.values()), default=self.default.priority_weight
         )
@@ -39,8 +69,8 @@ class PlanBook:
         self.loaded_at = time.monotonic()
 
     def for_user(self, user_id: str) -> Plan:
-        plan_id = self.by_user.get(user_id)
-        return self.plans.get(plan_id, self.default) if plan_id else self.default
+        # `plan_decide`, with the defaults decided once per refresh: this runs for every request.
+        return self.overrides.get(user_id) or self.default
 
     def is_lowest(self, plan: Plan) -> bool:
         """Of the lowest weight, when some plan weighs more: shedding exists to protect the

@@ -7,41 +7,33 @@ computed by the dispatcher and published in Redis every few seconds.
 from __future__ import annotations
 
 import redis
-from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 
-from chatsite.redis_client import get_redis
+from chatsite.redis_client import get_redis, keys
 
 from .degradation import Degradation
-from .keys import AdmissionKeys
 from .models import Plan, UserPlan
-from .plans import FALLBACK_PLAN
-
-
-def admission_keys() -> AdmissionKeys:
-    return AdmissionKeys(prefix=settings.SLUICE_REDIS_PREFIX)
+from .plans import plan_decide
 
 
 def plan_for_user(*, user) -> Plan:
-    """The user's override, else the default plan (an unsaved built-in one if none is set)."""
-    if user is None or not getattr(user, "pk", None):
-        return Plan.objects.filter(is_default=True).order_by("id").first() or FALLBACK_PLAN
-    # One query on every submit: the override and the default fetched together, override first.
-    mine = Exists(UserPlan.objects.filter(user_id=user.pk, plan_id=OuterRef("pk")))
-    plan = (
-        Plan.objects.annotate(mine=mine)
-        .filter(Q(mine=True) | Q(is_default=True))
-        .order_by("-mine", "id")
-        .first()
-    )
-    return plan or FALLBACK_PLAN
+    """The user's plan (see plans.plan_decide), in one query: the override and the default
+    plans fetched together."""
+    user_id = getattr(user, "pk", None) if user is not None else None
+    candidates = Plan.objects.filter(is_default=True)
+    if user_id:
+        mine = Exists(UserPlan.objects.filter(user_id=user_id, plan_id=OuterRef("pk")))
+        candidates = Plan.objects.annotate(mine=mine).filter(Q(mine=True) | Q(is_default=True))
+    plans = list(candidates)
+    override = next((plan for plan in plans if getattr(plan, "mine", False)), None)
+    return plan_decide(override=override, defaults=[plan for plan in plans if plan.is_default])
 
 
 def degradation_get() -> Degradation:
     """The level in force and its effects; level 0 when no dispatcher publishes one (or Redis
     is unreachable: a web process then cannot submit anything anyway)."""
     try:
-        return Degradation.from_json(get_redis().get(admission_keys().degradation))
+        return Degradation.from_json(get_redis().get(keys().degradation))
     except redis.RedisError:
         return Degradation()
 
@@ -57,8 +49,8 @@ def retrieval_degraded() -> bool:
 
 
 def admission_counters() -> dict[str, str]:
-    return get_redis().hgetall(admission_keys().metrics)
+    return get_redis().hgetall(keys().metrics)
 
 
 def queue_depth() -> int:
-    return get_redis().hlen(admission_keys().queue)
+    return get_redis().hlen(keys().queue)

@@ -12,23 +12,15 @@ from django.contrib.auth.models import Group
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404
 
+from apps.admission.plans import FALLBACK_PLAN, plan_slug_sql
+from apps.admission.selectors import plan_for_user
+
 from .models import Chunk, Corpus, Document
 
 
 def user_plan_slugs(*, user) -> list[str]:
-    """The user's plan(s), for corpora restricted to plans.
-
-    Plans belong to the admission app; until it offers `plan_for_user(user=...)` (returning an
-    object with a `slug` or `name`), no user has a plan and plan-restricted corpora are closed
-    to everyone but their groups.
-    """
-    try:
-        from apps.admission.selectors import plan_for_user  # type: ignore[attr-defined]
-    except ImportError:
-        return []
-    plan = plan_for_user(user=user)
-    slug = getattr(plan, "slug", None) or getattr(plan, "name", None) if plan else None
-    return [str(slug)] if slug else []
+    """The user's plan, for corpora restricted to plans (the rule: admission's `plan_decide`)."""
+    return [plan_for_user(user=user).slug]
 
 
 def corpora_for_user(*, user) -> QuerySet[Corpus]:
@@ -45,8 +37,6 @@ def corpora_for_user(*, user) -> QuerySet[Corpus]:
 
 @cache
 def _searchable_sql() -> str:
-    from apps.admission.models import Plan, UserPlan
-
     user_groups = Group.user_set.through._meta.db_table
     return f"""
         SELECT c.* FROM {Corpus._meta.db_table} c
@@ -56,12 +46,7 @@ def _searchable_sql() -> str:
                 SELECT 1 FROM {Corpus.groups.through._meta.db_table} cg
                 JOIN {user_groups} ug ON ug.group_id = cg.group_id
                 WHERE cg.corpus_id = c.id AND ug.user_id = %(user)s)
-            OR c.plans && ARRAY[COALESCE((
-                SELECT p.slug FROM {Plan._meta.db_table} p
-                LEFT JOIN {UserPlan._meta.db_table} up
-                       ON up.plan_id = p.id AND up.user_id = %(user)s
-                WHERE up.id IS NOT NULL OR p.is_default
-                ORDER BY up.id IS NULL, p.id LIMIT 1), %(fallback_plan)s)]::varchar[]
+            OR c.plans && ARRAY[{plan_slug_sql(user="user", fallback="fallback_plan")}]::varchar[]
         )
         ORDER BY c.id
     """
@@ -71,12 +56,10 @@ def searchable_corpora_for_user(*, user) -> list[Corpus]:
     """The corpora with passages that `user` may search: `corpora_for_user` narrowed to those
     with chunks, in one plain SQL statement. Every message sent asks this, and the ORM spends
     more CPU building the query than PostgreSQL spends answering it. The same rule as
-    `corpora_for_user` (the user's plan is the override, else the default plan); a test keeps
-    the two in step."""
+    `corpora_for_user` (the user's plan by admission's rule, in SQL); a test keeps the two in
+    step."""
     if user is None or not user.is_authenticated or not user.is_active:
         return []
-    from apps.admission.plans import FALLBACK_PLAN
-
     params = {"everyone": Corpus.Access.EVERYONE, "user": user.pk,
               "fallback_plan": FALLBACK_PLAN.slug}  # fmt: skip
     return list(Corpus.objects.raw(_searchable_sql(), params))

@@ -1,10 +1,12 @@
-"""The bucket script against a pure-Python model, under concurrency, and its keys' TTLs."""
+"""The bucket script against a pure-Python model, under concurrency, and its keys' lifetimes."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from django.conf import settings
@@ -12,11 +14,11 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from apps.admission.buckets import NEVER, TAKEN, WAIT, Bucket, BucketStore
-from apps.admission.keys import AdmissionKeys
+from apps.admission.buckets import NEVER, TAKEN, WAIT, Bucket, BucketStore, plan_buckets
 from chatsite.redis_client import get_redis
 from tests.admission.bucket_model import BucketModel
 from tests.conftest import BASE_DIR, process_env
+from worker.protocol import Keys
 
 bucket_shapes = st.lists(
     st.tuples(
@@ -50,7 +52,7 @@ def test_script_matches_the_reference_model(redis_prefix, shapes, ops, start):
     store = BucketStore(get_redis())
     model = BucketModel()
     run = uuid.uuid4().hex[:8]  # each example its own keys
-    keys = [AdmissionKeys(redis_prefix).bucket(f"{run}-{i}") for i in range(4)]
+    keys = [Keys(prefix=redis_prefix).bucket(f"{run}-{i}") for i in range(4)]
     now = start
     for mode, elapsed, user, amount in ops:
         now += elapsed
@@ -69,11 +71,90 @@ def test_script_matches_the_reference_model(redis_prefix, shapes, ops, start):
             store.adjust(request, now_ms=now)
     for key in keys:
         stored = get_redis().hgetall(key)
-        for name, (level, t) in model.state.get(key, {}).items():
+        for name, (level, t, _, _) in model.state.get(key, {}).items():
             assert int(stored[f"{name}:l"]) == level
             assert int(stored[f"{name}:t"]) == t
-        if key in model.state:
-            assert 0 < get_redis().pttl(key) <= model.ttl_ms[key]
+        assert_outlives_its_buckets(key, model, now)
+
+
+def assert_outlives_its_buckets(key: str, model: BucketModel, now: int) -> None:
+    """The key (whose levels match the model's) lives until its last bucket is full again:
+    expiring earlier would hand back what its buckets still owe."""
+    if key in model.state:
+        ttl = get_redis().pttl(key)
+        assert ttl > 0
+        assert now + ttl >= model.full_at(key)
+
+
+limits = st.builds(
+    SimpleNamespace,
+    burst_requests=st.integers(1, 20),
+    requests_per_minute=st.integers(1, 600),
+    burst_tokens=st.integers(100, 5000),
+    tokens_per_minute=st.integers(100, 100_000),
+    tokens_per_day=st.integers(5000, 1_000_000),
+)
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("reserve"), st.integers(0, 30_000), st.integers(1, 2000)),
+        st.tuples(st.just("refund"), st.integers(0, 30_000), st.integers(1, 2000)),
+        st.tuples(st.just("burst"), st.integers(0, 30_000), st.integers(1, 12)),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@pytest.mark.django_db
+@hsettings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(plan=limits, sequence=steps, start=st.integers(1_600_000_000_000, 1_900_000_000_000))
+def test_reserve_refund_burst_matches_the_model_and_no_bucket_state_expires_early(
+    redis_prefix, plan, sequence, start
+):
+    # As the dispatcher drives them: a reservation charges all three buckets, a refund (an
+    # answer that used less than its estimate) only the token buckets, a burst many at once.
+    store = BucketStore(get_redis())
+    model = BucketModel()
+    key = Keys(prefix=redis_prefix).bucket(uuid.uuid4().hex[:8])
+    now = start
+    for action, elapsed, amount in sequence:
+        now += elapsed
+        if action == "refund":
+            buckets = [b for b in plan_buckets(plan, tokens=amount, requests=0) if b.name != "req"]
+            store.adjust([(key, buckets)], now_ms=now)
+            model.run("adjust", [(key, [b.scaled() for b in buckets])], now)
+        else:
+            buckets = plan_buckets(plan, tokens=amount if action == "reserve" else 50)
+            requests = [(key, buckets)] * (1 if action == "reserve" else amount)
+            got = store.take(requests, now_ms=now)
+            expected = model.run("take", [(k, [b.scaled() for b in bs]) for k, bs in requests],
+                                 now)  # fmt: skip
+            assert [(d.code, d.wait_ms) for d in got] == [(c, w) for c, w, _ in expected]
+        assert_outlives_its_buckets(key, model, now)
+
+
+def test_a_refund_does_not_give_the_request_burst_back(redis_prefix):
+    # As reported: 60 requests a minute, a burst of 10. The day's token bucket kept the key for
+    # about a quarter of an hour; one refund cut that to a second, the request bucket's state
+    # expired with the key, and 10 of the next 12 requests went through where 1 was allowed.
+    plan = SimpleNamespace(burst_requests=10, requests_per_minute=60, burst_tokens=20_000,
+                           tokens_per_minute=20_000, tokens_per_day=500_000)  # fmt: skip
+    client = get_redis()
+    store = BucketStore(client)
+    key = Keys(prefix=redis_prefix).bucket("reported")
+    drained_at = client.time()
+    assert all(d.taken for d in store.take([(key, plan_buckets(plan, tokens=530))] * 10))
+    assert client.pttl(key) > 900_000
+    refund = [b for b in plan_buckets(plan, tokens=530, requests=0) if b.name != "req"]
+    store.adjust([(key, refund)] * 10)  # the answers used nothing
+    assert client.pttl(key) > 9_000  # the request bucket needs 10 s to fill again
+    time.sleep(1.1)  # past the one-second lifetime the refund used to leave
+    taken = sum(d.taken for d in store.take([(key, plan_buckets(plan, tokens=530))] * 12))
+    now = client.time()
+    elapsed = (now[0] - drained_at[0]) + (now[1] - drained_at[1]) / 1e6
+    assert taken <= 1 + int(elapsed)  # one request a second since the burst was spent
 
 
 @pytest.mark.django_db
@@ -92,7 +173,7 @@ def test_a_batch_of_requests_sharing_bucket_lists_matches_the_model(
     # requests of the same size go as "the same buckets again".
     store = BucketStore(get_redis())
     run = uuid.uuid4().hex[:8]
-    keys = [AdmissionKeys(redis_prefix).bucket(f"{run}-{i}") for i in range(4)]
+    keys = [Keys(prefix=redis_prefix).bucket(f"{run}-{i}") for i in range(4)]
     sizes = [
         [Bucket(f"b{i}", cap, refill, window, amount) for i, (cap, refill, window) in
          enumerate(shapes)]
@@ -108,7 +189,7 @@ def test_a_batch_of_requests_sharing_bucket_lists_matches_the_model(
 
 def test_codes_and_batches(redis_prefix):
     store = BucketStore(get_redis())
-    key = AdmissionKeys(redis_prefix).bucket("u1")
+    key = Keys(prefix=redis_prefix).bucket("u1")
     two = [Bucket("req", 2, 60, 60_000, 1)]
     decisions = store.take([(key, two)] * 3, now_ms=1_000_000)
     assert [d.code for d in decisions] == [TAKEN, TAKEN, WAIT]
@@ -121,7 +202,7 @@ def test_codes_and_batches(redis_prefix):
 @pytest.mark.slow
 def test_processes_hammering_one_user_never_exceed_capacity_plus_refill(redis_prefix):
     client = get_redis()
-    key = AdmissionKeys(redis_prefix).bucket("hammered")
+    key = Keys(prefix=redis_prefix).bucket("hammered")
     seconds = 2.0
     started = client.time()
     processes = [

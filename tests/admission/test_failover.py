@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from apps.admission.keys import AdmissionKeys
 from chatsite.redis_client import get_redis
 from tests.admission.conftest import final, force_level, publish
 from tests.conftest import BASE_DIR, process_env, stop_process
@@ -39,21 +38,20 @@ def test_killing_the_active_dispatcher_loses_no_queued_request(
         for _ in range(2)
     ]
     try:
-        akeys = AdmissionKeys(redis_prefix)
+        keys = Keys(prefix=redis_prefix)
         client = get_redis()
-        holder = wait_for(lambda: client.get(akeys.lease), timeout=60, what="a lease holder")
+        holder = wait_for(lambda: client.get(keys.lease), timeout=60, what="a lease holder")
         ids = [publish(user.id, max_tokens=8) for _ in range(3)]
         # No worker yet: all three wait in the queue (in Redis).
-        wait_for(lambda: client.hlen(akeys.queue) == 3, timeout=30, what="three queued")
+        wait_for(lambda: client.hlen(keys.queue) == 3, timeout=30, what="three queued")
         os.kill(int(holder.rsplit("-", 1)[1]), signal.SIGKILL)
-        wait_for(lambda: client.get(akeys.lease) not in (None, holder), timeout=30,
+        wait_for(lambda: client.get(keys.lease) not in (None, holder), timeout=30,
                  what="the standby to take the lease")  # fmt: skip
         start_worker("w1")
         ends = wait_for(lambda: all(final(i) for i in ids) and [final(i) for i in ids],
                         timeout=240, what="every request to end")  # fmt: skip
         assert [end["state"] for end in ends] == ["done"] * 3
-        assert client.hlen(akeys.queue) == 0
-        keys = Keys(prefix=redis_prefix)
+        assert client.hlen(keys.queue) == 0
         assert all(client.hget(keys.request(i), "state") == "done" for i in ids)
     finally:
         for process in dispatchers:

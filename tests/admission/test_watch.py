@@ -1,9 +1,8 @@
-"""The bookkeeping that spares the dispatcher a walk of the whole queue: deadlines due, the
-slice of cancel flags to read, and who hears their position within a bound on pushes."""
+"""The bookkeeping that spares the dispatcher a walk of the whole queue: deadlines due and the
+slice of cancel flags to read."""
 
 from __future__ import annotations
 
-from apps.admission.positions import HEAD, positions_to_tell
 from apps.admission.watch import CancelWatch, DeadlineHeap
 
 
@@ -39,16 +38,3 @@ def test_new_requests_are_checked_first_then_the_rest_in_turn():
     del waiting["r5"]
     assert watch.next_slice(3, waiting) == ["r4", "new", "r0"]  # never checked, then the oldest
     assert watch.next_slice(3, waiting) == ["r1", "r2", "r3"]
-
-
-def test_the_head_hears_every_change_and_the_rest_within_the_limit():
-    order = [f"r{i}" for i in range(100)]
-    records = {rid: {"told": i + 2, "told_at": 0} for i, rid in enumerate(order)}  # all moved up
-    records["r99"] = {}  # never told
-    chosen = positions_to_tell(order, records, now_ms=1000, limit=HEAD + 1)
-    assert [rid for _, rid in chosen] == [*order[:HEAD], "r99"]
-    # Later, with the news of the rest old enough: the stalest hear first.
-    records["r99"] = {"told": 100, "told_at": 1000}
-    records["r50"]["told_at"] = -10_000
-    chosen = positions_to_tell(order, records, now_ms=10_000, limit=HEAD + 2)
-    assert chosen[HEAD:] == [(51, "r50"), (21, "r20")]

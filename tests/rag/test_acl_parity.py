@@ -1,11 +1,15 @@
-"""The chat's one-statement corpus lookup follows the same access rule as `corpora_for_user`."""
+"""The chat's one-statement corpus lookup follows the same access rule as `corpora_for_user`,
+and picks the user's plan by admission's one rule."""
 
 from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import AnonymousUser, Group
+from django.db import connection
 
 from apps.admission.models import Plan, UserPlan
+from apps.admission.plans import FALLBACK_PLAN, plan_slug_sql
+from apps.admission.selectors import plan_for_user
 from apps.rag.models import Corpus
 from apps.rag.selectors import corpora_for_user, searchable_corpora_for_user
 
@@ -70,3 +74,29 @@ def test_anonymous_and_inactive_users_get_nothing(corpora, user):
     assert searchable_corpora_for_user(user=AnonymousUser()) == []
     user.is_active = False
     assert searchable_corpora_for_user(user=user) == []
+
+
+def _plan_by_sql(user) -> str:
+    sql = f"SELECT {plan_slug_sql(user='user', fallback='fallback')}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"user": user.pk, "fallback": FALLBACK_PLAN.slug})
+        return cursor.fetchone()[0]
+
+
+def test_the_sql_picks_the_plan_by_the_one_rule(db, user, other_user):
+    # The plan retrieval's one statement picks against admission's rule (plan_for_user applies
+    # it), in every case the rule distinguishes.
+    pro = Plan.objects.create(slug="pro", name="Pro")
+    cases = [
+        lambda: None,  # the default plan
+        lambda: UserPlan.objects.create(user=other_user, plan=pro),  # an override
+        lambda: Plan.objects.filter(slug="pro").update(is_default=True),  # two defaults
+        lambda: Plan.objects.update(is_default=False),  # none: the built-in fallback
+    ]
+    seen = set()
+    for change in cases:
+        change()
+        for person in (user, other_user):
+            assert _plan_by_sql(person) == plan_for_user(user=person).slug
+            seen.add(_plan_by_sql(person))
+    assert seen == {"free", "pro", FALLBACK_PLAN.slug}

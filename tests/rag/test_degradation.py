@@ -4,13 +4,12 @@ cheap path (a small candidate pool) instead of the full one."""
 from __future__ import annotations
 
 from apps.admission.degradation import Degradation
-from apps.admission.selectors import admission_keys
 from apps.rag.services import candidate_pool
-from chatsite.redis_client import get_redis
+from chatsite.redis_client import get_redis, keys
 
 
 def publish(degradation: Degradation) -> None:
-    get_redis().set(admission_keys().degradation, degradation.to_json(), ex=60)
+    get_redis().set(keys().degradation, degradation.to_json(), ex=60)
 
 
 def test_retrieval_uses_the_full_pool_normally_and_a_small_one_when_shedding(settings):

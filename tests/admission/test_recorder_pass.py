@@ -1,5 +1,5 @@
-"""The dispatcher's completion pass: new records every pass, the backlog after a load or a
-failure."""
+"""The dispatcher's recorder pass (run_dispatcher composes it): new answer records every pass,
+the backlog after a load or a failure, each answer handed to the dispatcher to settle."""
 
 from __future__ import annotations
 
@@ -7,25 +7,23 @@ from types import SimpleNamespace
 
 import pytest
 
-from apps.admission.keys import ACTIVE_CONSUMER
-from apps.admission.management.commands.run_dispatcher import CompletionPass
 from apps.chat import recorder
-from apps.chat.keys import keys
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
-from chatsite.redis_client import get_redis
+from apps.ops.management.commands.run_dispatcher import RecorderPass
+from chatsite.redis_client import get_redis, keys
 from worker import protocol
-from worker.protocol import Completion, State, Usage
+from worker.protocol import ACTIVE_CONSUMER, Answer, State, Usage
 
 pytestmark = pytest.mark.django_db
 
 
 def finished(conversation, request_id: str) -> None:
-    completion = Completion(
+    answer = Answer(
         id=request_id, user_id=str(conversation.owner_id), conversation_id=str(conversation.id),
         state=State.DONE, text="Blue.", usage=Usage(prompt_tokens=5, completion_tokens=2),
     )  # fmt: skip
-    get_redis().xadd(keys().done, completion.to_fields())
+    get_redis().xadd(keys().done, answer.to_fields())
 
 
 def read_but_not_stored(conversation, request_id: str) -> None:
@@ -41,30 +39,30 @@ def stored(request_id: str) -> bool:
 def test_the_backlog_is_read_after_each_load_and_after_a_failed_pass(user):
     conversation = conversation_create(owner=user)
     recorder.ensure_group()
-    recorded = []
-    dispatcher = SimpleNamespace(loads=1, on_completions=recorded.extend)
-    completion_pass = CompletionPass()
+    settled = []
+    dispatcher = SimpleNamespace(loads=1, settle=settled.extend)
+    recorder_pass = RecorderPass()
 
     read_but_not_stored(conversation, "a")
-    assert completion_pass(dispatcher) == 1  # the first pass recovers
-    assert stored("a") and [c.id for c in recorded] == ["a"]
+    assert recorder_pass(dispatcher) == 1  # the first pass recovers
+    assert stored("a") and [a.id for a in settled] == ["a"]
 
     read_but_not_stored(conversation, "b")
-    assert completion_pass(dispatcher) == 0  # same load: new records only
+    assert recorder_pass(dispatcher) == 0  # same load: new records only
     assert not stored("b")
     dispatcher.loads = 2
-    assert completion_pass(dispatcher) == 1  # reloaded: the backlog again
+    assert recorder_pass(dispatcher) == 1  # reloaded: the backlog again
     assert stored("b")
 
     finished(conversation, "c")
     finished(conversation, "d")
 
-    def fail(completions):
+    def fail(answers):
         raise ConnectionError("Redis went away")
 
-    dispatcher.on_completions = fail
+    dispatcher.settle = fail
     with pytest.raises(ConnectionError):
-        completion_pass(dispatcher)  # reads c and d, fails before acknowledging them
-    dispatcher.on_completions = recorded.extend
-    assert completion_pass(dispatcher) == 2  # so the next pass recovers both
-    assert [c.id for c in recorded][-2:] == ["c", "d"]
+        recorder_pass(dispatcher)  # reads c and d, fails before acknowledging them
+    dispatcher.settle = settled.extend
+    assert recorder_pass(dispatcher) == 2  # so the next pass recovers both
+    assert [a.id for a in settled][-2:] == ["c", "d"]

@@ -1,6 +1,11 @@
 """`manage.py run_dispatcher`: admission control, the fair queue, dispatching to workers and the
-completion recorder, in one loop. Run two or more: one holds the lease and works, the others
-stand by and take over within a few seconds of it stopping."""
+answer recorder, in one loop. Run two or more: one holds the lease and works, the others stand
+by and take over within a few seconds of it stopping.
+
+This command composes two apps that do not know each other: the dispatcher (apps/admission)
+and the answer recorder (apps/chat), which stores each finished answer and hands it to the
+dispatcher to settle.
+"""
 
 from __future__ import annotations
 
@@ -16,16 +21,15 @@ from django.core.management.base import BaseCommand
 from django.db import DatabaseError, close_old_connections
 
 from apps.admission.dispatcher import Dispatcher, Options
-from apps.admission.keys import ACTIVE_CONSUMER
 from apps.chat import recorder
-from chatsite.redis_client import get_redis
-from worker.protocol import Keys
+from chatsite.redis_client import get_redis, keys
+from worker.protocol import ACTIVE_CONSUMER
 
 log = logging.getLogger("sluice.dispatcher")
 
 
-class CompletionPass:
-    """Stores, each dispatcher pass, the answers that finished meanwhile.
+class RecorderPass:
+    """Stores, each dispatcher pass, the answers that finished meanwhile, and settles them.
 
     The lease holder records under one consumer name, so a new holder finds what the old one
     had read but not stored. Those records are re-read after each load of the dispatcher's
@@ -41,7 +45,7 @@ class CompletionPass:
         self._loads_seen = None  # until this pass has stored what it read
         handled = recorder.record_pending(
             consumer=ACTIVE_CONSUMER, block_ms=None, pending=recover,
-            on_recorded=dispatcher.on_completions,
+            on_recorded=dispatcher.settle,
         )  # fmt: skip
         self._loads_seen = dispatcher.loads
         return handled
@@ -60,7 +64,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, stop)
         dispatcher = Dispatcher(
             client=get_redis(),
-            keys=Keys(prefix=settings.SLUICE_REDIS_PREFIX),
+            keys=keys(),
             options=Options(
                 lease_ms=settings.SLUICE_DISPATCHER_LEASE_MS,
                 batch=settings.SLUICE_ADMISSION_BATCH,
@@ -68,11 +72,13 @@ class Command(BaseCommand):
                 quantum=settings.SLUICE_ADMISSION_QUANTUM,
             ),
             holder=f"{socket.gethostname()}-{os.getpid()}",
-            on_completion_pass=CompletionPass(),
+            recorder_pass=RecorderPass(),
         )
         self.stdout.write("[sluice] dispatcher running (active when it holds the lease)")
         grouped = False
         while not stopping["now"]:
+            # Bad data never reaches here (it is dead-lettered where it is read); what does is
+            # an outage, waited out: the line lives in Redis and is reloaded when it returns.
             try:
                 if not grouped:
                     recorder.ensure_group()
@@ -80,9 +86,9 @@ class Command(BaseCommand):
                 dispatcher.step()
                 if not dispatcher.active:
                     time.sleep(0.5)  # standby: poll the lease
-            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
-                # Nothing is lost: the queue lives in Redis and is reloaded when it returns.
+            except redis.RedisError as exc:
                 log.warning("Redis unavailable (%s); retrying in 1 s", exc)
+                grouped = False  # a Redis restarted empty has lost the groups too
                 time.sleep(1)
             except DatabaseError as exc:
                 log.warning("database unavailable (%s); retrying in 1 s", exc)

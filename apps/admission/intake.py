@@ -1,0 +1,262 @@
+"""Intake: every new admission entry decided at once, and the requests a plan's rate holds
+retried when their buckets allow.
+
+A new request is charged and joins the line; or its plan's rate holds it in line (uncharged)
+when the wait fits its max queue wait; or it ends at once with its reason: larger than the plan
+allows at all, over a rate for longer than it may wait, shed under heavy load. An entry that
+cannot be read goes to the dead-letter stream with the reason. An entry Redis ran only after
+the web had given up on it (the web answered 503 and took the question back: Redis was frozen)
+is withdrawn, uncharged.
+
+This is the hot path. A batch costs three round trips whatever its size: the read, one call of
+the bucket script (on a helper thread while this one encodes the queue records) and one MULTI
+that writes the line, ends what ends and acknowledges the entries (then one more for the answer
+records, when some request ended).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import redis
+
+from worker import protocol, transitions
+from worker.protocol import DISPATCHER_GROUP, Keys, State
+
+from . import outcomes
+from .buckets import NEVER, TAKEN, Bucket, BucketStore, plan_buckets
+from .degradation import Degradation
+from .endings import Endings, fail_unreadable
+from .line import Line, QueuedRequest
+from .metrics import MetricsBatch
+from .plans import PlanBook
+
+log = logging.getLogger("sluice.dispatcher")
+
+Entries = list[tuple[str, dict[str, str] | None]]
+
+
+class Intake:
+    def __init__(self, *, client: redis.Redis, keys: Keys, plans: PlanBook, buckets: BucketStore,
+                 line: Line, now_ms: Callable[[], int], bucket_now: Callable[[], int | None],
+                 batch: int) -> None:  # fmt: skip
+        self.client = client
+        self.keys = keys
+        self.plans = plans
+        self.buckets = buckets
+        self.line = line
+        self.now_ms = now_ms
+        self.bucket_now = bucket_now
+        self.batch = batch
+        self.backlog_first = True
+        self._last_ns = 0
+
+    def reset(self) -> None:
+        """After a load: what the previous lease holder had read but not decided comes first."""
+        self.backlog_first = True
+
+    def read(self, *, block_ms: int) -> Entries:
+        if self.backlog_first:
+            entries = self._read("0", block_ms=None)
+            if len(entries) < self.batch:
+                self.backlog_first = False
+            if entries:
+                return entries
+        return self._read(">", block_ms=block_ms)
+
+    def _read(self, start: str, *, block_ms: int | None) -> Entries:
+        response = self.client.xreadgroup(
+            DISPATCHER_GROUP, protocol.ACTIVE_CONSUMER, {self.keys.admit: start},
+            count=self.batch, block=block_ms,
+        )  # fmt: skip
+        return response[0][1] if response else []
+
+    # -- new requests ----------------------------------------------------------------------------
+
+    def decide(self, entries: Entries, *, level: Degradation) -> int:
+        """Decides `entries` (as `read` returns them); returns how many."""
+        if not entries:
+            return 0
+        now = self.now_ms()
+        metrics = MetricsBatch()
+        queued: list[QueuedRequest] = []
+        to_charge: list[tuple[QueuedRequest, list[Bucket]]] = []
+        rejected: list[tuple[QueuedRequest, str, int | None, str]] = []  # error, retry, reason
+        withdrawn: list[QueuedRequest] = []
+        unreadable: list[tuple[str, dict, str]] = []
+        buckets_of: dict[tuple, list[Bucket]] = {}  # most of a batch shares a plan and a size
+        for entry_id, fields in entries:
+            if not fields:  # pending from an earlier read, and deleted from the stream since
+                unreadable.append((entry_id, {}, "deleted from the stream before it was decided"))
+                continue
+            try:
+                request, plan, submit_by_ms = self._parse(fields, now, level)
+            except (KeyError, ValueError, TypeError) as exc:
+                unreadable.append((entry_id, fields or {}, f"{exc.__class__.__name__}: {exc}"))
+                continue
+            # The entry id's first part is when Redis ran the web's XADD.
+            if submit_by_ms and int(entry_id.partition("-")[0]) > submit_by_ms:
+                withdrawn.append(request)
+                continue
+            metrics.latency(now - request.submitted_ms)
+            if level.reject_lowest_plan and self.plans.is_lowest(plan):
+                rejected.append((request, outcomes.shed(retry_after=level.retry_after),
+                                 level.retry_after, "shed"))  # fmt: skip
+                continue
+            first_held = self.line.holds(request.user_id)
+            if first_held is not None:  # held by its plan's rate: later ones wait behind it
+                request.retry_at_ms, request.held_by = first_held.retry_at_ms, first_held.held_by
+                queued.append(request)
+                continue
+            size = (plan.slug, request.cost, request.kind)
+            if size not in buckets_of:
+                requests = plan.cost_weight(request.kind)
+                buckets_of[size] = plan_buckets(plan, tokens=request.cost, requests=requests)
+            to_charge.append((request, buckets_of[size]))
+        pending = self.buckets.take_in_background(
+            [(self.keys.bucket(r.user_id), b) for r, b in to_charge], now_ms=self.bucket_now()
+        )
+        # While Redis runs the script, encode the queue records as charged, the usual outcome
+        # (most of the Python work of a batch); the others are redone below.
+        encoded = {request.id: request.encode() for request in queued}
+        for request, _ in to_charge:
+            request.charged = True
+            encoded[request.id] = request.encode()
+        decisions = pending.result()
+        admitted = 0
+        for (request, buckets), decision in zip(to_charge, decisions, strict=True):
+            if decision.code == TAKEN:
+                queued.append(request)
+                admitted += 1
+                continue
+            request.charged = False
+            if decision.code == NEVER:
+                error = outcomes.too_large(tokens=request.cost,
+                                           limit=_capacity(buckets, decision.bucket))  # fmt: skip
+                rejected.append((request, error, None, "too_large"))
+            elif decision.wait_ms < request.deadline_ms - now:
+                request.retry_at_ms, request.held_by = now + decision.wait_ms, decision.bucket
+                encoded[request.id] = request.encode()
+                queued.append(request)
+            else:
+                wait_s = decision.wait_ms / 1000
+                error = outcomes.rate_limited(bucket=decision.bucket, wait_s=wait_s)
+                rejected.append((request, error, int(wait_s) + 1, "rate"))
+        metrics.count("admitted", admitted)
+        pipe = self.client.pipeline(transaction=True)
+        # A charged request's charge lives in its queue record until it leaves the line.
+        self.line.store(pipe, queued, encoded)
+        endings = Endings(self.keys)
+        for request, error, retry_after, reason in rejected:
+            endings.add(pipe, request.ended(State.FAILED, error, retry_after))
+            metrics.count("rejected", reason=reason)
+        for request in withdrawn:
+            endings.add(pipe, request.ended(State.CANCELLED))
+        metrics.count("withdrawn", len(withdrawn))
+        for entry_id, fields, reason in unreadable:
+            log.error("dead-lettering admission entry %s: %s", entry_id, reason)
+            transitions.dead_letter(pipe, self.keys, source="dispatcher", reason=reason,
+                                    stream=self.keys.admit, entry_id=entry_id,
+                                    fields=fields)  # fmt: skip
+        metrics.count("invalid", len(unreadable))
+        entry_ids = [entry_id for entry_id, _ in entries]
+        pipe.xack(self.keys.admit, DISPATCHER_GROUP, *entry_ids)
+        pipe.xdel(self.keys.admit, *entry_ids)
+        metrics.write(pipe, self.keys.metrics)
+        replies = pipe.execute()
+        if endings:
+            endings.record(self.client, replies)
+        for request in queued:
+            self.line.add(request)
+        if unreadable:
+            fail_unreadable(self.client, self.keys,
+                            [str(f["id"]) for _, f, _ in unreadable if f.get("id")])  # fmt: skip
+        return len(entries)
+
+    def _parse(self, fields: dict[str, str], now: int, level: Degradation):
+        """The request an entry describes, its plan, and the time the web gave up waiting for
+        Redis (0: none given). Raises KeyError, ValueError or TypeError for a bad entry."""
+        if fields.get("v") != protocol.PROTOCOL_VERSION:
+            raise ValueError(f"unsupported work item version {fields.get('v')!r}")
+        if "messages" not in fields:
+            raise KeyError("messages")
+        request_id, user_id = fields["id"], fields["user_id"]
+        conversation_id = fields["conversation_id"]
+        if not (request_id and user_id and conversation_id):
+            raise ValueError("id, user_id and conversation_id must not be empty")
+        plan = self.plans.for_user(user_id)
+        asked = int(fields["max_tokens"])
+        prompt_tokens = max(0, int(fields.get("prompt_tokens_estimate") or 0))
+        submitted = int(fields.get("submitted_ms") or now)
+        submit_by_ms = int(fields.get("submit_by_ms") or 0)
+        cap = plan.max_tokens_cap
+        if level.cap_max_tokens:
+            cap = min(cap, level.cap_max_tokens)
+        max_tokens = max(1, min(asked, cap))
+        if max_tokens != asked:
+            fields["max_tokens"] = str(max_tokens)
+        request = QueuedRequest(
+            request_id, user_id, conversation_id, fields.get("kind") or "chat", plan.slug,
+            prompt_tokens, max_tokens, plan.priority_weight, submitted,
+            submitted + plan.max_queue_wait_seconds * 1000, self._next_ns(), False, 0, "", fields,
+        )  # fmt: skip
+        return request, plan, submit_by_ms
+
+    def _next_ns(self) -> int:
+        # Strictly increasing, so a reload restores the order of requests queued together.
+        self._last_ns = max(time.time_ns(), self._last_ns + 1)
+        return self._last_ns
+
+    # -- requests held by their plan's rate --------------------------------------------------------
+
+    def retry_held(self) -> None:
+        """The first held request of each user whose wait is over tries its buckets again:
+        charged, it joins the fair queue; still held, it waits again; too large for the plan
+        (the plan changed), it ends. A held request whose deadline comes first is ended by the
+        sweep, with the rate as its reason."""
+        now = self.now_ms()
+        due = [r for r in self.line.first_held() if r.retry_at_ms <= now]
+        if not due:
+            return
+        batch = []
+        for request in due:
+            plan = self.plans.for_user(request.user_id)
+            batch.append((self.keys.bucket(request.user_id),
+                          plan_buckets(plan, tokens=request.cost,
+                                       requests=plan.cost_weight(request.kind))))  # fmt: skip
+        decisions = self.buckets.take(batch, now_ms=self.bucket_now())
+        charged, waiting, ended = [], [], []
+        pipe = self.client.pipeline(transaction=True)
+        endings = Endings(self.keys)
+        metrics = MetricsBatch()
+        for request, decision, (_, buckets) in zip(due, decisions, batch, strict=True):
+            if decision.code == TAKEN:
+                request.charged, request.held_by = True, ""
+                request.queued_ns = self._next_ns()  # joins the fair queue now, at its back
+                charged.append(request)
+            elif decision.code == NEVER:
+                error = outcomes.too_large(tokens=request.cost,
+                                           limit=_capacity(buckets, decision.bucket))  # fmt: skip
+                endings.add(pipe, request.ended(State.FAILED, error))
+                metrics.count("rejected", reason="too_large")
+                ended.append(request)
+            else:
+                request.retry_at_ms, request.held_by = now + decision.wait_ms, decision.bucket
+                waiting.append(request)
+        self.line.store(pipe, charged + waiting)
+        self.line.leave(pipe, ended)
+        metrics.count("admitted", len(charged))
+        metrics.write(pipe, self.keys.metrics)
+        replies = pipe.execute()
+        if endings:
+            endings.record(self.client, replies)
+        for request in charged:
+            self.line.charged(request)
+        for request in ended:
+            self.line.forget(request.id)
+
+
+def _capacity(buckets: list[Bucket], name: str) -> int:
+    return next(b.capacity for b in buckets if b.name == name)
