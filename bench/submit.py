@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/submit.py [--messages 300]
 
-`generation_submit` (the websocket's and the API's entry point) on a conversation with a short
+`request_submit` (the websocket's and the API's entry point) on a conversation with a short
 history, against embedded PostgreSQL and Redis under var/bench/submit: wall time and this
 thread's CPU time per message, then each step alone. Nothing is generated (no dispatcher or
 worker runs); each pass removes its question again so the history stays the same size.
@@ -57,13 +57,12 @@ def main() -> None:
 def run(count: int) -> None:
     from harness import make_sessions
 
-    from apps.chat import generation
-    from apps.chat.keys import keys
+    from apps.chat import submission
     from apps.chat.models import Conversation, Message
     from apps.chat.prompting import prompt_build, system_prompt_for
     from apps.chat.services import message_create
     from apps.rag.services import retrieve_for_prompt
-    from chatsite.redis_client import get_redis
+    from chatsite.redis_client import get_redis, keys
 
     _, conversation_id = make_sessions(1, prefix=f"sub{uuid.uuid4().hex[:6]}")[0]
     conversation = Conversation.objects.get(id=conversation_id)
@@ -76,8 +75,8 @@ def run(count: int) -> None:
     question = "How do rivers form?"
 
     def submit() -> None:
-        submitted = generation.generation_submit(user=user, conversation=conversation,
-                                                 text=question)  # fmt: skip
+        submitted = submission.request_submit(user=user, conversation=conversation,
+                                              text=question)  # fmt: skip
         client.delete(keys().conversation_active(conversation.id))
         Message.objects.filter(pk=submitted.user_message.pk).delete()
 

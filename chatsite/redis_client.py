@@ -1,4 +1,4 @@
-"""One Redis client per process (a connection pool), and the key prefix every key carries."""
+"""One Redis client per process (a bounded connection pool), and the names of every key."""
 
 from __future__ import annotations
 
@@ -6,23 +6,29 @@ import functools
 import os
 
 import redis
-import redis.asyncio
 from django.conf import settings
+
+from worker.protocol import Keys
 
 
 @functools.cache
 def get_redis() -> redis.Redis:
     # A small blocking pool: Redis connections per process stay fixed however many requests
-    # run at once (callers wait for a free connection). Named, so CLIENT LIST shows who is who.
+    # run at once (callers wait for a free connection). Timeouts: a frozen or unreachable Redis
+    # fails a command within seconds instead of hanging the request that sent it. Named, so
+    # CLIENT LIST shows who is who.
     pool = redis.BlockingConnectionPool.from_url(
         settings.REDIS_URL,
         decode_responses=True,
         max_connections=settings.REDIS_POOL_SIZE,
-        timeout=20,
+        timeout=settings.REDIS_SOCKET_TIMEOUT,
+        socket_timeout=settings.REDIS_SOCKET_TIMEOUT,
+        socket_connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
         client_name=f"sluice-{os.getpid()}",
     )
     return redis.Redis(connection_pool=pool)
 
 
-def key(*parts: str) -> str:
-    return ":".join([settings.SLUICE_REDIS_PREFIX, *parts])
+def keys() -> Keys:
+    """Redis names under this deployment's (or this test's) prefix."""
+    return Keys(prefix=settings.SLUICE_REDIS_PREFIX)

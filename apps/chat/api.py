@@ -6,11 +6,11 @@ Auth: a session cookie (with CSRF, as for any form) or `Authorization: Bearer <A
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
+from django.db import close_old_connections
 from django.http import (
     Http404,
     HttpRequest,
@@ -24,13 +24,11 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.services import api_key_authenticate
+from chatsite.redis_client import keys
 
-from . import generation, selectors, services
-from .consumers import frame_for_event
+from . import selectors, services, submission
+from .frames import EVENT_ID, frame_for_event
 from .hub import get_hub
-from .keys import keys
-
-EVENT_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
 
 
 def _error(status: int, message: str, **extra) -> JsonResponse:
@@ -87,12 +85,12 @@ def request_create(request: HttpRequest) -> JsonResponse:
     else:
         conversation = selectors.conversation_get_for_user(user=user, id=conversation_id)
     try:
-        submitted = generation.generation_submit(user=user, conversation=conversation, text=text)
+        submitted = submission.request_submit(user=user, conversation=conversation, text=text)
     except ValidationError as exc:
         return _error(400, " ".join(exc.messages))
-    except generation.GenerationBusy as exc:
+    except submission.ConversationBusy as exc:
         return _error(409, str(exc))
-    except generation.GenerationUnavailable as exc:
+    except submission.QueueUnavailable as exc:
         response = _error(503, str(exc))
         response["Retry-After"] = "60"
         return response
@@ -115,7 +113,7 @@ def request_detail(request: HttpRequest, request_id: str) -> JsonResponse:
     user = authenticate(request)
     if user is None:
         return _unauthenticated()
-    info = generation.request_get_for_user(user=user, request_id=request_id)
+    info = submission.request_get_for_user(user=user, request_id=request_id)
     return JsonResponse({"request_id": info.id, "conversation": info.conversation_id,
                          "state": info.state})  # fmt: skip
 
@@ -126,21 +124,33 @@ def request_cancel(request: HttpRequest, request_id: str) -> JsonResponse:
     user = authenticate(request)
     if user is None:
         return _unauthenticated()
-    info = generation.generation_cancel(user=user, request_id=request_id)
+    info = submission.request_cancel(user=user, request_id=request_id)
     return JsonResponse({"request_id": info.id, "cancelling": True}, status=202)
+
+
+def _stream_owner(request: HttpRequest, request_id: str):
+    """The user who may follow `request_id` (None: unauthenticated; Http404: not theirs). The
+    database connection goes back to the pool at once: the stream that follows may last
+    minutes, and holding a connection for each open stream would empty the pool."""
+    try:
+        user = authenticate(request)
+        if user is not None:
+            submission.request_get_for_user(user=user, request_id=request_id)
+        return user
+    finally:
+        close_old_connections()
 
 
 async def request_events(request: HttpRequest, request_id: str) -> HttpResponse:
     """Server-Sent Events; reconnecting clients send Last-Event-ID and continue from there."""
     if request.method != "GET":
         return _error(405, "Use GET.")
-    user = await sync_to_async(authenticate)(request)
-    if user is None:
-        return _unauthenticated()
     try:
-        await sync_to_async(generation.request_get_for_user)(user=user, request_id=request_id)
+        user = await sync_to_async(_stream_owner)(request, request_id)
     except Http404:
         return _error(404, "No such request.")
+    if user is None:
+        return _unauthenticated()
     after = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id") or "0"
     if not EVENT_ID.fullmatch(after):
         return _error(400, "Last-Event-ID must be an event id such as 1700000000000-0.")

@@ -1,10 +1,16 @@
 """The chat page's websocket: send, stop, regenerate, and the answer streamed back live.
 
 Frames from the browser are JSON: {"type": "send", "text": ...}, {"type": "stop"},
-{"type": "regenerate"}, {"type": "resume", "request_id": ..., "last_event_id": ...}.
+{"type": "regenerate"}, {"type": "resume", "request_id": ..., "last_event_id": ...}. A page
+that reconnects names the answer it was following and the last event it saw in the socket's
+query string (`?resume=<request id>&after=<event id>`), so the answer continues where it was.
 Frames to the browser: "request" (a request started), "user_message", "status" (queued,
 position, ETA), "start" (an attempt began: drop partial text), "delta", "final" (sanitised
 HTML of the whole answer), "error" (a problem with the last frame; the socket stays open).
+
+The socket lives only as long as the login session that opened it: it follows the user's
+account events (apps/accounts/sessions.py) and closes with code 4401 when its session ends, and
+every frame re-checks the session before anything is stored or answered.
 """
 
 from __future__ import annotations
@@ -13,28 +19,48 @@ import asyncio
 import contextlib
 import json
 import logging
+from urllib.parse import parse_qs
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.core.exceptions import ValidationError
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from django.utils.html import escape, linebreaks
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from worker.protocol import EventType
+from apps.accounts.sessions import SessionCheck, events_last_id, session_digest
+from chatsite.redis_client import keys
 
-from . import generation, selectors
+from . import selectors, submission
+from .account_watch import get_account_watch
+from .frames import EVENT_ID, frames_for_batch
 from .hub import get_hub
-from .keys import keys
-from .markdown import render_markdown
 from .models import Conversation
 from .offload import db_call
 
 log = logging.getLogger("sluice.chat.ws")
 
 MAX_FRAME_BYTES = 64 * 1024
+SESSION_ENDED_CODE = 4401
+# A frame that fails because PostgreSQL or Redis cannot be reached gets an error reply and the
+# socket stays open, as an HTTP request gets a 503 (chatsite/errors.py).
+OUTAGES = (OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutError)
+OUTAGE_MESSAGE = "Sluice cannot reach its database or queue right now. Please try again shortly."
+
+
+class SessionEnded(Exception):
+    """The login session behind the socket no longer stands (logout, password change,
+    deactivation, expiry)."""
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
+    relay: asyncio.Task | None = None
+    session_watch: asyncio.Task | None = None
+    stop_listening = None  # stops the account events of this socket's user
+    ended = False
+
     async def dispatch(self, message: dict) -> None:
         if message["type"] == "websocket.receive":
             # Channels first tidies the database connections of its one shared sync thread,
@@ -50,35 +76,69 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=4401)
             return
+        session = self.scope.get("session")
+        self.session_key = getattr(session, "session_key", None)
+        self.session_digest = session_digest(self.session_key)
+        self.session = SessionCheck(session_key=self.session_key, user_id=self.user.pk)
         conversation_id = self.scope["url_route"]["kwargs"]["conversation_id"]
         try:
-            self.conversation, active = await self._open(conversation_id)
+            self.conversation, active, events_after = await self._open(conversation_id)
         except Http404:
             await self.close(code=4404)
             return
-        self.relay: asyncio.Task | None = None
+        except SessionEnded:
+            await self.close(code=SESSION_ENDED_CODE)
+            return
         await self.accept()
+        self.stop_listening = get_account_watch().listen(self.user.pk, self._account_event,
+                                                         after=events_after)  # fmt: skip
         if active:
-            await self._follow(active, after="0")
+            await self._follow(active, after=self._resume_point(active))
+
+    def _resume_point(self, active: str) -> str:
+        """Where to follow the answer in progress from: after the last event the page saw when
+        it reconnects (`?resume=<request id>&after=<event id>`), else from its start."""
+        query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
+        after = (query.get("after") or [""])[0]
+        if (query.get("resume") or [""])[0] == active and EVENT_ID.fullmatch(after):
+            return after
+        return "0"
 
     async def disconnect(self, code: int) -> None:
-        relay = getattr(self, "relay", None)
-        if relay:
-            relay.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await relay
+        if self.stop_listening is not None:
+            self.stop_listening()
+        for task in (self.relay, self.session_watch):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     # -- frames from the browser ---------------------------------------------------------------
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
+        if self.ended:
+            return  # sent before the client saw the close
+        try:
+            await self._receive(text_data)
+        except SessionEnded:
+            await self._end_session()
+        except OUTAGES as exc:
+            log.warning("websocket frame failed: %s: %s", type(exc).__name__, exc)
+            reply = {"type": "error", "message": OUTAGE_MESSAGE}
+            draft = _draft_of(text_data)
+            if draft is not None:
+                reply["draft"] = draft  # nothing typed is lost
+            await self._send(reply)
+
+    async def _receive(self, text_data: str | None) -> None:
         if text_data is None or len(text_data) > MAX_FRAME_BYTES:
-            await self._error("That message could not be read (send JSON text under 64 KB).")
+            await self._refuse("That message could not be read (send JSON text under 64 KB).")
             return
         try:
             frame = json.loads(text_data)
             kind = frame["type"]
         except (ValueError, KeyError, TypeError):
-            await self._error("That message could not be read (malformed JSON).")
+            await self._refuse("That message could not be read (malformed JSON).")
             return
         handler = {
             "send": self._on_send,
@@ -87,24 +147,24 @@ class ChatConsumer(AsyncWebsocketConsumer):
             "resume": self._on_resume,
         }.get(kind)
         if handler is None:
-            await self._error(f"Unknown action {str(kind)[:40]!r}.")
+            await self._refuse(f"Unknown action {str(kind)[:40]!r}.")
             return
         await handler(frame)
 
     async def _on_send(self, frame: dict) -> None:
         text = frame.get("text")
         if not isinstance(text, str):
-            await self._error("Type a message first.")
+            await self._refuse("Type a message first.")
             return
         try:
             submitted = await self._submit(text)
         except ValidationError as exc:
             await self._error(" ".join(exc.messages))
             return
-        except generation.GenerationBusy as exc:
+        except submission.ConversationBusy as exc:
             await self._error(str(exc))
             return
-        except generation.GenerationUnavailable as exc:
+        except submission.QueueUnavailable as exc:
             await self._send({"type": "error", "message": str(exc), "draft": text})
             return
         message = submitted.user_message
@@ -114,36 +174,33 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _on_regenerate(self, frame: dict) -> None:
         try:
-            submitted = await db_call(generation.generation_regenerate)(
-                user=self.user, conversation=self.conversation
+            submitted = await db_call(self._in_session)(
+                submission.answer_regenerate, user=self.user, conversation=self.conversation
             )
-        except (generation.GenerationBusy, generation.GenerationUnavailable) as exc:
+        except (submission.ConversationBusy, submission.QueueUnavailable) as exc:
             await self._error(str(exc))
             return
         await self._send({"type": "regenerating"})
         await self._started(submitted.request_id)
 
     async def _on_stop(self, frame: dict) -> None:
-        request_id = frame.get("request_id") or await db_call(generation.active_request_id)(
-            conversation=self.conversation
-        )
-        if not isinstance(request_id, str) or not request_id:
-            await self._error("Nothing is being generated.")
-            return
         try:
-            await db_call(generation.generation_cancel)(user=self.user, request_id=request_id)
+            stopped = await self._stop(frame.get("request_id"))
         except Http404:
             await self._error("That answer was not found.")
+            return
+        if not stopped:
+            await self._error("Nothing is being generated.")
 
     async def _on_resume(self, frame: dict) -> None:
         request_id = frame.get("request_id")
         after = frame.get("last_event_id") or "0"
         if not isinstance(request_id, str) or not isinstance(after, str):
-            await self._error("That answer was not found.")
+            await self._refuse("That answer was not found.")
             return
         try:
-            info = await db_call(generation.request_get_for_user)(
-                user=self.user, request_id=request_id
+            info = await db_call(self._in_session)(
+                submission.request_get_for_user, user=self.user, request_id=request_id
             )
         except Http404:
             await self._error("That answer was not found.")
@@ -176,70 +233,106 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def _error(self, message: str) -> None:
         await self._send({"type": "error", "message": message})
 
+    async def _refuse(self, message: str) -> None:
+        """An error reply to a frame that made no trip to the database (which would have
+        checked the session on the way): it checks the session first."""
+        await db_call(self._require_session)()
+        await self._error(message)
+
+    # -- the login session ---------------------------------------------------------------------
+
+    def _account_event(self, fields: dict | None) -> None:
+        """An account event of this socket's user (None: events may have been missed): the
+        session is re-checked, and the socket closes if it no longer stands."""
+        if self.ended:
+            return
+        if fields is not None and fields.get("session") == self.session_digest:
+            asyncio.get_running_loop().create_task(self._end_session())
+            return
+        if self.session_watch is None or self.session_watch.done():
+            self.session_watch = asyncio.get_running_loop().create_task(self._recheck())
+
+    async def _recheck(self) -> None:
+        if not await self._session_current():
+            await self._end_session()
+
+    async def _session_current(self) -> bool:
+        try:
+            await db_call(self._require_session)()
+        except SessionEnded:
+            return False
+        except OUTAGES as exc:
+            # Unknown while the database is away; every frame checks again before acting.
+            log.warning("session of user %s not checked: %s", self.user.pk, exc)
+        return True
+
+    async def _end_session(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        if self.stop_listening is not None:
+            self.stop_listening()
+        for task in (self.relay, self.session_watch):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        await self.close(code=SESSION_ENDED_CODE)
+
+    def _require_session(self) -> None:
+        """Raises SessionEnded unless the socket's session still stands. In a pool thread."""
+        if not self.session.current():
+            raise SessionEnded
+
+    def _in_session(self, func, /, *args, **kwargs):
+        """`func` after the session check, in the same trip through the pool."""
+        self._require_session()
+        return func(*args, **kwargs)
+
     # -- database ------------------------------------------------------------------------------
 
     @db_call
-    def _open(self, conversation_id: int) -> tuple[Conversation, str | None]:
-        """The conversation (Http404 unless it is the user's) and its answer in progress, if
-        any, to show at once: a refresh or a second tab continues live. One trip through the
-        pool, as every tab that opens asks both."""
+    def _open(self, conversation_id: int) -> tuple[Conversation, str | None, str]:
+        """The conversation (Http404 unless it is the user's), its answer in progress, if any,
+        to show at once (a refresh or a second tab continues live), and the id after which to
+        follow the user's account events. One trip through the pool, as every tab that opens
+        asks all three."""
+        try:
+            # Read before the session is checked: an event published after the check would
+            # otherwise fall between the two and go unseen.
+            events_after = events_last_id()
+        except RedisError:
+            events_after = "0"  # every event the stream still holds: at worst one more check
+        self._require_session()
         conversation = selectors.conversation_get_for_user(user=self.user, id=conversation_id)
         try:
-            active = generation.active_request_id(conversation=conversation)
+            active = submission.active_request_id(conversation=conversation)
         except RedisError:
             active = None  # the page still works; sending will explain the outage
-        return conversation, active
+        return conversation, active, events_after
 
     @db_call
-    def _submit(self, text: str) -> generation.Submitted:
-        return generation.generation_submit(
-            user=self.user, conversation=self.conversation, text=text
-        )
+    def _submit(self, text: str) -> submission.Submitted:
+        self._require_session()
+        return submission.request_submit(user=self.user, conversation=self.conversation, text=text)
+
+    @db_call
+    def _stop(self, requested) -> bool:
+        """Stops the requested answer, or the conversation's answer in progress; False when
+        there is none. One trip through the pool."""
+        self._require_session()
+        request_id = requested or submission.active_request_id(conversation=self.conversation)
+        if not isinstance(request_id, str) or not request_id:
+            return False
+        submission.request_cancel(user=self.user, request_id=request_id)
+        return True
 
 
-def frames_for_batch(request_id: str, entries: list[tuple[str, dict[str, str]]]) -> list[dict]:
-    """Frames for entries read together, consecutive deltas merged into one frame (carrying
-    the last one's id, so a resume continues after all of them): a page that fell behind, or
-    a busy web process, sends one frame where the worker wrote several."""
-    frames: list[dict] = []
-    for entry_id, fields in entries:
-        frame = frame_for_event(request_id, entry_id, fields)
-        if frame is None:
-            continue
-        if frame["type"] == "delta" and frames and frames[-1]["type"] == "delta":
-            frames[-1]["text"] += frame["text"]
-            frames[-1]["event_id"] = entry_id
-        else:
-            frames.append(frame)
-    return frames
-
-
-def frame_for_event(request_id: str, entry_id: str, fields: dict[str, str]) -> dict | None:
-    """An output-stream entry as the browser sees it (shared by the websocket and SSE)."""
-    kind = fields.get("type")
-    base = {"request_id": request_id, "event_id": entry_id}
-    if kind == EventType.DELTA:
-        return {**base, "type": "delta", "text": fields.get("text", "")}
-    if kind == EventType.START:
-        return {**base, "type": "start", "attempt": int(fields.get("attempt", 1)),
-                "worker": fields.get("worker", "")}  # fmt: skip
-    if kind == EventType.STATUS:
-        frame = {**base, "type": "status", "state": fields.get("state", "")}
-        for name in ("position", "eta_seconds", "reason", "retry_after"):
-            if name in fields:
-                frame[name] = fields[name]
-        if fields.get("citations"):
-            frame["citations"] = json.loads(fields["citations"])
-        return frame
-    if kind == EventType.FINAL:
-        text = fields.get("text", "")
-        return {
-            **base,
-            "type": "final",
-            "state": fields.get("state", ""),
-            "text": text,
-            "html": render_markdown(text),
-            "error": fields.get("error", ""),
-            "usage": json.loads(fields.get("usage") or "{}"),
-        }
+def _draft_of(text_data: str | None) -> str | None:
+    """The text of a "send" frame, to hand back when it could not be sent."""
+    try:
+        frame = json.loads(text_data or "")
+    except ValueError:
+        return None
+    if isinstance(frame, dict) and frame.get("type") == "send":
+        text = frame.get("text")
+        return text if isinstance(text, str) else None
     return None

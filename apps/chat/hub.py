@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 from django.conf import settings
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.protocol import EventType
 
@@ -64,7 +65,10 @@ class OutputHub:
         if self._control is None:
             # A blocking pool: past two connections, callers wait for one instead of failing.
             pool = aioredis.BlockingConnectionPool.from_url(
-                self.redis_url, decode_responses=True, max_connections=2, timeout=30,
+                self.redis_url, decode_responses=True, max_connections=2,
+                timeout=settings.REDIS_SOCKET_TIMEOUT,
+                socket_timeout=settings.REDIS_SOCKET_TIMEOUT,
+                socket_connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
                 client_name=f"{self.name}-control",
             )  # fmt: skip
             self._control = aioredis.Redis(connection_pool=pool)
@@ -119,9 +123,6 @@ class OutputHub:
                 self._cursors.pop(sub.stream, None)
                 self._packer.forget(sub.stream)
 
-    def subscriber_count(self) -> int:
-        return sum(len(s) for s in self._subs.values())
-
     # -- the reader task ---------------------------------------------------------------------
 
     def _ensure_running(self) -> None:
@@ -144,7 +145,7 @@ class OutputHub:
                 if unblocked:
                     return
                 await asyncio.sleep(0.001)
-        except RedisConnectionError:
+        except (RedisConnectionError, RedisTimeoutError):
             return
         finally:
             self._unblocking = None
@@ -162,9 +163,12 @@ class OutputHub:
         ]  # fmt: skip
 
     async def _connect_reader(self) -> None:
+        # Its read blocks up to block_ms by design: only a reply later than that means trouble.
         self._reader = aioredis.Redis.from_url(
             self.redis_url, decode_responses=True, single_connection_client=True,
             client_name=f"{self.name}-reader",
+            socket_timeout=self.block_ms / 1000 + settings.REDIS_SOCKET_TIMEOUT,
+            socket_connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
         )  # fmt: skip
         self._reader_id = await self._reader.client_id()
 
@@ -186,7 +190,7 @@ class OutputHub:
                     response = await self._xread(streams)
                 finally:
                     self._blocked = False
-            except RedisConnectionError as exc:
+            except (RedisConnectionError, RedisTimeoutError) as exc:
                 log.warning("output hub lost Redis (%s); reconnecting", exc)
                 with contextlib.suppress(Exception):
                     await self._reader.aclose()

@@ -3,7 +3,10 @@
 Channels' `database_sync_to_async` runs every call in one shared thread (asgiref's
 thread-sensitive mode): a web process would then store and submit one message at a time while
 every other chat waited in line behind it. These calls need no particular thread, so they run in
-a small pool instead; each pool thread keeps its own persistent database connection.
+a small pool instead; each pool thread keeps its own database connection. In a web process that
+connection is borrowed from the bounded connection pool once and kept, rather than borrowed
+(and checked by the pool) for every frame: WEB_DB_THREADS of the pool's connections serve the
+websockets, the rest the HTTP requests.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ def tidy_connections(now: float | None = None) -> None:
     error), keeping a health check younger than HEALTH_CHECK_SECONDS."""
     now = time.monotonic() if now is None else now
     for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and getattr(conn, "pool", None) is not None:
+            conn.close_at = None  # kept by this thread; dropped only when broken (below)
         if not conn.health_check_done:
             conn.sluice_checked_at = None  # not checked since it was last cleared
         elif getattr(conn, "sluice_checked_at", None) is None:

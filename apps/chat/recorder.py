@@ -1,8 +1,10 @@
-"""The completion recorder: stores every finished answer in PostgreSQL, exactly once.
+"""The answer recorder: stores every finished answer in PostgreSQL, exactly once.
 
-Workers add a record to the done stream after the final event; the recorder reads it through its
-own consumer group, so answers are kept even when no browser is watching. The assistant
-message's unique request id makes a record delivered twice a no-op.
+Whatever ended a request (a worker, or the dispatcher for a request it never handed to one)
+adds an answer record to the done stream after the final event; the recorder reads it through
+its own consumer group, so answers are kept even when no browser is watching. The assistant
+message's unique request id makes a record delivered twice a no-op. A record that cannot be
+read or stored goes to the dead-letter stream with its reason: the loop never dies on data.
 """
 
 from __future__ import annotations
@@ -12,15 +14,13 @@ import logging
 import socket
 from collections.abc import Callable
 
-from django.db import IntegrityError, connection, transaction
-from redis.exceptions import ResponseError
+from django.db import DataError, IntegrityError, connection, transaction
 
-from chatsite.redis_client import get_redis
-from worker import protocol
-from worker.protocol import Completion, EventType, State, Usage
+from chatsite.redis_client import get_redis, keys
+from worker import protocol, transitions
+from worker.protocol import Answer, EventType, State
 
 from . import services
-from .keys import keys
 from .models import Conversation, Message
 
 log = logging.getLogger("sluice.recorder")
@@ -30,39 +30,47 @@ STATUS_FOR_STATE = {
     State.CANCELLED: Message.Status.CANCELLED,
     State.FAILED: Message.Status.FAILED,
 }
+# What a single answer can fail on when it is stored, as opposed to the database being away.
+UNSTORABLE = (IntegrityError, DataError, ValueError)
 
 
-def completion_record(*, completion: Completion, citations: list | None = None) -> Message | None:
+def answer_store(*, answer: Answer, citations: list | None = None) -> Message | None:
     """Stores the answer (or the failure) as an assistant message; None if already stored, the
     conversation is gone, or it was stopped before any text. `citations` as the web attached
     them (read from the request's hash when not given)."""
     if citations is None:
-        citations = completions_citations([completion])[0]
-    new = completion_message(completion, citations)
-    return _store_one(new) if new is not None else None
+        citations = answers_citations([answer])[0]
+    new = answer_message(answer, citations)
+    if new is None:
+        return None
+    try:
+        return _store_one(new)
+    except UNSTORABLE as exc:
+        log.error("answer %s cannot be stored: %s", answer.id, exc)
+        return None
 
 
-def completion_message(completion: Completion, citations: list) -> services.NewMessage | None:
-    if completion.state == State.CANCELLED and not completion.text:
-        return None  # stopped before any text: nothing worth keeping
+def answer_message(answer: Answer, citations: list) -> services.NewMessage | None:
+    if answer.state == State.CANCELLED and not answer.text:
+        return None  # stopped before any text (or withdrawn): nothing worth keeping
     return services.NewMessage(
-        conversation=Conversation(id=int(completion.conversation_id)),
+        conversation=Conversation(id=int(answer.conversation_id)),
         role=Message.Role.ASSISTANT,
-        text=completion.text,
-        request_id=completion.id,
-        prompt_tokens=completion.usage.prompt_tokens or None,
-        completion_tokens=completion.usage.completion_tokens or None,
-        status=STATUS_FOR_STATE[completion.state],
-        error=completion.error[:300],
+        text=answer.text,
+        request_id=answer.id,
+        prompt_tokens=answer.usage.prompt_tokens or None,
+        completion_tokens=answer.usage.completion_tokens or None,
+        status=STATUS_FOR_STATE[answer.state],
+        error=answer.error[:300],
         citations=citations,
     )
 
 
-def completions_citations(completions: list[Completion]) -> list[list]:
+def answers_citations(answers: list[Answer]) -> list[list]:
     """Citations the web attached to each request when it was submitted: one round trip."""
     pipe = get_redis().pipeline(transaction=False)
-    for completion in completions:
-        pipe.hget(keys().request(completion.id), "citations")
+    for answer in answers:
+        pipe.hget(keys().request(answer.id), "citations")
     return [json.loads(raw) if raw else [] for raw in pipe.execute()]
 
 
@@ -74,12 +82,12 @@ return 0
 """
 
 
-def release_conversations(completions: list[Completion]) -> None:
+def release_conversations(answers: list[Answer]) -> None:
     """Lets each conversation take its next question (only if this request still holds it)."""
     pipe = get_redis().pipeline(transaction=False)
-    for completion in completions:
-        active = keys().conversation_active(completion.conversation_id)
-        pipe.eval(RELEASE_IF_HELD, 1, active, completion.id)
+    for answer in answers:
+        active = keys().conversation_active(answer.conversation_id)
+        pipe.eval(RELEASE_IF_HELD, 1, active, answer.id)
     pipe.execute()
 
 
@@ -89,26 +97,28 @@ def request_settle(*, request_id: str, conversation: Conversation) -> bool:
     pipe = get_redis().pipeline(transaction=False)
     pipe.xrevrange(keys().output(request_id), count=1)
     pipe.hget(keys().request(request_id), "citations")
-    entries, cited = pipe.execute()
-    if not entries or entries[0][1].get("type") != EventType.FINAL:
+    pipe.exists(keys().request(request_id))
+    entries, cited, known = pipe.execute()
+    ended = bool(entries) and entries[0][1].get("type") == EventType.FINAL
+    answer = Answer(id=request_id, user_id=str(conversation.owner_id),
+                    conversation_id=str(conversation.id), state=State.CANCELLED)  # fmt: skip
+    if ended:
+        answer = protocol.answer_from_final(
+            request_id, entries[0][1], user_id=answer.user_id,
+            conversation_id=answer.conversation_id,
+        )  # fmt: skip
+        answer_store(answer=answer, citations=json.loads(cited) if cited else [])
+    elif known:
         return False
-    final = entries[0][1]
-    completion = Completion(
-        id=request_id, user_id=str(conversation.owner_id), conversation_id=str(conversation.id),
-        state=State(final["state"]), text=final.get("text", ""),
-        usage=Usage(**json.loads(final.get("usage") or "{}")), error=final.get("error", ""),
-    )  # fmt: skip
-    completion_record(completion=completion, citations=json.loads(cited) if cited else [])
-    release_conversations([completion])
+    # Ended, or forgotten (its state expired): either way nothing runs it any more.
+    release_conversations([answer])
     return True
 
 
 def ensure_group() -> None:
-    try:
-        get_redis().xgroup_create(keys().done, protocol.RECORDER_GROUP, id="0", mkstream=True)
-    except ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
+    pipe = get_redis().pipeline(transaction=False)
+    transitions.ensure_groups(pipe, [(keys().done, protocol.RECORDER_GROUP)])
+    transitions.check_groups(pipe.execute(raise_on_error=False))
 
 
 def record_pending(
@@ -116,7 +126,7 @@ def record_pending(
     consumer: str | None = None,
     block_ms: int | None = 1000,
     count: int = 100,
-    on_recorded: Callable[[list[Completion]], None] | None = None,
+    on_recorded: Callable[[list[Answer]], None] | None = None,
     pending: bool = True,
 ) -> int:
     """One pass: records what is on the done stream for this consumer. Returns how many.
@@ -145,55 +155,72 @@ def record_pending(
 
 
 def _record_batch(
-    entries: list[tuple[str, dict]], on_recorded: Callable[[list[Completion]], None] | None
+    entries: list[tuple[str, dict]], on_recorded: Callable[[list[Answer]], None] | None
 ) -> int:
     if not entries:
         return 0
-    completions = _parsed(entries)
-    if completions:
-        cited = zip(completions, completions_citations(completions), strict=True)
-        answers = [completion_message(c, citations) for c, citations in cited]
-        _store([a for a in answers if a is not None])
-        release_conversations(completions)
+    parsed, rejected = _parsed(entries)
+    if parsed:
+        answers = [answer for _, answer in parsed]
+        cited = zip(answers, answers_citations(answers), strict=True)
+        messages = [(entry_id, answer_message(a, citations)) for (entry_id, _), (a, citations)
+                    in zip(parsed, cited, strict=True)]  # fmt: skip
+        rejected += _store([(i, m) for i, m in messages if m is not None])
+        # Even an answer that could not be kept ends its turn and settles its charge.
+        release_conversations(answers)
         if on_recorded:
-            on_recorded(completions)
+            on_recorded(answers)
+    pipe = get_redis().pipeline(transaction=False)
+    fields_of = dict(entries)
+    for entry_id, reason in rejected:
+        log.error("dead-lettering answer record %s: %s", entry_id, reason)
+        transitions.dead_letter(pipe, keys(), source="recorder", reason=reason,
+                                stream=keys().done, entry_id=entry_id,
+                                fields=fields_of.get(entry_id) or {})  # fmt: skip
     # Acknowledged once stored: a crash before this re-reads them, and storing twice is a no-op.
-    get_redis().xack(keys().done, protocol.RECORDER_GROUP, *(entry_id for entry_id, _ in entries))
+    pipe.xack(keys().done, protocol.RECORDER_GROUP, *(entry_id for entry_id, _ in entries))
+    pipe.execute()
     return len(entries)
 
 
-def _store(answers: list[services.NewMessage]) -> None:
+def _store(messages: list[tuple[str, services.NewMessage]]) -> list[tuple[str, str]]:
     """The batch in one round trip; if one answer cannot be stored (its conversation deleted
-    that instant, a malformed usage figure), the others one by one, so one bad record never
-    holds back the rest, nor comes back forever."""
+    that instant, a figure out of range), the others one by one, so one bad record never holds
+    back the rest, nor comes back forever. Returns (entry id, reason) of those not stored."""
     try:
         with transaction.atomic():  # all or none, so the fallback below starts clean
-            services.messages_store(answers)
-    except IntegrityError:
-        for answer in answers:
-            _store_one(answer)
+            services.messages_store([m for _, m in messages])
+        return []
+    except UNSTORABLE:
+        pass
+    failed = []
+    for entry_id, message in messages:
+        try:
+            _store_one(message)
+        except UNSTORABLE as exc:
+            failed.append((entry_id, f"cannot be stored: {exc.__class__.__name__}: {exc}"))
+    return failed
 
 
-def _store_one(answer: services.NewMessage) -> Message | None:
-    try:
-        if not connection.in_atomic_block:  # one statement: atomic on its own
-            return services.message_store(answer)
-        with transaction.atomic():  # a savepoint, so a failure leaves the caller's open
-            return services.message_store(answer)
-    except IntegrityError as exc:
-        log.error("dropping answer %s that cannot be stored: %s", answer.request_id, exc)
-        return None
+def _store_one(message: services.NewMessage) -> Message | None:
+    if not connection.in_atomic_block:  # one statement: atomic on its own
+        return services.message_store(message)
+    with transaction.atomic():  # a savepoint, so a failure leaves the caller's open
+        return services.message_store(message)
 
 
-def _parsed(entries: list[tuple[str, dict | None]]) -> list[Completion]:
-    completions = []
+def _parsed(entries: list[tuple[str, dict | None]]) -> tuple[list, list[tuple[str, str]]]:
+    """(entry id, Answer) for each readable record, and (entry id, reason) for the others."""
+    parsed, rejected = [], []
     for entry_id, fields in entries:
         if not fields:  # pending, but trimmed from the stream since: nothing left to store
-            log.error("skipping completion %s: its record was trimmed before it was stored",
-                      entry_id)  # fmt: skip
+            log.error("skipping answer record %s: trimmed before it was stored", entry_id)
             continue
         try:
-            completions.append(Completion.from_fields(fields))
-        except (KeyError, ValueError) as exc:
-            log.error("skipping malformed completion %s: %s", entry_id, exc)
-    return completions
+            answer = Answer.from_fields(fields)
+            int(answer.conversation_id), int(answer.user_id)
+        except (KeyError, ValueError, TypeError) as exc:
+            rejected.append((entry_id, f"malformed: {exc.__class__.__name__}: {exc}"))
+            continue
+        parsed.append((entry_id, answer))
+    return parsed, rejected

@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from . import generation, selectors, services
+from . import selectors, services, submission
 from .models import Conversation
 
 
@@ -16,7 +16,7 @@ def _page_context(request: HttpRequest, conversation: Conversation | None, **ext
     context = {
         "max_chars": settings.CHAT_MESSAGE_MAX_CHARS,
         "active_request": (
-            generation.active_request_id(conversation=conversation) if conversation else None
+            submission.active_request_id(conversation=conversation) if conversation else None
         ),
         "conversations": selectors.conversation_list_for_user(user=request.user),
         "conversation": conversation,
@@ -84,11 +84,11 @@ def message_send(request: HttpRequest, id: int) -> HttpResponse:
     text = request.POST.get("text", "")
     error = None
     try:
-        generation.generation_submit(user=request.user, conversation=conversation, text=text)
+        submission.request_submit(user=request.user, conversation=conversation, text=text)
         text = ""
     except ValidationError as exc:
         error = " ".join(exc.messages)
-    except (generation.GenerationBusy, generation.GenerationUnavailable) as exc:
+    except (submission.ConversationBusy, submission.QueueUnavailable) as exc:
         error = str(exc)
     if request.htmx:
         context = _page_context(request, conversation, composer_error=error, draft=text)

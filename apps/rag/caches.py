@@ -21,7 +21,7 @@ import numpy as np
 import redis
 from django.conf import settings
 
-from chatsite.redis_client import get_redis, key
+from chatsite.redis_client import get_redis, keys
 
 from .embeddings import DIMENSIONS, MODEL_NAME, embed_texts
 
@@ -48,7 +48,7 @@ def query_embedding(text: str) -> np.ndarray:
         if vector is not None:
             _lru.move_to_end(digest)
             return vector
-    redis_key = key("rag", "qemb", digest)
+    redis_key = keys().rag_cache("qemb", digest)
     vector = None
     try:
         stored = get_redis().get(redis_key)
@@ -84,7 +84,7 @@ def results_key(*, corpora: list[tuple[int, int]], query: str, options: dict) ->
     """`corpora`: (id, version) pairs; a changed corpus changes the key."""
     versions = ",".join(f"{cid}@{version}" for cid, version in sorted(corpora))
     payload = json.dumps(options, sort_keys=True, default=str)
-    return key("rag", "res", _digest(versions, normalize_query(query), payload))
+    return keys().rag_cache("res", _digest(versions, normalize_query(query), payload))
 
 
 def results_get(cache_key: str) -> list[dict] | None:

@@ -3,8 +3,6 @@ Driven over real HTTP against a real daphne process, a real worker and the real 
 
 from __future__ import annotations
 
-import json
-
 import httpx
 import pytest
 
@@ -12,6 +10,7 @@ from apps.accounts.services import api_key_create
 from apps.chat.models import Conversation
 from apps.chat.services import conversation_create
 from tests.chat.conftest import answer_text
+from tests.conftest import read_sse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,24 +20,6 @@ def answer_length(settings):
     """Set before the web process starts, which reads it from its environment."""
     settings.MODEL_MAX_TOKENS = 60
     settings.MODEL_TEMPERATURE = 0.0
-
-
-def read_events(response: httpx.Response, *, stop_after: int | None = None) -> list[dict]:
-    """Parses an SSE body into [{"id", "event", "data"}], optionally stopping early."""
-    events, current = [], {}
-    for line in response.iter_lines():
-        if not line:
-            if "data" in current:
-                current["data"] = json.loads(current["data"])
-                events.append(current)
-                if current["event"] == "final" or (stop_after and len(events) >= stop_after):
-                    return events
-            current = {}
-            continue
-        field, _, value = line.partition(": ")
-        if field in ("id", "event", "data"):
-            current[field] = value
-    return events
 
 
 def text_of(events: list[dict]) -> str:
@@ -75,11 +56,11 @@ def test_submit_then_stream_and_resume_with_last_event_id(api, start_worker, dis
     assert response.headers["Location"] == events_url
 
     with api.stream("GET", events_url) as uninterrupted, api.stream("GET", events_url) as first:
-        head = read_events(first, stop_after=4)
-        full = read_events(uninterrupted)
+        head = read_sse(first, stop_after=4)
+        full = read_sse(uninterrupted)
     last_seen = head[-1]["id"]
     with api.stream("GET", events_url, headers={"Last-Event-ID": last_seen}) as resumed:
-        tail = read_events(resumed)
+        tail = read_sse(resumed)
 
     assert full[-1]["event"] == "final" and full[-1]["data"]["state"] == "done"
     assert all(e["id"] > last_seen for e in tail)

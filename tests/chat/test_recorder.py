@@ -1,34 +1,34 @@
-"""The completion recorder stores each answer once, however often its record is delivered."""
+"""The answer recorder stores each answer once, however often its record is delivered, and
+puts what it cannot read or store in the dead-letter stream without stopping."""
 
 from __future__ import annotations
 
 import pytest
 
 from apps.chat import recorder
-from apps.chat.keys import keys
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
-from chatsite.redis_client import get_redis
+from chatsite.redis_client import get_redis, keys
 from worker import protocol
-from worker.protocol import Completion, State, Usage
+from worker.protocol import Answer, State, Usage
 
 pytestmark = pytest.mark.django_db
 
 
-def completion_for(conversation, *, request_id="r1", state=State.DONE, text="Blue."):
-    return Completion(
+def answer_for(conversation, *, request_id="r1", state=State.DONE, text="Blue."):
+    return Answer(
         id=request_id, user_id=str(conversation.owner_id), conversation_id=str(conversation.id),
         state=state, text=text, usage=Usage(prompt_tokens=12, completion_tokens=3),
     )  # fmt: skip
 
 
-def test_a_redelivered_completion_is_stored_once(user):
+def test_a_redelivered_answer_is_stored_once(user):
     conversation = conversation_create(owner=user)
-    completion = completion_for(conversation)
+    answer = answer_for(conversation)
     client = get_redis()
     recorder.ensure_group()
     for _ in range(3):  # the same record delivered three times
-        client.xadd(keys().done, completion.to_fields())
+        client.xadd(keys().done, answer.to_fields())
     assert recorder.record_pending(consumer="c1", block_ms=10) == 3
     stored = Message.objects.get(request_id="r1")
     assert (stored.role, stored.text, stored.completion_tokens) == ("assistant", "Blue.", 3)
@@ -38,7 +38,7 @@ def test_a_redelivered_completion_is_stored_once(user):
 def test_records_left_pending_by_a_crashed_recorder_are_stored_on_restart(user):
     conversation = conversation_create(owner=user)
     recorder.ensure_group()
-    get_redis().xadd(keys().done, completion_for(conversation, request_id="r2").to_fields())
+    get_redis().xadd(keys().done, answer_for(conversation, request_id="r2").to_fields())
     # Delivered to consumer c1, which "crashed" before acknowledging.
     get_redis().xreadgroup("recorder", "c1", {keys().done: ">"}, count=10)
     assert not Message.objects.filter(request_id="r2").exists()
@@ -48,36 +48,39 @@ def test_records_left_pending_by_a_crashed_recorder_are_stored_on_restart(user):
 
 def test_failures_are_kept_and_empty_stops_are_not(user):
     conversation = conversation_create(owner=user)
-    failed = completion_for(conversation, request_id="f", state=State.FAILED, text="")
+    failed = answer_for(conversation, request_id="f", state=State.FAILED, text="")
     failed.error = "The model failed: RuntimeError"
-    stopped = completion_for(conversation, request_id="s", state=State.CANCELLED, text="")
-    assert recorder.completion_record(completion=failed).status == "failed"
-    assert recorder.completion_record(completion=stopped) is None
+    stopped = answer_for(conversation, request_id="s", state=State.CANCELLED, text="")
+    assert recorder.answer_store(answer=failed).status == "failed"
+    assert recorder.answer_store(answer=stopped) is None
     assert Message.objects.get(request_id="f").error == "The model failed: RuntimeError"
 
 
-def test_a_completion_for_a_deleted_conversation_is_dropped(user):
+def test_an_answer_for_a_deleted_conversation_is_dropped(user):
     conversation = conversation_create(owner=user)
-    completion = completion_for(conversation)
+    answer = answer_for(conversation)
     conversation.delete()
-    assert recorder.completion_record(completion=completion) is None
+    assert recorder.answer_store(answer=answer) is None
 
 
 def test_one_record_that_cannot_be_stored_does_not_hold_back_its_batch(user):
     conversation = conversation_create(owner=user)
     recorder.ensure_group()
-    bad = completion_for(conversation, request_id="bad")
+    bad = answer_for(conversation, request_id="bad")
     bad.usage = Usage(prompt_tokens=-1, completion_tokens=3)  # breaks the column's check
-    for completion in (completion_for(conversation, request_id="a"), bad,
-                       completion_for(conversation, request_id="b")):  # fmt: skip
-        get_redis().xadd(keys().done, completion.to_fields())
+    for answer in (answer_for(conversation, request_id="a"), bad,
+                   answer_for(conversation, request_id="b")):  # fmt: skip
+        get_redis().xadd(keys().done, answer.to_fields())
     assert recorder.record_pending(consumer="c1", block_ms=10) == 3
     stored = Message.objects.filter(conversation=conversation).values_list("request_id", flat=True)
     assert set(stored) == {"a", "b"}
-    # Acknowledged: a second pass finds nothing pending, so the bad record does not come back.
+    # Kept for an operator with its reason, and acknowledged: it does not come back.
+    dead = [fields for _, fields in get_redis().xrange(keys().dead)]
+    assert [(d["source"], d["request_id"]) for d in dead] == [("recorder", "bad")]
+    assert "cannot be stored" in dead[0]["reason"]
     assert recorder.record_pending(consumer="c1", block_ms=10) == 0
     # Stored directly (a new question settling the previous answer): dropped, not raised.
-    assert recorder.completion_record(completion=bad) is None
+    assert recorder.answer_store(answer=bad) is None
 
 
 def test_a_pass_without_pending_reads_only_new_records_and_a_recovery_drains_the_backlog(user):
@@ -85,9 +88,9 @@ def test_a_pass_without_pending_reads_only_new_records_and_a_recovery_drains_the
     recorder.ensure_group()
     client = get_redis()
     for n in range(5):
-        client.xadd(keys().done, completion_for(conversation, request_id=f"p{n}").to_fields())
+        client.xadd(keys().done, answer_for(conversation, request_id=f"p{n}").to_fields())
     client.xreadgroup(protocol.RECORDER_GROUP, "c1", {keys().done: ">"}, count=10)  # never stored
-    client.xadd(keys().done, completion_for(conversation, request_id="new").to_fields())
+    client.xadd(keys().done, answer_for(conversation, request_id="new").to_fields())
     assert recorder.record_pending(consumer="c1", block_ms=None, pending=False) == 1
     stored = Message.objects.filter(conversation=conversation).values_list("request_id", flat=True)
     assert set(stored) == {"new"}
@@ -100,10 +103,27 @@ def test_a_pending_record_trimmed_from_the_stream_is_skipped(user):
     conversation = conversation_create(owner=user)
     recorder.ensure_group()
     client = get_redis()
-    gone = client.xadd(keys().done, completion_for(conversation, request_id="gone").to_fields())
+    gone = client.xadd(keys().done, answer_for(conversation, request_id="gone").to_fields())
     client.xreadgroup(protocol.RECORDER_GROUP, "c1", {keys().done: ">"})
     client.xdel(keys().done, gone)  # as MAXLEN trimming would, while it was still pending
-    client.xadd(keys().done, completion_for(conversation, request_id="kept").to_fields())
+    client.xadd(keys().done, answer_for(conversation, request_id="kept").to_fields())
     assert recorder.record_pending(consumer="c1", block_ms=None) == 2
     assert list(Message.objects.values_list("request_id", flat=True)) == ["kept"]
     assert recorder.record_pending(consumer="c1", block_ms=None) == 0  # acknowledged
+
+
+def test_a_malformed_record_is_dead_lettered_and_the_rest_stored(user):
+    conversation = conversation_create(owner=user)
+    recorder.ensure_group()
+    client = get_redis()
+    malformed = answer_for(conversation, request_id="m").to_fields()
+    malformed["conversation_id"] = "not-a-number"
+    client.xadd(keys().done, malformed)
+    client.xadd(keys().done, {"id": "x"})  # not an answer at all
+    client.xadd(keys().done, answer_for(conversation, request_id="ok").to_fields())
+    assert recorder.record_pending(consumer="c1", block_ms=10) == 3
+    assert list(Message.objects.values_list("request_id", flat=True)) == ["ok"]
+    dead = [fields for _, fields in client.xrange(keys().dead)]
+    assert sorted(d["request_id"] for d in dead) == ["m", "x"]
+    assert all(d["reason"].startswith("malformed") for d in dead)
+    assert recorder.record_pending(consumer="c1", block_ms=10) == 0

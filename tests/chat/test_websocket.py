@@ -8,9 +8,9 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
-from apps.chat.generation import generation_submit
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
+from apps.chat.submission import request_submit
 from tests.chat.conftest import chat_socket
 
 pytestmark = [
@@ -65,7 +65,7 @@ async def test_bad_frames_get_clear_errors_and_the_socket_stays_open(user):
 
 async def test_another_users_request_cannot_be_resumed_or_stopped(user, other_user):
     theirs = await sync_to_async(conversation_create)(owner=other_user)
-    submitted = await sync_to_async(generation_submit)(
+    submitted = await sync_to_async(request_submit)(
         user=other_user, conversation=theirs, text="secret"
     )
     mine = await sync_to_async(conversation_create)(owner=user)
@@ -92,13 +92,13 @@ async def test_when_redis_is_unreachable_sending_fails_closed_and_keeps_the_draf
 ):
     import redis as redis_lib
 
-    from apps.chat import generation
+    from apps.chat import submission
     from chatsite.stack import free_port
 
     conversation = await sync_to_async(conversation_create)(owner=user)
     unreachable = redis_lib.Redis(port=free_port(), socket_connect_timeout=0.5)
     async with chat_socket(user, conversation.id) as (ws, _, _):
-        monkeypatch.setattr(generation, "get_redis", lambda: unreachable)
+        monkeypatch.setattr(submission, "get_redis", lambda: unreachable)
         await ws.send_to(text_data=json.dumps({"type": "send", "text": "are you there?"}))
         frame = json.loads(await ws.receive_from(timeout=10))
     assert frame["type"] == "error"

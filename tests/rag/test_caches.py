@@ -8,13 +8,14 @@ import numpy as np
 from apps.rag import caches
 from apps.rag.models import Corpus, Document
 from apps.rag.services import corpus_ingest_paths, document_delete, retrieve_for_prompt
-from chatsite.redis_client import get_redis, key
+from chatsite.redis_client import get_redis, keys
 
 QUERY = "Which day is the billing release cut?"
 
 
 def redis_keys(pattern: str) -> list[str]:
-    return list(get_redis().scan_iter(match=key("rag", pattern)))
+    kind, _, digest = pattern.partition(":")
+    return list(get_redis().scan_iter(match=keys().rag_cache(kind, digest)))
 
 
 def test_query_embedding_is_cached_in_redis_and_in_process(embedding_model, redis_prefix):

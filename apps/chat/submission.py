@@ -1,12 +1,12 @@
-"""Services that start, stop and look up generations: the web's half of the request path.
+"""Services that submit, stop and look up requests: the web's half of the request path.
 
-A request's live state is the Redis hash `req:{id}` (see worker.protocol); the answer itself is
-stored in PostgreSQL by the completion recorder, exactly once, keyed by the request id.
+A request's live state is the Redis hash `req:{id}` (see worker.protocol), written only through
+worker.transitions; its answer is stored in PostgreSQL by the answer recorder, exactly once,
+keyed by the request id.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 
@@ -15,19 +15,17 @@ from django.http import Http404
 from redis.exceptions import RedisError
 
 from apps.accounts.models import User
-from apps.admission.services import request_cancel_signal
 from apps.rag.prompting import citations_from, passages_block
 from apps.rag.services import retrieve_for_prompt
-from chatsite.redis_client import get_redis
-from worker import protocol
-from worker.protocol import Keys, State, WorkItem
+from chatsite.redis_client import get_redis, keys
+from worker import protocol, transitions
+from worker.protocol import Keys, WorkItem
 
 from . import recorder, services
-from .keys import keys
 from .models import Conversation, Message
 from .prompting import prompt_build
 
-log = logging.getLogger("sluice.chat.generation")
+log = logging.getLogger("sluice.chat.submission")
 
 
 @dataclass
@@ -37,11 +35,11 @@ class Submitted:
     user_message: Message | None
 
 
-class GenerationBusy(Exception):
+class ConversationBusy(Exception):
     """The conversation already has an answer in progress."""
 
 
-class GenerationUnavailable(Exception):
+class QueueUnavailable(Exception):
     """Redis (the queue) cannot be reached: admission fails closed, and nothing is stored."""
 
     message = (
@@ -49,32 +47,36 @@ class GenerationUnavailable(Exception):
         "was not sent; please try again in a minute."
     )
 
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.message)
+
 
 def active_request_id(*, conversation: Conversation) -> str | None:
     return get_redis().get(keys().conversation_active(conversation.id))
 
 
 def ensure_conversation_free(*, conversation: Conversation) -> None:
-    """Raises GenerationBusy while an answer is generating. An answer that has ended but that
-    the recorder has not stored yet is stored here (idempotently), so a question sent right
-    after an answer never waits for the recorder and its prompt includes that answer."""
-    active = active_request_id(conversation=conversation)
-    if active and not recorder.request_settle(request_id=active, conversation=conversation):
-        raise GenerationBusy("Wait for the current answer to finish, or stop it.")
+    """Raises ConversationBusy while an answer is generating, QueueUnavailable when Redis
+    cannot say. An answer that has ended but that the recorder has not stored yet is stored
+    here (idempotently), so a question sent right after an answer never waits for the
+    recorder and its prompt includes that answer."""
+    try:
+        active = active_request_id(conversation=conversation)
+        if active and not recorder.request_settle(request_id=active, conversation=conversation):
+            raise ConversationBusy("Wait for the current answer to finish, or stop it.")
+    except RedisError as exc:
+        raise QueueUnavailable from exc
 
 
-def generation_submit(
+def request_submit(
     *, user: User, conversation: Conversation, text: str | None, kind: str = "chat"
 ) -> Submitted:
     """Stores the user's message (unless regenerating: text None), builds the prompt and hands
-    the request to admission. Raises ValidationError for bad text, GenerationBusy when the
-    conversation is still answering."""
+    the request to admission. Raises ValidationError for bad text, ConversationBusy when the
+    conversation is still answering, QueueUnavailable when Redis cannot be reached."""
     if conversation.owner_id != user.id:
         raise Http404
-    try:
-        ensure_conversation_free(conversation=conversation)
-    except RedisError as exc:
-        raise GenerationUnavailable(GenerationUnavailable.message) from exc
+    ensure_conversation_free(conversation=conversation)
     request_id = protocol.new_request_id()
     user_message = None
     if text is not None:
@@ -108,7 +110,7 @@ def generation_submit(
     except RedisError as exc:
         if user_message is not None:
             user_message.delete()
-        raise GenerationUnavailable(GenerationUnavailable.message) from exc
+        raise QueueUnavailable from exc
     return Submitted(request_id, conversation.id, user_message)
 
 
@@ -128,20 +130,14 @@ def passages_for(*, user: User, question: str) -> list:
 
 
 def request_publish(*, item: WorkItem, citations: list | None = None) -> None:
+    """Hands the request to admission. Past the Redis client's timeout the caller reports a
+    failure; Redis may still run the commands later (it was frozen), so the entry says by when
+    it counts and the dispatcher withdraws it after that."""
     k = keys()
-    cited = json.dumps(citations or [])
+    submit_by_ms = protocol.now_ms() + int(settings.REDIS_SOCKET_TIMEOUT * 1000)
     pipe = get_redis().pipeline(transaction=False)
-    pipe.hset(k.request(item.id), mapping={
-        "state": State.QUEUED, "user_id": item.user_id, "conversation_id": item.conversation_id,
-        "created_ms": protocol.now_ms(), "updated_ms": protocol.now_ms(), "citations": cited,
-    })  # fmt: skip
-    pipe.expire(k.request(item.id), protocol.REQUEST_TTL_SECONDS)
-    pipe.set(k.conversation_active(item.conversation_id), item.id,
-             ex=protocol.REQUEST_TTL_SECONDS)  # fmt: skip
-    pipe.xadd(k.output(item.id), protocol.status_event(State.QUEUED, citations=cited),
-              maxlen=protocol.OUTPUT_MAXLEN, approximate=True)  # fmt: skip
-    pipe.expire(k.output(item.id), protocol.OUTPUT_TTL_SECONDS)
-    pipe.xadd(submit_stream(k), item.to_fields())
+    transitions.submitted(pipe, k, item, citations=citations or [], stream=submit_stream(k),
+                          submit_by_ms=submit_by_ms)  # fmt: skip
     pipe.execute()
 
 
@@ -151,15 +147,15 @@ def submit_stream(k: Keys) -> str:
     return k.admit if settings.SLUICE_ADMISSION else k.work
 
 
-def generation_regenerate(*, user: User, conversation: Conversation) -> Submitted:
+def answer_regenerate(*, user: User, conversation: Conversation) -> Submitted:
     """Drops the last answer and asks again from the same history."""
     ensure_conversation_free(conversation=conversation)
     last = conversation.messages.order_by("-created", "-id").first()
     if last is None:
-        raise GenerationBusy("There is nothing to regenerate yet.")
+        raise ConversationBusy("There is nothing to regenerate yet.")
     if last.role == Message.Role.ASSISTANT:
         last.delete()
-    return generation_submit(user=user, conversation=conversation, text=None)
+    return request_submit(user=user, conversation=conversation, text=None)
 
 
 @dataclass
@@ -181,10 +177,12 @@ def request_get_for_user(*, user: User, request_id: str) -> RequestInfo:
                        data.get("state", ""))  # fmt: skip
 
 
-def generation_cancel(*, user: User, request_id: str) -> RequestInfo:
+def request_cancel(*, user: User, request_id: str) -> RequestInfo:
     """Stops the request: a worker checks the flag between batches and frees its slot; the
     dispatcher ends it at once if it is still waiting in line."""
     info = request_get_for_user(user=user, request_id=request_id)
-    if info.state not in {s.value for s in protocol.TERMINAL_STATES}:
-        request_cancel_signal(request_id=request_id)
+    if info.state not in protocol.TERMINAL_STATES:
+        pipe = get_redis().pipeline(transaction=False)
+        transitions.stopped(pipe, keys(), request_id)
+        pipe.execute()
     return info
