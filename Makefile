@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # instructions (AMX, AVX-512) that a virtual machine's kernel does not enable.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: run test lint format bench install clean test-vllm install-vllm
+.PHONY: run test test-faults lint format bench install clean test-vllm install-vllm
 
 $(STAMP): pyproject.toml
 	@echo "[sluice] creating $(VENV) and installing the project (the first time compiles llama.cpp, about 5 minutes)"
@@ -22,7 +22,12 @@ run: $(STAMP)
 	$(BIN)/python -m chatsite.stack run
 
 test: $(STAMP)
-	$(BIN)/python -m chatsite.stack test $(PYTEST_ARGS)
+	$(BIN)/python -m chatsite.stack test --ignore=tests/faults $(PYTEST_ARGS)
+
+# Faults injected into real processes (workers killed, paused and stopped, Redis killed and
+# frozen, PostgreSQL frozen and stopped, floods): every accepted request must still end once.
+test-faults: $(STAMP)
+	$(BIN)/python -m chatsite.stack test $(or $(PYTEST_ARGS),tests/faults)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -15,7 +15,7 @@ import json
 import time
 
 import redis
-from harness import make_sessions, say, setup_django, sluice
+from harness import make_sessions, origin_of, say, setup_django, sluice
 
 
 async def open_stream(
@@ -28,7 +28,7 @@ async def open_stream(
 ) -> None:
     import websockets
 
-    headers = {"Origin": "http://127.0.0.1", "Cookie": f"sessionid={cookie}"}
+    headers = {"Origin": origin_of(url), "Cookie": f"sessionid={cookie}"}
     async with websockets.connect(url, additional_headers=headers, open_timeout=60) as ws:
         await ws.send(json.dumps({"type": "send", "text": "A long answer, please."}))
         while True:

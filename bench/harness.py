@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
@@ -28,9 +29,75 @@ class Running:
     ws_url: str
     supervisor: Supervisor
     ws_urls: list[str] = field(default_factory=list)  # one per web process
+    var: Path | None = None
 
     def pid_of(self, name: str) -> int:
         return next(p.pid for n, p in self.supervisor.children if n == name)
+
+    def processes(self) -> dict[str, list[int]]:
+        """Every process of this Sluice by role: its own children, and Redis and PostgreSQL
+        (the postmaster and the backends it forked)."""
+        roles: dict[str, list[int]] = {}
+        for name, process in self.supervisor.children:
+            roles.setdefault(name.split("-")[0], []).append(process.pid)
+        port = urlsplit(self.env["REDIS_URL"]).port
+        parents = _parents()
+        for pid, cmdline in _cmdlines().items():
+            if "redis-server" in cmdline and f":{port}" in cmdline:
+                roles.setdefault("redis", []).append(pid)
+        postmaster = _postmaster(self.var / "postgres") if self.var else None
+        if postmaster:
+            roles["postgres"] = [postmaster, *(p for p, up in parents.items() if up == postmaster)]
+        return roles
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) each role has used so far: read twice around a run, the
+        difference is what the run cost each process."""
+        tick = os.sysconf("SC_CLK_TCK")
+        return {role: sum(_cpu_ticks(pid) for pid in pids) / tick
+                for role, pids in self.processes().items()}  # fmt: skip
+
+
+def _stat_fields(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = _stat_fields(pid)
+    return int(fields[11]) + int(fields[12]) if fields else 0  # utime, stime
+
+
+def _parents() -> dict[int, int]:
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        fields = _stat_fields(int(stat.parent.name))
+        if fields:
+            found[int(stat.parent.name)] = int(fields[1])
+    return found
+
+
+def _cmdlines() -> dict[int, str]:
+    found = {}
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            found[int(path.parent.name)] = path.read_bytes().replace(b"\0", b" ").decode()
+    return found
+
+
+def _postmaster(datadir: Path) -> int | None:
+    try:
+        return int((datadir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_per_answer(before: dict[str, float], after: dict[str, float], answers: int) -> dict:
+    """Milliseconds of CPU per answer, per role, between two `cpu_seconds` readings."""
+    answers = max(answers, 1)
+    return {role: (after.get(role, 0) - before.get(role, 0)) * 1000 / answers for role in after}
 
 
 @contextlib.contextmanager
@@ -66,7 +133,7 @@ def sluice(
                     wait_for_port(port)
                 ws_urls = [f"ws://127.0.0.1:{port}" for port in ports]
                 yield Running(env, f"http://127.0.0.1:{ports[0]}", ws_urls[0], supervisor,
-                              ws_urls)  # fmt: skip
+                              ws_urls, var)  # fmt: skip
             finally:
                 supervisor.stop_all()
     finally:
@@ -141,6 +208,13 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def origin_of(url: str) -> str:
+    """The origin of the page a websocket at `url` belongs to, as a browser sends it: the server
+    accepts sockets only from its own scheme, host and port."""
+    parts = urlsplit(url)
+    return f"{'https' if parts.scheme == 'wss' else 'http'}://{parts.netloc}"
+
+
 async def chat_client(
     url: str,
     *,
@@ -153,7 +227,7 @@ async def chat_client(
     The same code drives Sluice and the engine alone."""
     import websockets
 
-    headers = {"Origin": "http://127.0.0.1", "Cookie": f"sessionid={cookie}"} if cookie else {}
+    headers = {"Origin": origin_of(url), "Cookie": f"sessionid={cookie}"} if cookie else {}
     async with websockets.connect(url, additional_headers=headers, max_size=None) as ws:
         while time.perf_counter() < until:
             sent = time.perf_counter()

@@ -1,6 +1,8 @@
 """What Sluice adds to a streamed answer: the simulated engine (first token after 50 ms, then
 100 tokens 10 ms apart) through the whole service, and the same engine alone behind a bare
-websocket, driven by the same client code, interleaved in one run.
+websocket, driven by the same client code, interleaved in one run. Each level also prints the
+CPU every Sluice process spent per answer (web, dispatcher, worker, Redis, PostgreSQL, read
+from /proc around the Sluice rounds).
 
     .venv/bin/python bench/overhead.py [--clients 1,10,100] [--seconds 8] [--rounds 2]
                                        [--web-processes 1]
@@ -18,10 +20,12 @@ from harness import (
     BASE_DIR,
     Timings,
     chat_client,
+    cpu_per_answer,
     make_sessions,
     median,
     percentile,
     print_row,
+    say,
     setup_django,
     sluice,
     wait_for_port,
@@ -88,9 +92,11 @@ def main() -> None:
             sessions = make_sessions(max(levels))
             time.sleep(6)  # the worker's first heartbeat, the dispatcher's plan refresh
             summary = {}
+            cpu: dict[str, float] = {}
             for clients in levels:
                 through, alone = Timings(), Timings()
                 seconds_each = 0.0
+                cpu = {}
                 for _ in range(args.rounds):
                     urls = running.ws_urls
                     sluice_clients = [
@@ -98,24 +104,30 @@ def main() -> None:
                         for n, (cookie, conversation) in enumerate(sessions[:clients])
                     ]
                     direct_clients = [(f"ws://127.0.0.1:{direct_port}/", None)] * clients
+                    before, answered = running.cpu_seconds(), len(through.completion)
                     through.extend(asyncio.run(run_level(sluice_clients, args.seconds)))
+                    spent = cpu_per_answer(before, running.cpu_seconds(),
+                                           len(through.completion) - answered)  # fmt: skip
+                    cpu = {role: cpu.get(role, 0) + ms / args.rounds for role, ms in spent.items()}
                     alone.extend(asyncio.run(run_level(direct_clients, args.seconds)))
                     seconds_each += args.seconds
                 print_row("sluice", clients, through, seconds_each)
                 print_row("direct", clients, alone, seconds_each)
-                summary[clients] = (through, alone)
+                shares = ", ".join(f"{role} {ms:.2f} ms" for role, ms in sorted(cpu.items()))
+                say(f"  cpu per answer: {shares}")
+                summary[clients] = (through, alone, sum(cpu.values()))
     finally:
         direct.terminate()
         direct.wait()
 
     top = max(levels)
-    through, alone = summary[top]
+    through, alone, cpu_ms = summary[top]
     ttft50 = median(through.ttft) - median(alone.ttft)
     ttft99 = percentile(through.ttft, 99) - percentile(alone.ttft, 99)
     ratio = median(through.completion) / median(alone.completion)
     print(
         f"overhead: ttft +{ttft50:.1f} ms p50 / +{ttft99:.1f} ms p99, "
-        f"completion time ratio {ratio:.3f}"
+        f"completion time ratio {ratio:.3f}, cpu {cpu_ms:.1f} ms/answer"
     )
 
 

@@ -6,21 +6,22 @@ import os
 
 from django.core.asgi import get_asgi_application
 
+from chatsite.settings import process
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+process.mark_web()  # before the settings are read: web processes get the database pool
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from chatsite.origin import SameOriginValidator  # noqa: E402
 from chatsite.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 

@@ -70,12 +70,21 @@ def embedded_postgres(datadir: Path) -> Iterator[str]:
             socket_dir=str(info.socket_dir), port=info.port, name=DATABASE_NAME
         )
     finally:
-        stop_postgres(info.pid)
+        stop_postgres(running_postmaster(datadir) or info.pid)
 
 
 def socket_database_url(*, socket_dir: str, port: int | str, name: str, user: str = "postgres"):
     """A DATABASE_URL for a Unix-socket server, in the form django-environ understands."""
     return f"postgres://{user}@/{quote(socket_dir, safe='')}/{name}?port={port}"
+
+
+def running_postmaster(datadir: Path) -> int | None:
+    """The postmaster's pid as its data directory records it now (it may have been restarted
+    since this process started it)."""
+    try:
+        return int((datadir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def stop_postgres(pid: int | None) -> None:

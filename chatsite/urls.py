@@ -3,13 +3,22 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
+from apps.accounts import views as accounts_views
 from apps.ops import metrics as ops_metrics
 from apps.ops import views as ops_views
 
 admin.site.site_header = "Sluice admin"
 admin.site.site_title = "Sluice"
 
+# JSON under /api/, a page elsewhere; never Django's debug pages (chatsite/errors.py).
+handler400 = "chatsite.errors.bad_request"
+handler403 = "chatsite.errors.permission_denied"
+handler404 = "chatsite.errors.not_found"
+handler500 = "chatsite.errors.server_error"
+
 urlpatterns = [
+    # Ahead of the admin's own: its login answers 429 when throttled, like the site's.
+    path("admin/login/", accounts_views.admin_login),
     path("admin/", admin.site.urls),
     path("accounts/", include("apps.accounts.urls")),
     path("health/", ops_views.health, name="health"),

@@ -3,6 +3,7 @@ test's Redis keys under a prefix of its own."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -71,6 +72,28 @@ def client_for():
         return client
 
     return make
+
+
+def read_sse(response: httpx.Response, *, stop_after: int | None = None,
+             into: list | None = None) -> list[dict]:  # fmt: skip
+    """Parses an SSE body into [{"id", "event", "data"}] until a final event (or `stop_after`
+    events). Each event lands in `into` as it arrives, so a reader whose connection is cut keeps
+    what it read."""
+    events = [] if into is None else into
+    current: dict = {}
+    for line in response.iter_lines():
+        if not line:
+            if "data" in current:
+                current["data"] = json.loads(current["data"])
+                events.append(current)
+                if current["event"] == "final" or (stop_after and len(events) >= stop_after):
+                    return events
+            current = {}
+            continue
+        field, _, value = line.partition(": ")
+        if field in ("id", "event", "data"):
+            current[field] = value
+    return events
 
 
 def database_url_for_test_db() -> str:

@@ -3,7 +3,11 @@ from __future__ import annotations
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 
+from .forms import ThrottledAdminAuthenticationForm
 from .models import ApiKey, Profile, Tag, User
+
+# The admin's login counts failures with the site login's throttle (same helpers, same limits).
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 
 class ProfileInline(admin.StackedInline):

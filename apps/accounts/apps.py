@@ -6,3 +6,6 @@ from django.apps import AppConfig
 class AccountsConfig(AppConfig):
     name = "apps.accounts"
     label = "accounts"
+
+    def ready(self) -> None:
+        from . import signals  # noqa: F401  (connects the receivers)

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 from django import forms
-from django.contrib.auth.forms import UserCreationForm
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
+from django.core.exceptions import ValidationError
 
+from . import services
 from .models import Profile, Tag, User
 
 
@@ -26,3 +29,44 @@ class ProfileForm(forms.ModelForm):
         model = Profile
         fields = ("display_name", "language", "expertise", "about", "tags")
         widgets = {"about": forms.Textarea(attrs={"rows": 4, "maxlength": 500})}
+
+
+def client_ip(request) -> str:
+    return request.META.get("REMOTE_ADDR", "") if request is not None else ""
+
+
+class LoginThrottleMixin:
+    """For AuthenticationForm and its subclasses: refuses an account + address pair after
+    repeated failed logins, before the password is even checked (so a throttled guess costs no
+    hashing and learns nothing). The same message answers for existing and unknown accounts.
+    Throttled forms carry `throttled_seconds`, for the view's 429."""
+
+    throttled_seconds = 0
+
+    def clean(self):
+        username = str(self.data.get("username", ""))[:150]
+        ip = client_ip(self.request)
+        wait = services.login_throttle_seconds_left(username=username, client_ip=ip)
+        if wait:
+            self.throttled_seconds = wait
+            raise ValidationError(
+                f"Too many failed attempts. Please wait {wait} seconds and try again.",
+                code="throttled",
+            )
+        try:
+            cleaned = super().clean()
+        except ValidationError as exc:
+            if getattr(exc, "code", None) == "invalid_login":
+                services.login_failure_record(username=username, client_ip=ip)
+            raise
+        if self.get_user() is not None:
+            services.login_failures_clear(username=username, client_ip=ip)
+        return cleaned
+
+
+class ThrottledAuthenticationForm(LoginThrottleMixin, AuthenticationForm):
+    pass
+
+
+class ThrottledAdminAuthenticationForm(LoginThrottleMixin, AdminAuthenticationForm):
+    pass

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
-from chatsite.redis_client import get_redis, key
+from chatsite.redis_client import get_redis, keys
 
 from .models import ApiKey, Profile, Tag, User
 
@@ -52,7 +52,7 @@ def profile_update(
 def _throttle_key(*, username: str, client_ip: str) -> str:
     # Hashed so that arbitrary usernames make safe, bounded keys.
     digest = hashlib.sha256(f"{username.lower()}|{client_ip}".encode()).hexdigest()[:32]
-    return key("login-failures", digest)
+    return keys().login_failures(digest)
 
 
 def login_throttle_seconds_left(*, username: str, client_ip: str) -> int:

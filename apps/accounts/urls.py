@@ -10,6 +10,7 @@ app_name = "accounts"
 urlpatterns = [
     path("login/", views.ThrottledLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("password/", views.PasswordChangeView.as_view(), name="password_change"),
     path("signup/", views.signup, name="signup"),
     path("profile/", views.profile, name="profile"),
     path("profile/api-keys/new/", views.api_key_new, name="api_key_new"),

@@ -1,46 +1,54 @@
 from __future__ import annotations
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse_lazy
 from django.views.decorators.http import require_http_methods, require_POST
 
 from . import services
-from .forms import ProfileForm, SignupForm
+from .forms import ProfileForm, SignupForm, ThrottledAuthenticationForm
 
 
-def client_ip(request: HttpRequest) -> str:
-    return request.META.get("REMOTE_ADDR", "")
+def throttled_status(response: HttpResponse) -> HttpResponse:
+    """A login page whose form was refused by the throttle answers 429 with Retry-After."""
+    form = (getattr(response, "context_data", None) or {}).get("form")
+    wait = getattr(form, "throttled_seconds", 0)
+    if wait:
+        response.status_code = 429
+        response["Retry-After"] = str(wait)
+    return response
 
 
 class ThrottledLoginView(auth_views.LoginView):
-    """Django's login, refusing an account + address pair after repeated failures.
-
-    The same message answers for existing and unknown accounts, so it reveals nothing.
-    """
+    """Django's login, refusing an account + address pair after repeated failures (the form
+    does the counting: ThrottledAuthenticationForm)."""
 
     template_name = "accounts/login.html"
+    authentication_form = ThrottledAuthenticationForm
     redirect_authenticated_user = True
 
     def post(self, request, *args, **kwargs):
-        username = request.POST.get("username", "")[:150]
-        ip = client_ip(request)
-        wait = services.login_throttle_seconds_left(username=username, client_ip=ip)
-        if wait:
-            form = self.get_form()
-            form.errors.clear()
-            form.add_error(
-                None, f"Too many failed attempts. Please wait {wait} seconds and try again."
-            )
-            return self.render_to_response(self.get_context_data(form=form), status=429)
-        response = super().post(request, *args, **kwargs)
-        if request.user.is_authenticated:
-            services.login_failures_clear(username=username, client_ip=ip)
-        else:
-            services.login_failure_record(username=username, client_ip=ip)
+        return throttled_status(super().post(request, *args, **kwargs))
+
+
+def admin_login(request: HttpRequest, extra_context=None) -> HttpResponse:
+    """The admin's own login (its form is the throttled one, see apps/accounts/admin.py), with
+    the site login's 429."""
+    return throttled_status(admin.site.login(request, extra_context))
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    template_name = "accounts/password_change.html"
+    success_url = reverse_lazy("accounts:profile")
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        messages.success(self.request, "Password changed. Your other sessions have been logged "
+                         "out.")  # fmt: skip
         return response
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import environ
 
+from . import process
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
 env = environ.Env()
@@ -46,6 +48,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "chatsite.middleware.BackendOutageMiddleware",
 ]
 
 ROOT_URLCONF = "chatsite.urls"
@@ -71,11 +74,42 @@ DATABASES = {"default": env.db("DATABASE_URL", default="postgresql:///sluice")}
 # message's own queries. Health checks drop a connection the server closed.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# Seconds to connect: a PostgreSQL that accepts but never answers fails a connection attempt
+# instead of hanging it (libpq's minimum is 2).
+DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+    "connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5)
+)
+# Web processes serve each HTTP request on a thread of its own, so with one connection per
+# thread a burst of requests opens as many PostgreSQL connections (and past max_connections
+# fails). They borrow from a bounded pool instead: a request waits up to DATABASE_POOL_TIMEOUT
+# seconds for a free connection, then answers 503. A connection goes back to the pool after each
+# request or websocket frame (hence CONN_MAX_AGE 0, which the pool requires), and the pool checks
+# it as it hands it out (CONN_HEALTH_CHECKS), so none is stale after a PostgreSQL restart. Other
+# processes (dispatcher, management commands) keep their one persistent connection.
+# DATABASE_POOL_MAX_SIZE=0 turns the pool off.
+DATABASE_POOL_MIN_SIZE = env.int("DATABASE_POOL_MIN_SIZE", default=2)
+DATABASE_POOL_MAX_SIZE = env.int("DATABASE_POOL_MAX_SIZE", default=16)
+DATABASE_POOL_TIMEOUT = env.float("DATABASE_POOL_TIMEOUT", default=5.0)
+if process.is_web and DATABASE_POOL_MAX_SIZE > 0:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # Named, so pg_stat_activity tells the web's connections from the dispatcher's.
+    DATABASES["default"]["OPTIONS"].setdefault("application_name", "sluice-web")
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": min(DATABASE_POOL_MIN_SIZE, DATABASE_POOL_MAX_SIZE),
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        "timeout": DATABASE_POOL_TIMEOUT,
+        "name": "sluice-web",
+    }
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # Synchronous Redis connections per process (a blocking pool: callers wait, never grow it).
 REDIS_POOL_SIZE = env.int("REDIS_POOL_SIZE", default=4)
+# Seconds a Redis command (or waiting for a pooled connection) may take before it fails, and
+# seconds to connect: a frozen Redis costs a request this long, never forever.
+REDIS_SOCKET_TIMEOUT = env.float("REDIS_SOCKET_TIMEOUT", default=5.0)
+REDIS_CONNECT_TIMEOUT = env.float("REDIS_CONNECT_TIMEOUT", default=2.0)
 # Prefix of every Redis key Sluice writes; tests give each test its own.
 SLUICE_REDIS_PREFIX = env.str("SLUICE_REDIS_PREFIX", default="sluice")
 
@@ -103,16 +137,24 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
-# Failed logins allowed per account and client address within the window.
+# Failed logins allowed per account and client address within the window (the site's login
+# and the admin's alike).
 LOGIN_THROTTLE_ATTEMPTS = env.int("LOGIN_THROTTLE_ATTEMPTS", default=5)
 LOGIN_THROTTLE_WINDOW_SECONDS = env.int("LOGIN_THROTTLE_WINDOW_SECONDS", default=60)
+
+# Seconds /health/ gives each backing service to answer; both are asked at once, so a frozen
+# PostgreSQL or Redis still gets an answer (503, naming it) well within a second.
+HEALTH_CHECK_TIMEOUT = env.float("HEALTH_CHECK_TIMEOUT", default=0.5)
 
 # Chat limits checked before anything is stored.
 CHAT_MESSAGE_MAX_CHARS = env.int("CHAT_MESSAGE_MAX_CHARS", default=8000)
 CHAT_TITLE_MAX_CHARS = 120
-# Threads per web process for the websocket's database work (each holds one connection), so
-# messages from many chats are stored and submitted side by side.
+# Threads per web process for the websocket's database work (each keeps one connection, from the
+# pool in a web process), so messages from many chats are stored and submitted side by side.
 WEB_DB_THREADS = env.int("WEB_DB_THREADS", default=8)
+if process.is_web and DATABASE_POOL_MAX_SIZE > 0:
+    # They keep their connections: at least half the pool stays for HTTP requests.
+    WEB_DB_THREADS = max(1, min(WEB_DB_THREADS, DATABASE_POOL_MAX_SIZE // 2))
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env.str("TIME_ZONE", default="UTC")

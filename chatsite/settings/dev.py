@@ -1,8 +1,11 @@
-"""Settings for `make run` on one machine."""
+"""Settings for `make run` on one machine.
+
+`make run` is also how people self-host Sluice on one machine, so it runs with DEBUG off (DEBUG
+pages show settings and every URL pattern to anyone): set DEBUG=1 to develop. Pages work over
+plain http on localhost either way (static files come from WhiteNoise's finders, and secure-only
+cookies are production's).
+"""
 
 from __future__ import annotations
 
 from .base import *  # noqa: F403
-from .base import env
-
-DEBUG = env.bool("DEBUG", default=True)

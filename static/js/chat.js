@@ -14,7 +14,15 @@
   const regenerateButton = document.getElementById("regenerate-button");
   const errorBox = document.getElementById("composer-error");
   const connectionState = document.getElementById("connection-state");
-  const wsUrl = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + form.dataset.wsPath;
+  const wsBase = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + form.dataset.wsPath;
+
+  // On a reconnect the socket names the answer it was following and the last event it saw, so
+  // the server continues from there instead of replaying the answer from its start.
+  function wsUrl() {
+    if (!current) return wsBase;
+    return wsBase + "?resume=" + encodeURIComponent(current.requestId) +
+      "&after=" + encodeURIComponent(current.lastEventId);
+  }
 
   let socket = null;
   let retryDelay = 500;
@@ -71,7 +79,6 @@
     }
     if (frame.state === "queued") return "Waiting for a free worker…";
     if (frame.state === "dispatched") return "Starting…";
-    if (frame.state === "rejected") return frame.reason || "The service is busy.";
     return "";
   }
 
@@ -158,18 +165,28 @@
     },
   };
 
+  // Stream entry ids are "<ms>-<seq>": compared as numbers, part by part.
+  function isNewer(id, last) {
+    const a = id.split("-").map(Number), b = last.split("-").map(Number);
+    return a[0] > b[0] || (a[0] === b[0] && (a[1] || 0) > (b[1] || 0));
+  }
+
   function connect() {
-    socket = new WebSocket(wsUrl);
+    socket = new WebSocket(wsUrl());
     socket.addEventListener("open", function () {
       retryDelay = 500;
       connectionState.hidden = true;
-      // Catch up on the answer we were following (the server also resumes the active one).
-      if (current) socket.send(JSON.stringify({ type: "resume", request_id: current.requestId, last_event_id: "0" }));
+      // The answer may have ended while we were away (then the server follows nothing):
+      // ask for it from the last event seen. Frames seen already are skipped below.
+      if (current) socket.send(JSON.stringify({ type: "resume", request_id: current.requestId, last_event_id: current.lastEventId }));
     });
     socket.addEventListener("message", function (event) {
       let frame;
       try { frame = JSON.parse(event.data); } catch (e) { return; }
-      if (frame.event_id && current && frame.request_id === current.requestId) current.lastEventId = frame.event_id;
+      if (frame.event_id && current && frame.request_id === current.requestId) {
+        if (!isNewer(frame.event_id, current.lastEventId)) return; // shown already
+        current.lastEventId = frame.event_id;
+      }
       const handler = handlers[frame.type];
       if (handler) handler(frame);
     });

@@ -22,9 +22,3 @@ def test_production_settings_pass_the_deploy_check():
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
-
-
-def test_health_reports_database_and_redis(client, db):
-    response = client.get("/health/")
-    assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok"}

@@ -1,0 +1,50 @@
+"""A web process killed under live SSE streams: every reader resumes on another web process
+from the last event it saw, with no gap and no repeat."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+from .conftest import assert_every_request_ended, sse_events
+
+
+def test_readers_of_a_killed_web_process_resume_elsewhere_without_gap_or_repeat(
+    stack, roomy_plan, make_api
+):
+    first = stack.web("web-a")
+    second = stack.web("web-b")
+    stack.dispatcher()
+    stack.worker("w1", slots=20, extra=("--sim-tokens", "80"))
+    stack.wait_for_workers("w1")
+    api = make_api("alice", first)
+    ids = [api.submit() for _ in range(20)]
+    seen: dict[str, list[dict]] = {}
+    resumed: set[str] = set()
+
+    def read(request_id: str) -> None:
+        events = sse_events(first, api.key, request_id)  # cut off when web-a dies
+        if not events or events[-1]["event"] != "final":
+            resumed.add(request_id)
+            after = events[-1]["id"] if events else "0"
+            events += sse_events(second, api.key, request_id, last_event_id=after)
+        seen[request_id] = events
+
+    readers = [threading.Thread(target=read, args=(i,)) for i in ids]
+    for thread in readers:
+        thread.start()
+    time.sleep(1.0)  # mid-answer
+    stack.signal("web-a", signal.SIGKILL)
+    for thread in readers:
+        thread.join(timeout=60)
+    stack.web_urls.pop("web-a")
+    assert set(assert_every_request_ended(api, stack, ids).values()) == {"done"}
+    assert resumed  # readers were mid-answer when the process died
+    for request_id in ids:
+        events = seen[request_id]
+        event_ids = [e["id"] for e in events]
+        assert len(event_ids) == len(set(event_ids)), "an event was shown twice"
+        assert events[-1]["event"] == "final"
+        streamed = "".join(e["data"]["text"] for e in events if e["event"] == "delta")
+        assert streamed == events[-1]["data"]["text"], "text was lost or repeated"

@@ -1,0 +1,136 @@
+"""The code's shape, as docs/architecture.md promises it: modules small enough to read in one
+sitting, no import circles, and every import pointing down the map (an app uses only the apps
+below it; the worker uses nothing of Django)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import BASE_DIR
+
+PACKAGES = ("apps", "worker", "chatsite")
+MAX_LINES = 400
+# The map, bottom first: each layer may import the layers before it, never those after.
+LAYERS = [
+    ("worker",),
+    ("chatsite.settings", "chatsite.redis_client"),
+    ("apps.accounts",),
+    ("apps.admission",),
+    ("apps.rag",),
+    ("apps.chat",),
+    ("apps.ops",),
+    ("chatsite",),  # the entry points that compose everything: urls, asgi, routing, stack
+]
+
+
+def project_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (BASE_DIR / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            parts = list(path.relative_to(BASE_DIR).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """Project modules `name` imports anywhere in its body (a function-level import hides a
+    circle but does not remove it)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def layer_of(module: str) -> int:
+    best, rank = -1, -1
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, rank = len(prefix), index
+    return rank
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    known = set(modules)
+    return {name: imports_of(name, path, known) for name, path in modules.items()}
+
+
+def test_no_module_is_too_long_to_read_in_one_sitting():
+    long = {name: n for name, path in project_modules().items()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}  # fmt: skip
+    assert not long, long
+
+
+def test_no_import_circles():
+    graph = import_graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            # A package and its own modules (`from . import x` in __init__) are one unit.
+            if len({m for m in component if not any(m.startswith(o + ".")
+                                                     for o in component)}) > 1:  # fmt: skip
+                circles.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    assert not circles, circles
+
+
+def test_imports_point_down_the_map():
+    upward = []
+    for module, targets in import_graph().items():
+        for target in targets:
+            if layer_of(target) > layer_of(module):
+                upward.append(f"{module} -> {target}")
+    assert not upward, upward
+
+
+def test_the_worker_needs_nothing_of_django():
+    for module, path in project_modules().items():
+        if module.startswith("worker"):
+            tree = ast.parse(path.read_text())
+            names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+            names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+            assert not [n for n in names if n.split(".")[0] in ("django", "apps", "chatsite")], (
+                module
+            )
