@@ -139,6 +139,8 @@ class Attempts:
                 async for output in self.engine.generate(request):
                     usage.prompt_tokens = output.prompt_tokens
                     usage.completion_tokens = output.completion_tokens
+                    if output.finish_reason in ("stop", "length"):
+                        answer.finish_reason = output.finish_reason
                     if output.text:
                         if usage.ttft_ms is None:
                             usage.ttft_ms = round((time.perf_counter() - started) * 1000, 2)

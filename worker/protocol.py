@@ -254,6 +254,9 @@ class Answer:
     usage: Usage = field(default_factory=Usage)
     error: str = ""
     worker_id: str = ""
+    # Why the text ended: "stop" (the model finished), "length" (the answer cap), "" when it
+    # did not run to an end (stopped, failed, rejected).
+    finish_reason: str = ""
     attempt: int = 0  # 0: ended without running (rejected, timed out or stopped in line)
     retry_after: int | None = None  # seconds, for a rejection that waiting can fix
     prompt_tokens_estimate: int = 0
@@ -270,6 +273,7 @@ class Answer:
             "usage": json.dumps(asdict(self.usage)),
             "error": self.error,
             "worker_id": self.worker_id,
+            "finish_reason": self.finish_reason,
             "attempt": str(self.attempt),
             "prompt_tokens_estimate": str(self.prompt_tokens_estimate),
             "max_tokens": str(self.max_tokens),
@@ -294,6 +298,7 @@ class Answer:
             usage=Usage(**usage),
             error=fields.get("error", ""),
             worker_id=fields.get("worker_id", ""),
+            finish_reason=fields.get("finish_reason", ""),
             attempt=int(fields.get("attempt") or 0),
             retry_after=int(retry_after) if retry_after else None,
             prompt_tokens_estimate=int(fields.get("prompt_tokens_estimate") or 0),
@@ -309,6 +314,7 @@ def final_fields(answer: Answer) -> dict[str, str]:
         "text": answer.text,
         "usage": json.dumps(asdict(answer.usage)),
         "error": answer.error,
+        "finish_reason": answer.finish_reason,
         "attempt": str(answer.attempt),
     }
     if answer.retry_after is not None:

@@ -41,6 +41,7 @@ def frame_for_event(request_id: str, entry_id: str, fields: dict[str, str]) -> d
             "text": text,
             "html": render_markdown(text),
             "error": fields.get("error", ""),
+            "finish_reason": fields.get("finish_reason", ""),
             "usage": json.loads(fields.get("usage") or "{}"),
         }
         if fields.get("retry_after"):
