@@ -1,5 +1,12 @@
-"""`/metrics` in the Prometheus text format, for staff sessions or `Authorization: Bearer
-$METRICS_TOKEN`. The dispatcher keeps its counters in Redis, so any web replica can answer."""
+"""`/metrics` of a web process, in the Prometheus format, for staff sessions or `Authorization:
+Bearer $METRICS_TOKEN`.
+
+Two parts: this process's own figures (HTTP requests, the answer streams it relays, the usual
+process figures), and the admission figures the dispatcher keeps in Redis (decisions by
+outcome and reason, the queue, the degradation level, the fleet's gauges), which any web
+replica can serve. Scrape each web process directly (not through the load balancer) for the
+former; the latter are the same from each.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +16,46 @@ import redis
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
 
 from apps.admission.degradation import Degradation
-from apps.admission.metrics import LATENCY_BUCKETS_MS, STATUSES
-from apps.admission.selectors import admission_counters, degradation_get, queue_depth
+from apps.admission.metrics import LATENCY_BUCKETS_MS, REASONS, STATUSES
+from chatsite.redis_client import get_redis, keys
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+HTTP_REQUESTS = Counter("sluice_web_http_requests", "HTTP requests this web process answered.",
+                        ["method", "status"], registry=REGISTRY)  # fmt: skip
+HTTP_SECONDS = Histogram(
+    "sluice_web_http_request_seconds", "Time to the response's start, per HTTP request.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=REGISTRY,
+)  # fmt: skip
+STREAMS_OPEN = Gauge("sluice_web_streams_open",
+                     "Answer streams this process relays now (websockets and SSE).",
+                     registry=REGISTRY)  # fmt: skip
+
+
+def _streams_open() -> float:
+    from apps.chat import hub
+
+    # The output hubs' watched streams (one hub per event loop): every relayed answer, on a
+    # websocket or over SSE, reads through one.
+    hubs = list(getattr(hub, "_hubs", {}).values())
+    return float(sum(len(getattr(h, "_subs", {})) for h in hubs))
+
+
+STREAMS_OPEN.set_function(_streams_open)
 
 
 def allowed(request: HttpRequest) -> bool:
@@ -31,48 +72,86 @@ def metrics(request: HttpRequest) -> HttpResponse:
         return HttpResponse(
             "Staff or a metrics token only.\n", status=403, content_type=CONTENT_TYPE
         )
+    own = generate_latest(REGISTRY)
     try:
-        body = render(admission_counters(), queue_depth(), degradation_get())
+        shared = CollectorRegistry()
+        shared.register(AdmissionCollector(admission_snapshot()))
+        return HttpResponse(own + generate_latest(shared), content_type=CONTENT_TYPE)
     except redis.RedisError:
-        body = "# Redis unreachable\nsluice_redis_up 0\n"
+        body = own + b"# Redis unreachable\nsluice_redis_up 0\n"
         return HttpResponse(body, status=503, content_type=CONTENT_TYPE)
-    return HttpResponse(body, content_type=CONTENT_TYPE)
 
 
-def render(counters: dict[str, str], depth: int, state: Degradation) -> str:
-    def num(name: str) -> float:
-        return float(counters.get(name) or 0)
+def admission_snapshot() -> tuple[dict[str, str], int, Degradation]:
+    """The dispatcher's counters, the queue's depth and the level in force: one round trip."""
+    k = keys()
+    pipe = get_redis().pipeline(transaction=False)
+    pipe.hgetall(k.metrics)
+    pipe.hlen(k.queue)
+    pipe.get(k.degradation)
+    counters, depth, level = pipe.execute()
+    return counters, int(depth), Degradation.from_json(level)
 
-    lines = ["sluice_redis_up 1"]
-    lines += ["# HELP sluice_requests_total Admission outcomes.",
-              "# TYPE sluice_requests_total counter"]  # fmt: skip
-    lines += [f'sluice_requests_total{{status="{s}"}} {num(f"requests:{s}"):g}' for s in STATUSES]
-    lines += ["# HELP sluice_admission_latency_seconds From submission to the admission decision.",
-              "# TYPE sluice_admission_latency_seconds histogram"]  # fmt: skip
-    cumulative = 0.0
-    for bound in LATENCY_BUCKETS_MS:
-        cumulative += num(f"latency:{bound}")
-        lines.append(f'sluice_admission_latency_seconds_bucket{{le="{bound / 1000:g}"}} '
-                     f"{cumulative:g}")  # fmt: skip
-    cumulative += num("latency:inf")
-    lines.append(f'sluice_admission_latency_seconds_bucket{{le="+Inf"}} {cumulative:g}')
-    lines.append(f"sluice_admission_latency_seconds_sum {num('latency_sum_ms') / 1000:g}")
-    lines.append(f"sluice_admission_latency_seconds_count {num('latency_count'):g}")
-    gauges = [
-        ("sluice_queue_depth", "Requests waiting in the admission queue.", depth),
-        ("sluice_degradation_level", "Degradation level in force (0-3).", state.level),
-        ("sluice_workers_live", "Healthy workers with a fresh heartbeat.", num("gauge:workers")),
-        ("sluice_worker_slots", "Concurrent generations the live workers offer.",
-         num("gauge:slots")),
-        ("sluice_requests_running", "Requests dispatched and not finished.", num("gauge:running")),
-        ("sluice_service_seconds", "Average generation time used for ETAs.",
-         num("gauge:service_seconds")),
-    ]  # fmt: skip
-    for name, help_text, value in gauges:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value:g}"]
-    lines += ["# HELP sluice_plan_tokens_total Real tokens (prompt + answer) used, per plan.",
-              "# TYPE sluice_plan_tokens_total counter"]  # fmt: skip
-    for field, value in sorted(counters.items()):
-        if field.startswith("tokens:"):
-            lines.append(f'sluice_plan_tokens_total{{plan="{field[7:]}"}} {float(value):g}')
-    return "\n".join(lines) + "\n"
+
+class AdmissionCollector(Collector):
+    """The admission figures, as the dispatcher keeps them in Redis."""
+
+    def __init__(self, snapshot: tuple[dict[str, str], int, Degradation]) -> None:
+        self.counters, self.depth, self.state = snapshot
+
+    def num(self, name: str) -> float:
+        try:
+            return float(self.counters.get(name) or 0)
+        except ValueError:
+            return 0.0
+
+    def collect(self):
+        yield GaugeMetricFamily("sluice_redis_up", "1 while Redis answers.", value=1)
+        outcomes = CounterMetricFamily("sluice_requests", "Admission outcomes.", labels=["status"])
+        for status in STATUSES:
+            outcomes.add_metric([status], self.num(f"requests:{status}"))
+        yield outcomes
+        reasons = CounterMetricFamily(
+            "sluice_requests_by_reason", "Requests rejected or timed out in line, by reason.",
+            labels=["status", "reason"],
+        )  # fmt: skip
+        for status, names in REASONS.items():
+            for reason in names:
+                reasons.add_metric([status, reason], self.num(f"requests:{status}:{reason}"))
+        yield reasons
+        buckets, cumulative = [], 0.0
+        for bound in LATENCY_BUCKETS_MS:
+            cumulative += self.num(f"latency:{bound}")
+            buckets.append((f"{bound / 1000:g}", cumulative))
+        buckets.append(("+Inf", cumulative + self.num("latency:inf")))
+        yield HistogramMetricFamily(
+            "sluice_admission_latency_seconds", "From submission to the admission decision.",
+            buckets=buckets, sum_value=self.num("latency_sum_ms") / 1000,
+        )  # fmt: skip
+        gauges = [
+            ("sluice_queue_depth", "Requests waiting in the admission queue.", self.depth),
+            ("sluice_degradation_level", "Degradation level in force (0-3).", self.state.level),
+            ("sluice_workers_live", "Healthy workers with a fresh heartbeat.",
+             self.num("gauge:workers")),
+            ("sluice_worker_slots", "Concurrent generations the live workers offer.",
+             self.num("gauge:slots")),
+            ("sluice_requests_running", "Requests dispatched and not finished.",
+             self.num("gauge:running")),
+            ("sluice_service_seconds", "Average generation time used for ETAs.",
+             self.num("gauge:service_seconds")),
+        ]  # fmt: skip
+        for name, help_text, value in gauges:
+            yield GaugeMetricFamily(name, help_text, value=float(value))
+        signals = GaugeMetricFamily("sluice_degradation_signal",
+                                    "Each degradation signal as a ratio of its threshold.",
+                                    labels=["signal"])  # fmt: skip
+        for signal, value in self.state.signals.items():
+            signals.add_metric([signal], float(value))
+        yield signals
+        tokens = CounterMetricFamily("sluice_plan_tokens",
+                                     "Real tokens (prompt + answer) used, per plan.",
+                                     labels=["plan"])  # fmt: skip
+        for field, value in sorted(self.counters.items()):
+            if field.startswith("tokens:"):
+                tokens.add_metric([field[7:]], float(value))
+        yield tokens

@@ -22,3 +22,13 @@ def test_production_settings_pass_the_deploy_check():
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_the_migrations_describe_the_models():
+    """A model change without its migration would reach production as a schema that differs
+    from the code."""
+    result = subprocess.run(
+        [sys.executable, "manage.py", "makemigrations", "--check", "--dry-run"],
+        cwd=BASE_DIR, env=dict(os.environ), capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr

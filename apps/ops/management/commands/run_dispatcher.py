@@ -22,6 +22,7 @@ from django.db import DatabaseError, close_old_connections
 
 from apps.admission.dispatcher import Dispatcher, Options
 from apps.chat import recorder
+from apps.ops import dispatcher_metrics
 from chatsite.redis_client import get_redis, keys
 from worker.protocol import ACTIVE_CONSUMER
 
@@ -74,6 +75,9 @@ class Command(BaseCommand):
             holder=f"{socket.gethostname()}-{os.getpid()}",
             recorder_pass=RecorderPass(),
         )
+        if settings.DISPATCHER_METRICS_PORT:
+            dispatcher_metrics.serve(dispatcher, settings.DISPATCHER_METRICS_PORT,
+                                     addr=settings.DISPATCHER_METRICS_ADDR)  # fmt: skip
         self.stdout.write("[sluice] dispatcher running (active when it holds the lease)")
         grouped = False
         while not stopping["now"]:

@@ -1,0 +1,98 @@
+"""The operations page and the request inspector, in the admin (staff only).
+
+The page renders once; its live part (`live`) is fetched again every two seconds by htmx and
+carries the samples the charts have not seen yet (`since`), so a refresh reads a few keys and
+not the hour of samples again.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from chatsite.redis_client import get_redis, keys
+
+from . import dashboard, inspector
+
+REQUEST_ID_MAX = 64
+
+
+def _context(request, title: str) -> dict:
+    return {**admin.site.each_context(request), "title": title}
+
+
+def _staff(view):
+    """Staff only (the admin's login otherwise), as every admin page."""
+    return admin.site.admin_view(view)
+
+
+@_staff
+def page(request):
+    snapshot = dashboard.gather()
+    return TemplateResponse(request, "admin/ops/page.html",
+                            {**_context(request, "Operations"), "s": snapshot})  # fmt: skip
+
+
+@_staff
+def live(request):
+    since = request.GET.get("since", "")
+    if since and not _is_stream_id(since):
+        since = ""
+    snapshot = dashboard.gather(since=since)
+    return TemplateResponse(request, "admin/ops/live.html", {"s": snapshot})
+
+
+@_staff
+def request_view(request, request_id: str = ""):
+    request_id = (request_id or request.GET.get("id", "")).strip()
+    if request.GET.get("id") and request_id:
+        return redirect("ops:request", request_id=request_id[:REQUEST_ID_MAX])
+    context = _context(request, f"Request {request_id}" if request_id else "Request inspector")
+    if request_id:
+        context["t"] = inspector.timeline(request_id[:REQUEST_ID_MAX])
+    return TemplateResponse(request, "admin/ops/request.html", context)
+
+
+@_staff
+@require_POST
+def dead_letter(request, entry_id: str, action: str):
+    if not request.user.is_superuser and not request.user.has_perm("admission.change_plan"):
+        raise PermissionDenied
+    if not _is_stream_id(entry_id) or action not in ("retry", "discard"):
+        raise PermissionDenied
+    k = keys()
+    client = get_redis()
+    entries = client.xrange(k.dead, entry_id, entry_id)
+    if not entries:
+        messages.warning(request, f"Dead letter {entry_id} is no longer there.")
+        return redirect(reverse("ops:page") + "#dead")
+    fields = entries[0][1]
+    pipe = client.pipeline(transaction=True)
+    if action == "retry":
+        target = dashboard.retry_target(k, fields)
+        try:
+            original = json.loads(fields.get("fields") or "{}")
+        except ValueError:
+            original = None
+        if target is None or not isinstance(original, dict) or not original:
+            messages.error(request, f"Dead letter {entry_id} cannot be retried.")
+            return redirect(reverse("ops:page") + "#dead")
+        # The web's deadline for Redis to take an admission entry passed long ago.
+        original.pop("submit_by_ms", None)
+        pipe.xadd(target, {str(name): str(value) for name, value in original.items()})
+    pipe.xdel(k.dead, entry_id)
+    pipe.execute()
+    done = "put back on its stream" if action == "retry" else "discarded"
+    messages.success(request, f"Dead letter {entry_id} {done}.")
+    return redirect(reverse("ops:page") + "#dead")
+
+
+def _is_stream_id(value: str) -> bool:
+    first, _, second = value.partition("-")
+    return first.isdigit() and (not second or second.isdigit()) and len(value) < 40

@@ -1,0 +1,17 @@
+"""The operations page and the request inspector, under /admin/ops/ (staff only)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from . import admin_views
+
+app_name = "ops"
+
+urlpatterns = [
+    path("", admin_views.page, name="page"),
+    path("live/", admin_views.live, name="live"),
+    path("request/", admin_views.request_view, name="inspect"),
+    path("request/<str:request_id>/", admin_views.request_view, name="request"),
+    path("dead/<str:entry_id>/<str:action>/", admin_views.dead_letter, name="dead_letter"),
+]
