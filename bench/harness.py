@@ -19,7 +19,14 @@ from urllib.parse import urlsplit
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
 
-from chatsite.stack import Supervisor, backing_services, free_port, manage, say  # noqa: E402
+from chatsite.stack import (  # noqa: E402
+    Supervisor,
+    backing_services,
+    free_port,
+    manage,
+    say,
+    web_command,
+)
 
 
 @dataclass
@@ -49,6 +56,13 @@ class Running:
         if postmaster:
             roles["postgres"] = [postmaster, *(p for p, up in parents.items() if up == postmaster)]
         return roles
+
+    def redis_calls(self) -> dict[str, int]:
+        """Redis's own count of each command it has run so far (INFO commandstats)."""
+        import redis
+
+        stats = redis.Redis.from_url(self.env["REDIS_URL"]).info("commandstats")
+        return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time (user + system) each role has used so far: read twice around a run, the
@@ -123,9 +137,8 @@ def sluice(
             supervisor = Supervisor(env=env)
             python = sys.executable
             for n, port in enumerate(ports):
-                daphne = [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "-v", "0",
-                          "chatsite.asgi:application"]  # fmt: skip
-                supervisor.start("web" if n == 0 else f"web-{n + 1}", daphne)
+                supervisor.start("web" if n == 0 else f"web-{n + 1}",
+                                 web_command("127.0.0.1", port))  # fmt: skip
             supervisor.start("dispatcher", [python, "manage.py", "run_dispatcher"])
             supervisor.start("worker", [python, "-m", "worker", *worker_args])
             try:

@@ -5,15 +5,21 @@ CPU every Sluice process spent per answer (web, dispatcher, worker, Redis, Postg
 from /proc around the Sluice rounds).
 
     .venv/bin/python bench/overhead.py [--clients 1,10,100] [--seconds 8] [--rounds 2]
-                                       [--web-processes 1]
+                                       [--web-processes 1] [--ops-page]
+
+--ops-page keeps the admin's operations page open during the run, as a browser would: its live
+part fetched every 2 s by a staff session, so the two runs tell what watching costs the service.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import re
 import subprocess
 import sys
+import threading
 import time
 
 from harness import (
@@ -48,6 +54,31 @@ async def run_level(urls_and_cookies: list[tuple[str, str | None]], seconds: flo
     return timings
 
 
+def watch_ops_page(base_url: str, stop: threading.Event) -> None:
+    """The operations page open in a browser: its live part fetched every 2 s, asking only for
+    the samples it has not seen (as static/js/ops.js does)."""
+    import httpx
+    from django.contrib.auth.hashers import make_password
+    from django.test import Client
+
+    from apps.accounts.models import User
+
+    staff = User.objects.create(username="bench-operator", is_staff=True, is_superuser=True,
+                                password=make_password("bench-password-1"))  # fmt: skip
+    client = Client()
+    client.force_login(staff)
+    cookies = {"sessionid": client.cookies["sessionid"].value}
+    series = re.compile(r'id="ops-series-data"[^>]*>(.*?)</script>', re.S)
+    since = ""
+    with httpx.Client(base_url=base_url, cookies=cookies, timeout=10) as http:
+        http.get("/admin/ops/")
+        while not stop.wait(2.0):
+            page = http.get("/admin/ops/live/", params={"since": since}).text
+            found = series.search(page)
+            if found:
+                since = json.loads(found.group(1)).get("last") or since
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clients", default="1,10,100")
@@ -55,6 +86,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternations of the two sides")
     parser.add_argument("--web-processes", type=int, default=1,
                         help="daphne processes, the clients spread over them")  # fmt: skip
+    parser.add_argument("--ops-page", action="store_true",
+                        help="the ops page open (polled every 2 s) during the run")  # fmt: skip
     args = parser.parse_args()
     levels = [int(c) for c in args.clients.split(",")]
 
@@ -91,6 +124,10 @@ def main() -> None:
             setup_django()
             sessions = make_sessions(max(levels))
             time.sleep(6)  # the worker's first heartbeat, the dispatcher's plan refresh
+            stop_watching = threading.Event()
+            if args.ops_page:
+                threading.Thread(target=watch_ops_page, args=(running.base_url, stop_watching),
+                                 daemon=True).start()  # fmt: skip
             summary = {}
             cpu: dict[str, float] = {}
             for clients in levels:
@@ -105,9 +142,13 @@ def main() -> None:
                     ]
                     direct_clients = [(f"ws://127.0.0.1:{direct_port}/", None)] * clients
                     before, answered = running.cpu_seconds(), len(through.completion)
+                    calls_before = running.redis_calls()
                     through.extend(asyncio.run(run_level(sluice_clients, args.seconds)))
-                    spent = cpu_per_answer(before, running.cpu_seconds(),
-                                           len(through.completion) - answered)  # fmt: skip
+                    done = len(through.completion) - answered
+                    spent = cpu_per_answer(before, running.cpu_seconds(), done)
+                    calls_after = running.redis_calls()
+                    commands = {name: (n - calls_before.get(name, 0)) / max(done, 1)
+                                for name, n in calls_after.items()}  # fmt: skip
                     cpu = {role: cpu.get(role, 0) + ms / args.rounds for role, ms in spent.items()}
                     alone.extend(asyncio.run(run_level(direct_clients, args.seconds)))
                     seconds_each += args.seconds
@@ -115,7 +156,13 @@ def main() -> None:
                 print_row("direct", clients, alone, seconds_each)
                 shares = ", ".join(f"{role} {ms:.2f} ms" for role, ms in sorted(cpu.items()))
                 say(f"  cpu per answer: {shares}")
+                busiest = sorted(commands.items(), key=lambda kv: -kv[1])[:8]
+                say(
+                    "  redis commands per answer (last round): "
+                    + ", ".join(f"{name} {n:.1f}" for name, n in busiest)
+                )
                 summary[clients] = (through, alone, sum(cpu.values()))
+            stop_watching.set()
     finally:
         direct.terminate()
         direct.wait()

@@ -1,4 +1,4 @@
-"""HTTP and websocket entry point, served by daphne."""
+"""HTTP and websocket entry point, served by daphne (chatsite.stack.web_command)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,17 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
 process.mark_web()  # before the settings are read: web processes get the database pool
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (after Django setup)
 
+from chatsite.api_handler import ApiHandler, route_api  # noqa: E402
 from chatsite.origin import SameOriginValidator  # noqa: E402
 from chatsite.routing import websocket_urlpatterns  # noqa: E402
+from chatsite.ws_auth import SessionAuthMiddleware  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
-        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "http": route_api(django_asgi_app, ApiHandler()),
+        "websocket": SameOriginValidator(SessionAuthMiddleware(URLRouter(websocket_urlpatterns))),
     }
 )
 

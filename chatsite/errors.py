@@ -44,11 +44,21 @@ def is_api(request: HttpRequest) -> bool:
     return request.path.startswith("/api/")
 
 
+def is_openai_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/v1/")
+
+
 def error_response(
     request: HttpRequest, status: int, title: str, message: str, *, retry_after: int | None = None
 ) -> HttpResponse:
-    if is_api(request):
-        response: HttpResponse = JsonResponse({"error": message}, status=status)
+    if is_openai_api(request):  # the shape OpenAI's clients parse
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        response: HttpResponse = JsonResponse(
+            {"error": {"message": message, "type": kind, "param": None, "code": None}},
+            status=status,
+        )
+    elif is_api(request):
+        response = JsonResponse({"error": message}, status=status)
     else:
         page = render_to_string("errors/page.html", {"status": status, "title": title,
                                                      "message": message})  # fmt: skip

@@ -231,19 +231,33 @@ def manage(env: dict[str, str], *args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], env=env, cwd=BASE_DIR, check=True)
 
 
+def web_command(host: str, port: int | str) -> list[str]:
+    """The command that serves Sluice's ASGI application (HTTP and websockets) on host:port.
+    (uvicorn with uvloop and httptools measured no cheaper per answer than daphne here.)"""
+    return [sys.executable, "-m", "daphne", "-b", host, "-p", str(port),
+            "chatsite.asgi:application"]  # fmt: skip
+
+
 def app_processes(env: dict[str, str]) -> list[tuple[str, list[str]]]:
     """The processes `make run` keeps running besides PostgreSQL and Redis."""
     host = env.get("SLUICE_HOST", "127.0.0.1")
     port = env.get("SLUICE_PORT", "8000")
     python = sys.executable
     processes = [
-        ("web", [python, "-m", "daphne", "-b", host, "-p", port, "chatsite.asgi:application"]),
+        ("web", web_command(host, port)),
         ("dispatcher", [python, "manage.py", "run_dispatcher"]),
     ]
     if env.get("SLUICE_START_WORKER", "1") == "1":
-        processes.append(
-            ("worker", [python, "-m", "worker", "--engine", env.get("WORKER_ENGINE", "llamacpp")])
-        )
+        engine = ["--engine", env.get("WORKER_ENGINE", "llamacpp")]
+        processes.append(("worker", [python, "-m", "worker", *engine]))
+        # A second model, to show a fleet on one machine: another served name (the same model
+        # file unless SLUICE_SECOND_MODEL_FILE names one), picked in the page or by the API.
+        second = env.get("SLUICE_SECOND_MODEL", "").strip()
+        if second:
+            model = env.get("SLUICE_SECOND_MODEL_FILE", "").strip()
+            processes.append(("worker-2", [python, "-m", "worker", *engine,
+                                           "--served-model-name", second,
+                                           *(["--model", model] if model else [])]))  # fmt: skip
     return processes
 
 

@@ -19,11 +19,13 @@ handler500 = "chatsite.errors.server_error"
 urlpatterns = [
     # Ahead of the admin's own: its login answers 429 when throttled, like the site's.
     path("admin/login/", accounts_views.admin_login),
+    path("admin/ops/", include("apps.ops.urls")),  # the operations page, staff only
     path("admin/", admin.site.urls),
     path("accounts/", include("apps.accounts.urls")),
     path("health/", ops_views.health, name="health"),
     path("metrics", ops_metrics.metrics, name="metrics"),
     path("api/v1/", include("apps.chat.api_urls")),
+    path("v1/", include("apps.chat.openai_urls")),  # the OpenAI-compatible API
     path("rag/", include("apps.rag.urls")),
     path("", include("apps.chat.urls")),
 ]

@@ -21,7 +21,7 @@ from django.test import Client
 from apps.accounts.services import user_create
 from apps.chat import offload
 from chatsite.redis_client import get_redis
-from chatsite.stack import free_port, socket_database_url
+from chatsite.stack import free_port, socket_database_url, web_command
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -150,12 +150,8 @@ def stop_process(process: subprocess.Popen) -> None:
 def live_web(transactional_db, redis_prefix):
     """A real daphne process serving Sluice on a free port, against the test database."""
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "chatsite.asgi:application"],
-        cwd=BASE_DIR,
-        env=process_env(redis_prefix),
-    )  # fmt: skip
+    process = subprocess.Popen(web_command("127.0.0.1", port), cwd=BASE_DIR,
+                               env=process_env(redis_prefix))  # fmt: skip
     base_url = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(base_url + "/health/", process)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -18,7 +19,7 @@ from typing import Any
 
 import uvloop
 
-from . import redis_connection
+from . import logs, metrics, redis_connection
 from .engines import ENGINES, Engine, create_engine
 from .protocol import Keys
 from .runner import Worker, default_worker_id
@@ -86,15 +87,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="[WORKER_ANSWER_TIMEOUT_SECONDS] an answer taking longer fails and frees its slot",
     )
     add(
+        "--metrics-port",
+        type=int,
+        default=int(env_default("WORKER_METRICS_PORT", 0)),
+        help="[WORKER_METRICS_PORT] serve Prometheus metrics on this port (default 0: off; "
+        "each worker on a machine needs a port of its own)",
+    )
+    add(
+        "--metrics-addr",
+        default=env_default("WORKER_METRICS_ADDR", "0.0.0.0"),
+        help="[WORKER_METRICS_ADDR] address the metrics port listens on (default all)",
+    )
+    add(
         "--heartbeat-interval",
         type=float,
         default=float(env_default("WORKER_HEARTBEAT_SECONDS", 2.0)),
         help="[WORKER_HEARTBEAT_SECONDS] seconds between heartbeats (the key lives 3x this)",
     )
     add(
+        "--batch-ms",
+        type=float,
+        default=float(env_default("WORKER_BATCH_MS", 60)),
+        help="[WORKER_BATCH_MS] an answer's text is written to its stream this often, in "
+        "milliseconds (the first token at once): larger batches, fewer frames to relay",
+    )
+    add(
         "--model",
         default=env_default("WORKER_MODEL"),
         help="[WORKER_MODEL] model path or id (llamacpp: a GGUF; default the bundled SmolLM2)",
+    )
+    add(
+        "--served-model-name",
+        default=env_default("WORKER_SERVED_MODEL_NAME"),
+        help="[WORKER_SERVED_MODEL_NAME] the name clients ask for this model by (the API's "
+        "`model`, the chat page's picker); workers with the same name share its work. Default: "
+        "from the model file or id, e.g. smollm2-135m-instruct",
     )
 
     llama = parser.add_argument_group("llamacpp")
@@ -217,6 +244,39 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     raise SystemExit(f"unknown engine {args.engine}")
 
 
+def served_model_name(args: argparse.Namespace) -> str:
+    """The name this worker announces: --served-model-name, else one made from the model."""
+    if args.served_model_name:
+        return args.served_model_name.strip()
+    if args.engine == "simulated":
+        return "simulated"
+    if args.engine == "openai":
+        return args.model  # the upstream's own name for it
+    model = args.model
+    if not model and args.engine == "llamacpp":
+        from .engines.llamacpp import bundled_model_path
+
+        model = str(bundled_model_path())
+    if not model and args.engine == "vllm":
+        from .prepare_model import default_model_dir
+
+        model = str(default_model_dir())
+    return model_name_from(model or args.engine)
+
+
+def model_name_from(model: str) -> str:
+    """The file or folder name, lower case, without extension or quantisation: both
+    `…/SmolLM2-135M-Instruct.Q4_1.gguf` and `HuggingFaceTB/SmolLM2-135M-Instruct` give
+    `smollm2-135m-instruct`."""
+    name = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    name = name.removesuffix(".gguf")
+    return QUANTISATION.sub("", name) or name
+
+
+# A GGUF's quantisation suffix: .Q4_1, -Q4_K_M, .IQ3_XS, -f16, .bf16, ...
+QUANTISATION = re.compile(r"[.\-_](i?q\d\w*|b?f16|f32|fp16)$")
+
+
 @contextlib.asynccontextmanager
 async def running_engine(name: str, options: dict[str, Any]) -> AsyncIterator[Engine]:
     engine = create_engine(name, **options)
@@ -237,13 +297,18 @@ async def serve(args: argparse.Namespace) -> None:
                 engine=engine,
                 keys=Keys(prefix=args.prefix),
                 worker_id=args.worker_id or default_worker_id(),
+                model=served_model_name(args),
                 slots=int(args.slots) if args.slots else None,
                 claim_idle_ms=args.claim_idle_ms,
                 max_attempts=args.max_attempts,
                 grace_seconds=args.grace,
                 heartbeat_interval=args.heartbeat_interval,
+                batch_interval=args.batch_ms / 1000,
                 answer_timeout=args.answer_timeout,
             )
+            if args.metrics_port:
+                metrics.serve(args.metrics_port, lambda: worker.last_beat,
+                              addr=args.metrics_addr)  # fmt: skip
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, worker.stop)
@@ -254,8 +319,8 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    # LOG_FORMAT=json: one JSON object per line, with the request id (worker/logs.py).
+    logs.configure(level=os.environ.get("LOG_LEVEL", "INFO"), process="worker")
     if argv[:1] == ["prepare-model"]:
         from .prepare_model import main as prepare_model_main
 

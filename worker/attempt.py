@@ -21,7 +21,7 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import transitions
+from . import metrics, transitions
 from .batching import CommandBatcher
 from .engines import Engine, GenerationRequest
 from .heartbeat import WorkerStats
@@ -109,6 +109,7 @@ class Attempts:
             prompt_tokens_estimate=item.prompt_tokens_estimate, max_tokens=item.max_tokens,
         )  # fmt: skip
         exhausted = start.code == transitions.START_EXHAUSTED
+        metrics.started(item.id, attempt=start.attempt, worker_id=self.worker_id)
         if start.code == transitions.START_STOPPED:
             answer.state = State.CANCELLED
         elif exhausted:
@@ -129,7 +130,7 @@ class Attempts:
         buffer = self.output.open(item.id, token)
         request = GenerationRequest(
             id=item.id, messages=item.messages, max_tokens=item.max_tokens,
-            temperature=item.temperature,
+            temperature=item.temperature, top_p=item.top_p, stop=item.stop,
         )  # fmt: skip
         started = time.perf_counter()
         parts: list[str] = []
@@ -144,6 +145,7 @@ class Attempts:
                     if output.text:
                         if usage.ttft_ms is None:
                             usage.ttft_ms = round((time.perf_counter() - started) * 1000, 2)
+                            metrics.first_token(item.id, usage.ttft_ms)
                         parts.append(output.text)
                         # The first token is written at once, the rest on the writer's clock.
                         await self.output.add(buffer, output.text)
@@ -188,6 +190,7 @@ class Attempts:
             self.stats.failed += 1
         else:
             self.stats.completed += 1
+        metrics.ended(answer)
 
         def after(pipe) -> None:
             if result == transitions.ENDED_NOW:

@@ -41,17 +41,20 @@ async def beat(
     *,
     worker_id: str,
     engine: Engine,
+    model: str = "",
     slots: int,
     running: list[str],
     stats: WorkerStats,
     draining: bool,
     interval: float,
-) -> None:
-    """Writes one heartbeat; `running` holds the ids of the requests this worker runs now."""
+) -> dict:
+    """Writes one heartbeat and returns it; `running` holds the ids of the requests this
+    worker runs now."""
     health = await engine.health()
     payload = {
         "worker_id": worker_id,
         "engine": engine.name,
+        "model": model,
         "slots": slots,
         "busy": len(running),
         "free": slots - len(running),
@@ -66,12 +69,16 @@ async def beat(
         "at_ms": protocol.now_ms(),
     }
     ttl = max(1, int(interval * 3))
-    await (
+    pipe = (
         client.pipeline(transaction=False)
         .set(keys.heartbeat(worker_id), json.dumps(payload), ex=ttl)
         .zadd(keys.workers, {worker_id: time.time()})
-        .execute()
     )
+    if model:  # remembered past this worker's life: "no worker now" is not "no such model"
+        pipe.hset(keys.models, model, payload["at_ms"])
+        pipe.expire(keys.models, protocol.METRICS_TTL_SECONDS)
+    await pipe.execute()
+    return payload
 
 
 async def forget(client, keys: Keys, worker_id: str) -> None:

@@ -104,6 +104,18 @@ class Keys:
         """A worker's affinity stream: work routed to it because its KV cache holds the prefix."""
         return f"{self.prefix}:work:{worker_id}"
 
+    def work_for_model(self, model: str) -> str:
+        """A model's shared stream: any worker serving `model` takes from it. Work that names
+        no model ("") goes to the shared stream, which every worker reads. Outside `work:`,
+        so no worker id can name the same stream."""
+        return f"{self.prefix}:model-work:{model}" if model else self.work
+
+    @property
+    def models(self) -> str:
+        """Hash: model name → when a worker last said it serves it (ms), so a model with no
+        live worker right now is told apart from one that exists nowhere."""
+        return f"{self.prefix}:models"
+
     @property
     def dead(self) -> str:
         """Stream: what could not be parsed, stored or run, each entry with its reason."""
@@ -168,6 +180,17 @@ class Keys:
     def metrics(self) -> str:
         return self._adm("metrics")
 
+    @property
+    def series(self) -> str:
+        """Stream: one sample of throughput and latency every few seconds (the ops page)."""
+        return self._adm("series")
+
+    @property
+    def ops_state(self) -> str:
+        """JSON the dispatcher refreshes every few seconds for the ops page: the line's
+        summary, the workers it has seen, the heaviest users, rolling figures."""
+        return self._adm("ops")
+
     def bucket(self, user_id: str) -> str:
         return self._adm(f"bucket:{user_id}")
 
@@ -202,11 +225,17 @@ class WorkItem:
     kind: str = "chat"  # request type, weighted by the plan's cost weights
     submitted_ms: int = field(default_factory=now_ms)
     v: str = PROTOCOL_VERSION
+    # The model to answer with ("": the default one, chosen by the dispatcher).
+    model: str = ""
+    top_p: float | None = None  # None: the engine's (or the model's) own default
+    stop: list[str] = field(default_factory=list)  # the answer ends before any of these
 
     def to_fields(self) -> dict[str, str]:
         # Field by field: asdict() would deep-copy every message first, on the hot path.
         data = {f.name: getattr(self, f.name) for f in dataclass_fields(self)}
         data["messages"] = json.dumps(self.messages)
+        data["top_p"] = "" if self.top_p is None else self.top_p
+        data["stop"] = json.dumps(self.stop) if self.stop else ""
         return {k: str(v) for k, v in data.items()}
 
     @classmethod
@@ -229,7 +258,17 @@ class WorkItem:
             prompt_tokens_estimate=int(fields.get("prompt_tokens_estimate", 0)),
             kind=fields.get("kind", "chat"),
             submitted_ms=int(fields.get("submitted_ms", 0)),
+            model=fields.get("model", ""),
+            top_p=float(fields["top_p"]) if fields.get("top_p") else None,
+            stop=_stop_list(fields.get("stop")),
         )
+
+
+def _stop_list(raw: str | None) -> list[str]:
+    stop = json.loads(raw) if raw else []
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise ValueError("stop must be a list of strings")
+    return stop
 
 
 @dataclass
@@ -259,6 +298,9 @@ class Answer:
     finish_reason: str = ""
     attempt: int = 0  # 0: ended without running (rejected, timed out or stopped in line)
     retry_after: int | None = None  # seconds, for a rejection that waiting can fix
+    # Why the dispatcher refused it, for programs (`error` is for people): "rate_limited",
+    # "too_large", "shed", "no_worker", "model_not_allowed"; "" otherwise.
+    code: str = ""
     prompt_tokens_estimate: int = 0
     max_tokens: int = 0
 
@@ -280,6 +322,8 @@ class Answer:
         }
         if self.retry_after is not None:
             fields["retry_after"] = str(int(self.retry_after))
+        if self.code:
+            fields["code"] = self.code
         return fields
 
     @classmethod
@@ -301,6 +345,7 @@ class Answer:
             finish_reason=fields.get("finish_reason", ""),
             attempt=int(fields.get("attempt") or 0),
             retry_after=int(retry_after) if retry_after else None,
+            code=fields.get("code", ""),
             prompt_tokens_estimate=int(fields.get("prompt_tokens_estimate") or 0),
             max_tokens=int(fields.get("max_tokens") or 0),
         )
@@ -319,6 +364,8 @@ def final_fields(answer: Answer) -> dict[str, str]:
     }
     if answer.retry_after is not None:
         fields["retry_after"] = str(int(answer.retry_after))
+    if answer.code:
+        fields["code"] = answer.code
     return fields
 
 

@@ -4,10 +4,11 @@ Every few seconds (`interval_seconds`) a worker with free slots looks for:
 
 - work delivered to itself that it is not running (an attempt that gave up while Redis was
   away, or a worker restarted under the same id): run again;
-- work pending on consumers of the shared stream whose heartbeat is gone, idle past
-  `claim_idle_ms`: claimed with XCLAIM and run again;
-- the affinity streams of workers whose heartbeat is gone: their entries move back to the
-  shared stream at once (the stream and its group stay, so a worker that was only paused
+- work pending on consumers of the shared streams it reads (its model's, and the one for work
+  that names no model) whose heartbeat is gone, idle past `claim_idle_ms`: claimed with
+  XCLAIM and run again;
+- the affinity streams of workers whose heartbeat is gone: their entries move back to their
+  model's shared stream at once (the stream and its group stay, so a worker that was only paused
   finds them when it resumes).
 
 Each run is a new attempt (`transitions.start` counts them and fences the old one out); a
@@ -41,6 +42,7 @@ class Reclaimer:
         claim_idle_ms: int,
         interval_seconds: float = 2.0,
         running: dict | None = None,
+        shared_streams: tuple[str, ...] | None = None,
     ) -> None:
         self.redis = redis_client
         self.keys = keys
@@ -48,6 +50,7 @@ class Reclaimer:
         self.claim_idle_ms = claim_idle_ms
         self.interval_seconds = interval_seconds
         self.running = running if running is not None else {}  # entry ids this worker runs
+        self.shared_streams = shared_streams or (keys.work,)
         self._last_run = 0.0
 
     async def maybe_reclaim(self, *, limit: int) -> list[ClaimedEntry]:
@@ -73,7 +76,7 @@ class Reclaimer:
     async def _own_forgotten(self, limit: int) -> list[ClaimedEntry]:
         """Entries delivered to this worker that no task of its runs."""
         found: list[ClaimedEntry] = []
-        for stream in (self.keys.work_for(self.worker_id), self.keys.work):
+        for stream in (self.keys.work_for(self.worker_id), *self.shared_streams):
             response = await self.redis.xreadgroup(
                 protocol.WORKER_GROUP, self.worker_id, {stream: "0"},
                 count=limit + len(self.running),
@@ -91,14 +94,14 @@ class Reclaimer:
         return found
 
     async def _dead_consumers(self) -> list[str]:
-        consumers = await self.redis.xinfo_consumers(self.keys.work, protocol.WORKER_GROUP)
         dead = []
-        for consumer in consumers:
-            name = consumer["name"]
-            if name == self.worker_id or not consumer.get("pending"):
-                continue
-            if not await self.redis.exists(self.keys.heartbeat(name)):
-                dead.append(name)
+        for stream in self.shared_streams:
+            for consumer in await self.redis.xinfo_consumers(stream, protocol.WORKER_GROUP):
+                name = consumer["name"]
+                if name == self.worker_id or name in dead or not consumer.get("pending"):
+                    continue
+                if not await self.redis.exists(self.keys.heartbeat(name)):
+                    dead.append(name)
         # Affinity streams of workers that vanished without pending work on the shared stream.
         cutoff = time.time() - VANISHED_SECONDS
         for name in await self.redis.zrangebyscore(self.keys.workers, "-inf", cutoff):
@@ -108,8 +111,15 @@ class Reclaimer:
         return dead
 
     async def _claim_from(self, consumer: str, *, limit: int) -> list[ClaimedEntry]:
+        claimed: list[ClaimedEntry] = []
+        for stream in self.shared_streams:
+            if len(claimed) < limit:
+                claimed += await self._claim_on(stream, consumer, limit=limit - len(claimed))
+        return claimed
+
+    async def _claim_on(self, stream: str, consumer: str, *, limit: int) -> list[ClaimedEntry]:
         pending = await self.redis.xpending_range(
-            self.keys.work, protocol.WORKER_GROUP, min="-", max="+", count=max(limit, 1) * 4,
+            stream, protocol.WORKER_GROUP, min="-", max="+", count=max(limit, 1) * 4,
             consumername=consumer, idle=self.claim_idle_ms,
         )  # fmt: skip
         claimed: list[ClaimedEntry] = []
@@ -118,23 +128,23 @@ class Reclaimer:
                 break
             entry_id = entry["message_id"]
             entries = await self.redis.xclaim(
-                self.keys.work, protocol.WORKER_GROUP, self.worker_id,
+                stream, protocol.WORKER_GROUP, self.worker_id,
                 min_idle_time=self.claim_idle_ms, message_ids=[entry_id],
             )  # fmt: skip
             if not entries:
                 continue  # another worker claimed it first
             _, fields = entries[0]
             if not fields:  # deleted while pending: nothing to run
-                await self.redis.xack(self.keys.work, protocol.WORKER_GROUP, entry_id)
+                await self.redis.xack(stream, protocol.WORKER_GROUP, entry_id)
                 continue
             log.warning("re-running %s from dead worker %s", fields.get("id"), consumer)
-            claimed.append((entry_id, fields, self.keys.work))
+            claimed.append((entry_id, fields, stream))
         return claimed
 
     async def rehome(self, worker_id: str) -> int:
-        """Moves the entries of `worker_id`'s affinity stream to the shared stream, once (a
-        lock): all of them for a dead worker; for this worker, leaving, only those it has not
-        read (what it read, it ran or gave back)."""
+        """Moves the entries of `worker_id`'s affinity stream to their models' shared streams,
+        once (a lock): all of them for a dead worker; for this worker, leaving, only those it
+        has not read (what it read, it ran or gave back)."""
         stream = self.keys.work_for(worker_id)
         leaving = worker_id == self.worker_id
         if not leaving and not await self.redis.set(
@@ -153,7 +163,7 @@ class Reclaimer:
             for entry_id, fields in entries:
                 transitions.work_returned(pipe, self.keys, stream, entry_id, fields)
             await pipe.execute()
-            log.warning("moved %d entries from worker %s's stream to the shared stream",
+            log.warning("moved %d entries from worker %s's stream to the shared streams",
                         len(entries), worker_id)  # fmt: skip
         if not leaving:
             await self.redis.zrem(self.keys.workers, worker_id)

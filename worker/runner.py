@@ -44,6 +44,9 @@ class Worker:
         engine: a started engine.
         keys: stream and key names (the prefix isolates deployments and tests).
         worker_id: this worker's consumer name; unique per process.
+        model: the model name this worker serves (announced in its heartbeat): it reads that
+            model's shared stream, besides its own affinity stream and the stream of work
+            that names no model. "": it serves only the latter.
         slots: concurrent answers; defaults to the engine's capacity.
         batch_interval: an answer's tokens are written to its output stream about this often
             (the first token at once); all answers on one clock (`output.OutputWriter`).
@@ -64,9 +67,10 @@ class Worker:
         engine: Engine,
         keys: Keys,
         worker_id: str | None = None,
+        model: str = "",
         slots: int | None = None,
         batch_interval: float = 0.03,
-        batch_chars: int = 64,
+        batch_chars: int = 1024,
         heartbeat_interval: float = 2.0,
         claim_idle_ms: int = 10_000,
         max_attempts: int = 3,
@@ -78,11 +82,13 @@ class Worker:
         self.engine = engine
         self.keys = keys
         self.worker_id = worker_id or default_worker_id()
+        self.model = model
         self.slots = slots or engine.capacity
         self.heartbeat_interval = heartbeat_interval
         self.grace_seconds = grace_seconds
         self.read_block_ms = read_block_ms
         self.stats = WorkerStats()
+        self.last_beat: dict | None = None  # what the metrics endpoint's gauges read
         self.batcher = CommandBatcher(redis_client)
         self.output = OutputWriter(self.batcher, keys, interval=batch_interval,
                                    max_chars=batch_chars, check_interval=CHECK_SECONDS)  # fmt: skip
@@ -91,14 +97,16 @@ class Worker:
             worker_id=self.worker_id, stats=self.stats, max_attempts=max_attempts,
             answer_timeout=answer_timeout,
         )  # fmt: skip
-        self.streams = (self.keys.work_for(self.worker_id), self.keys.work)
+        # Its own affinity stream first, then its model's, then work naming no model.
+        self.shared_streams = tuple(dict.fromkeys((keys.work_for_model(model), keys.work)))
+        self.streams = (self.keys.work_for(self.worker_id), *self.shared_streams)
         self._free = asyncio.BoundedSemaphore(self.slots)
         self._tasks: dict[str, tuple[asyncio.Task, str]] = {}  # entry id → (task, request id)
         self._stopping = asyncio.Event()
         self.reclaimer = Reclaimer(
             redis_client=redis_client, keys=keys, worker_id=self.worker_id,
             claim_idle_ms=claim_idle_ms, interval_seconds=heartbeat_interval,
-            running=self._tasks,
+            running=self._tasks, shared_streams=self.shared_streams,
         )  # fmt: skip
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -109,13 +117,15 @@ class Worker:
 
     async def run(self) -> None:
         await self.attempts.retrying(self._ensure_groups)
+        self._beating = True
         beating = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
-        log.info("worker %s ready: engine %s, %d slots", self.worker_id, self.engine.name,
-                 self.slots)  # fmt: skip
+        log.info("worker %s ready: engine %s, model %r, %d slots", self.worker_id,
+                 self.engine.name, self.model, self.slots)  # fmt: skip
         try:
             await self._read_loop()
         finally:
             await self._drain()
+            self._beating = False  # ends the loop even if a Redis call swallowed the cancel
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beating
@@ -248,11 +258,12 @@ class Worker:
     # -- liveness ------------------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
-        while True:
+        while self._beating:
             try:
-                await heartbeat.beat(
+                self.last_beat = await heartbeat.beat(
                     self.redis, self.keys, worker_id=self.worker_id, engine=self.engine,
-                    slots=self.slots, running=[rid for _, rid in self._tasks.values()],
+                    model=self.model, slots=self.slots,
+                    running=[rid for _, rid in self._tasks.values()],
                     stats=self.stats, draining=self._stopping.is_set(),
                     interval=self.heartbeat_interval,
                 )  # fmt: skip

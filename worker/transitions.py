@@ -83,11 +83,13 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
-# KEYS: request hash, output stream. ARGV: now ms, request ttl, output ttl, output maxlen
+# KEYS: request hash, output stream. ARGV: now ms, request ttl, output ttl, output maxlen,
+# work stream (the request inspector tells an affinity stream from the shared one)
 DISPATCHED = """
 local s = redis.call('HGET', KEYS[1], 'state')
 if s and s ~= 'queued' then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'dispatched', 'updated_ms', ARGV[1])
+redis.call('HSET', KEYS[1], 'state', 'dispatched', 'updated_ms', ARGV[1], 'dispatched_ms',
+           ARGV[1], 'route', ARGV[5])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'type', 'status', 'state', 'dispatched')
 redis.call('EXPIRE', KEYS[2], ARGV[3])
@@ -125,8 +127,9 @@ def submitted(
         "kind": item.kind, "created_ms": now, "updated_ms": now, "citations": cited,
     })  # fmt: skip
     pipe.expire(request_key, protocol.REQUEST_TTL_SECONDS)
-    pipe.set(keys.conversation_active(item.conversation_id), item.id,
-             ex=protocol.REQUEST_TTL_SECONDS)  # fmt: skip
+    if item.conversation_id:  # a stateless API request belongs to no conversation
+        pipe.set(keys.conversation_active(item.conversation_id), item.id,
+                 ex=protocol.REQUEST_TTL_SECONDS)  # fmt: skip
     _event(pipe, out_key, {"type": EventType.STATUS, "state": State.QUEUED, "citations": cited})
     pipe.expire(out_key, protocol.OUTPUT_TTL_SECONDS)
     pipe.xadd(stream, {**item.to_fields(), "submit_by_ms": str(submit_by_ms)})
@@ -148,7 +151,7 @@ def dispatched(pipe, keys: Keys, request_id: str, *, stream: str, fields: dict[s
     pipe.xadd(stream, fields)
     pipe.eval(DISPATCHED, 2, keys.request(request_id), keys.output(request_id), protocol.now_ms(),
               protocol.REQUEST_TTL_SECONDS, protocol.OUTPUT_TTL_SECONDS,
-              protocol.OUTPUT_MAXLEN)  # fmt: skip
+              protocol.OUTPUT_MAXLEN, stream)  # fmt: skip
 
 
 def position(pipe, keys: Keys, request_id: str, *, place: int, eta_seconds: int,
@@ -223,8 +226,8 @@ def work_done(pipe, stream: str, entry_id: str) -> None:
 
 def work_returned(pipe, keys: Keys, stream: str, entry_id: str, fields: dict[str, str]) -> None:
     """A work item this worker will not run (it is stopping, or the stream's owner left) goes
-    back to the shared stream for any other worker."""
-    pipe.xadd(keys.work, fields)
+    back to its model's shared stream for any other worker serving that model."""
+    pipe.xadd(keys.work_for_model(fields.get("model", "")), fields)
     work_done(pipe, stream, entry_id)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from .models import DegradationSettings, Plan, UserPlan
-from .selectors import degradation_get, queue_depth
+from .selectors import degradation_get, model_fleet, queue_depth
 from .services import plan_make_default
 
 
@@ -12,6 +12,7 @@ class PlanAdmin(admin.ModelAdmin):
     list_display = ("name", "slug", "is_default", "requests_per_minute", "tokens_per_minute",
                     "tokens_per_day", "max_concurrent", "priority_weight")  # fmt: skip
     prepopulated_fields = {"slug": ("name",)}
+    readonly_fields = ("models_served_now",)
     fieldsets = (
         (None, {"fields": ("name", "slug", "is_default", "priority_weight")}),
         (
@@ -37,7 +38,18 @@ class PlanAdmin(admin.ModelAdmin):
                 )
             },
         ),
+        ("Models", {"fields": ("model_names", "models_served_now")}),
     )
+
+    @admin.display(description="served now")
+    def models_served_now(self, obj=None) -> str:
+        try:
+            live = model_fleet(fresh=True).live
+        except Exception:  # the admin page must render even while Redis is down
+            return "unknown (Redis unreachable)"
+        if not live:
+            return "no live worker announces a model"
+        return ", ".join(f"{name} ({slots} slots)" for name, slots in sorted(live.items()))
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)

@@ -42,6 +42,7 @@ from .reconcile import Reconcile
 from .release import FleetView, Release
 from .running import Running
 from .sweep import Sweep
+from .timeseries import Samples
 
 log = logging.getLogger("sluice.dispatcher")
 
@@ -91,6 +92,7 @@ class Dispatcher:
         self.fleet = FleetView(client, keys, interval=o.fleet_interval)
         self.degradation = Degradation()
         shared = dict(client=client, keys=keys, now_ms=self.now_ms)
+        self.samples = Samples(client, keys, now_ms=self.now_ms)  # the ops page's figures
         self.intake = Intake(**shared, plans=self.plans, buckets=self.buckets, line=self.line,
                              bucket_now=self.bucket_now, batch=o.batch)  # fmt: skip
         self.sweep = Sweep(**shared, line=self.line, cancel_checks=o.cancel_checks)
@@ -99,7 +101,8 @@ class Dispatcher:
         self.reconcile = Reconcile(**shared, plans=self.plans, buckets=self.buckets,
                                    running=self.running, fleet=self.fleet,
                                    bucket_now=self.bucket_now,
-                                   grace_ms=int(o.lost_grace * 1000))  # fmt: skip
+                                   grace_ms=int(o.lost_grace * 1000),
+                                   samples=self.samples)  # fmt: skip
         self.positions = Positions(**shared, line=self.line, fleet=self.fleet,
                                    pushes=o.position_pushes, share=o.position_share)  # fmt: skip
         self.active = self.loaded = False
@@ -134,6 +137,9 @@ class Dispatcher:
                 self.positions.tell()
             if self._every("degradation", o.degradation_interval):
                 self.publish_degradation()
+            self.samples.tick(line=self.line, fleet_view=self.fleet, running=len(self.running),
+                              degradation=self.degradation,
+                              holder=self.lease.holder)  # fmt: skip
             return decided
         except redis.RedisError:
             self.loaded = False

@@ -58,9 +58,9 @@ def fail_unreadable(client: redis.Redis, keys: Keys, request_ids: list[str]) -> 
     endings = Endings(keys)
     pipe = client.pipeline(transaction=False)
     for request_id, (user_id, conversation_id) in zip(request_ids, owners, strict=True):
-        if user_id and conversation_id:
+        if user_id:  # an API request belongs to no conversation: its id is ""
             endings.add(pipe, Answer(id=request_id, user_id=user_id,
-                                     conversation_id=conversation_id, state=State.FAILED,
+                                     conversation_id=conversation_id or "", state=State.FAILED,
                                      error=outcomes.unreadable()))  # fmt: skip
     if endings:
         endings.record(client, pipe.execute())

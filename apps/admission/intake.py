@@ -36,6 +36,12 @@ from .plans import PlanBook
 log = logging.getLogger("sluice.dispatcher")
 
 Entries = list[tuple[str, dict[str, str] | None]]
+# Requests that belong to no conversation: the OpenAI-compatible API's, whose caller sends the
+# whole history each time.
+STATELESS_KINDS = frozenset({"api"})
+# Why a request was refused, for programs (the final event's `code`), by the metrics' reason.
+REJECTION_CODES = {"rate": "rate_limited", "too_large": "too_large", "shed": "shed",
+                   "model": "model_not_allowed"}  # fmt: skip
 
 
 class Intake:
@@ -101,6 +107,10 @@ class Intake:
                 withdrawn.append(request)
                 continue
             metrics.latency(now - request.submitted_ms)
+            if request.model and not plan.allows(request.model):
+                rejected.append((request, outcomes.model_not_allowed(model=request.model), None,
+                                 "model"))  # fmt: skip
+                continue
             if level.reject_lowest_plan and self.plans.is_lowest(plan):
                 rejected.append((request, outcomes.shed(retry_after=level.retry_after),
                                  level.retry_after, "shed"))  # fmt: skip
@@ -150,7 +160,8 @@ class Intake:
         self.line.store(pipe, queued, encoded)
         endings = Endings(self.keys)
         for request, error, retry_after, reason in rejected:
-            endings.add(pipe, request.ended(State.FAILED, error, retry_after))
+            endings.add(pipe, request.ended(State.FAILED, error, retry_after,
+                                            code=REJECTION_CODES[reason]))  # fmt: skip
             metrics.count("rejected", reason=reason)
         for request in withdrawn:
             endings.add(pipe, request.ended(State.CANCELLED))
@@ -184,8 +195,11 @@ class Intake:
             raise KeyError("messages")
         request_id, user_id = fields["id"], fields["user_id"]
         conversation_id = fields["conversation_id"]
-        if not (request_id and user_id and conversation_id):
-            raise ValueError("id, user_id and conversation_id must not be empty")
+        kind = fields.get("kind") or "chat"
+        if not (request_id and user_id):
+            raise ValueError("id and user_id must not be empty")
+        if not conversation_id and kind not in STATELESS_KINDS:
+            raise ValueError("conversation_id must not be empty")
         plan = self.plans.for_user(user_id)
         asked = int(fields["max_tokens"])
         prompt_tokens = max(0, int(fields.get("prompt_tokens_estimate") or 0))
@@ -198,7 +212,7 @@ class Intake:
         if max_tokens != asked:
             fields["max_tokens"] = str(max_tokens)
         request = QueuedRequest(
-            request_id, user_id, conversation_id, fields.get("kind") or "chat", plan.slug,
+            request_id, user_id, conversation_id, kind, plan.slug,
             prompt_tokens, max_tokens, plan.priority_weight, submitted,
             submitted + plan.max_queue_wait_seconds * 1000, self._next_ns(), False, 0, "", fields,
         )  # fmt: skip
@@ -239,7 +253,7 @@ class Intake:
             elif decision.code == NEVER:
                 error = outcomes.too_large(tokens=request.cost,
                                            limit=_capacity(buckets, decision.bucket))  # fmt: skip
-                endings.add(pipe, request.ended(State.FAILED, error))
+                endings.add(pipe, request.ended(State.FAILED, error, code="too_large"))
                 metrics.count("rejected", reason="too_large")
                 ended.append(request)
             else:

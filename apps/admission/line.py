@@ -28,6 +28,7 @@ from .watch import CancelWatch, DeadlineHeap
 log = logging.getLogger("sluice.dispatcher")
 
 ENCODING = 1  # first element of an encoded record: a new layout gets a new number
+Flow = tuple[str, str]  # (user id, model): whose turn it is in the fair queue
 
 
 @dataclass(slots=True)  # tens of thousands may wait: no per-instance __dict__
@@ -58,6 +59,11 @@ class QueuedRequest:
         """Estimated tokens: what its buckets are charged and what the fair queue weighs."""
         return self.prompt_tokens + self.max_tokens
 
+    @property
+    def model(self) -> str:
+        """The model it asked for ("": the default, decided when it is released)."""
+        return self.fields.get("model", "")
+
     def encode(self) -> str:
         # A list, not an object: no keys to write or parse, on the admission hot path.
         return json.dumps([
@@ -86,10 +92,11 @@ class QueuedRequest:
         """What its buckets were charged, kept in the charges hash until its answer settles it."""
         return json.dumps({"user": self.user_id, "plan": self.plan, "tokens": self.cost})
 
-    def ended(self, state: State, error: str = "", retry_after: int | None = None) -> Answer:
+    def ended(self, state: State, error: str = "", retry_after: int | None = None,
+              code: str = "") -> Answer:  # fmt: skip
         """How it ends without running: no text, nothing used."""
         return Answer(id=self.id, user_id=self.user_id, conversation_id=self.conversation_id,
-                      state=state, error=error, retry_after=retry_after,
+                      state=state, error=error, retry_after=retry_after, code=code,
                       prompt_tokens_estimate=self.prompt_tokens,
                       max_tokens=self.max_tokens)  # fmt: skip
 
@@ -179,8 +186,9 @@ class Line:
             self._unhold(request)
         return request
 
-    def next_to_run(self, may_run: Callable[[str], bool]) -> QueuedRequest | None:
-        """Takes the next charged request in fair order among users `may_run` allows."""
+    def next_to_run(self, may_run: Callable[[Flow], bool]) -> QueuedRequest | None:
+        """Takes the next charged request in fair order among the flows (user, model)
+        `may_run` allows: a model without a free slot holds back only its own requests."""
         entry = self.fair.pop(may_run)
         return None if entry is None else self.requests.pop(entry.id)
 
@@ -226,4 +234,6 @@ class Line:
 
 
 def _entry(request: QueuedRequest) -> Entry:
-    return Entry(request.id, request.user_id, request.cost, request.weight)
+    # The fair queue's turns go to flows, one per user and model, so each model's line is
+    # fair among its users and a full model never blocks the others.
+    return Entry(request.id, (request.user_id, request.model), request.cost, request.weight)

@@ -22,6 +22,11 @@ STATUSES = ("admitted", "queued", "rejected", "timed_out", "cancelled", "withdra
 # heavy load; no_worker: charged, but no worker slot came free in time.
 REASONS = {"rejected": ("rate", "too_large", "shed"), "timed_out": ("rate", "no_worker")}
 
+# Every count this process has written (`requests:rejected:rate`, `tokens:<plan>`, ...): the
+# dispatcher's own figures (its Prometheus endpoint, the ops page's samples) read the same
+# decisions here instead of reading the hash back.
+TOTALS: Counter[str] = Counter()
+
 
 @dataclass
 class MetricsBatch:
@@ -63,3 +68,5 @@ class MetricsBatch:
             pipe.hincrby(key, "latency_count", sum(self._latency.values()))
         if wrote:
             pipe.expire(key, METRICS_TTL_SECONDS)
+        TOTALS.update({f"requests:{k}": n for k, n in self.counts.items() if n})
+        TOTALS.update({f"tokens:{k}": n for k, n in self.tokens.items() if n})

@@ -6,6 +6,7 @@ The dispatcher reads these rows every few seconds; it never queries them per req
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -53,6 +54,11 @@ class Plan(models.Model):
         default=default_cost_weights, blank=True,
         help_text='Requests counted per request type, e.g. {"chat": 1, "report": 5}.',
     )  # fmt: skip
+    model_names = ArrayField(
+        models.CharField(max_length=200), default=list, blank=True, verbose_name="models",
+        help_text="Model names this plan may use, comma-separated (as workers announce "
+        "them, and all-MiniLM-L6-v2 for embeddings). Empty: every model.",
+    )  # fmt: skip
 
     class Meta:
         ordering = ["-priority_weight", "slug"]
@@ -81,6 +87,10 @@ class Plan(models.Model):
 
     def cost_weight(self, kind: str) -> float:
         return float((self.cost_weights or {}).get(kind, 1))
+
+    def allows(self, model: str) -> bool:
+        """Whether this plan may use `model` (a plan that lists none may use every one)."""
+        return not self.model_names or model in self.model_names
 
 
 class UserPlan(models.Model):

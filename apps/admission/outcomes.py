@@ -43,6 +43,10 @@ def waiting_reason(*, bucket: str, wait_s: float) -> str:
     return f"Your plan's limit on {what} holds this request for about {human_seconds(wait_s)}."
 
 
+def model_not_allowed(*, model: str) -> str:
+    return f"Your plan does not include the model {model!r}. Choose another model."
+
+
 def lost() -> str:
     return "The server running this answer stopped before it finished. Please try again."
 

@@ -26,6 +26,18 @@ def plan_decide(*, override: Plan | None, defaults: Iterable[Plan]) -> Plan:
     return min(defaults, key=lambda plan: plan.id, default=FALLBACK_PLAN)
 
 
+def model_choose(requested: str, *, plan: Plan, live: Iterable[str], configured: str) -> str:
+    """The model a request runs on: the one it names; else the configured default
+    (SLUICE_DEFAULT_MODEL) when the plan allows it; else the first (by name) that a live
+    worker serves and the plan allows; else "": the stream that any worker reads (workers
+    that announce no model serve only that one)."""
+    if requested:
+        return requested
+    if configured and plan.allows(configured):
+        return configured
+    return min((m for m in live if m and plan.allows(m)), default="")
+
+
 def plan_slug_sql(*, user: str, fallback: str) -> str:
     """`plan_decide` as an SQL expression: the slug of the plan of the user whose id is the
     parameter `user`, else the parameter `fallback` (FALLBACK_PLAN's slug); named parameters,

@@ -61,11 +61,13 @@ class Positions:
     def _push(self, chosen: list[tuple[int, str]], now: int) -> int:
         if not chosen:
             return 0
-        slots = max(1, self.fleet.fleet.slots)
+        fleet = self.fleet.fleet
         pipe = self.client.pipeline(transaction=False)
         first_told = 0
         for place, request_id in chosen:
             request = self.line.requests[request_id]
+            # Its model's workers serve its line (one that names none: any of them, for now).
+            slots = max(1, fleet.slots_for(request.model) if request.model else fleet.slots)
             eta = place / slots * self.fleet.service_s
             reason = ""
             if not request.charged:  # its plan's rate holds it: say so, and until when
@@ -88,12 +90,15 @@ def positions_to_tell(
 ) -> list[tuple[int, str]]:
     """(position, id) pairs to push, at most `limit`: the head's changes, then first positions
     in line order, then the stalest of the rest. `order` is the whole waiting line, or its head
-    alone (then only the head hears)."""
+    alone (then only the head hears). A position counts the requests ahead for the same model:
+    each model's workers serve their own line."""
     head: list[tuple[int, str]] = []
     first: list[tuple[int, str]] = []
     stale: list[tuple[int, int, str]] = []
-    for position, request_id in enumerate(order, start=1):
+    places: dict[str, int] = {}
+    for request_id in order:
         request = requests[request_id]
+        position = places[request.model] = places.get(request.model, 0) + 1
         told = request.told_position
         if told == position:
             continue

@@ -41,6 +41,7 @@ from .metrics import MetricsBatch
 from .plans import PlanBook
 from .release import FleetView, parsed_heartbeats
 from .running import Running
+from .timeseries import Samples
 
 log = logging.getLogger("sluice.dispatcher")
 
@@ -50,8 +51,10 @@ CHECKS = 1000  # requests checked per pass, the longest running first
 class Reconcile:
     def __init__(self, *, client: redis.Redis, keys: Keys, plans: PlanBook, buckets: BucketStore,
                  running: Running, fleet: FleetView, now_ms: Callable[[], int],
-                 bucket_now: Callable[[], int | None], grace_ms: int) -> None:  # fmt: skip
+                 bucket_now: Callable[[], int | None], grace_ms: int,
+                 samples: Samples | None = None) -> None:  # fmt: skip
         self.client = client
+        self.samples = samples  # the ops page's figures: fed from the answers settled here
         self.keys = keys
         self.plans = plans
         self.buckets = buckets
@@ -90,7 +93,15 @@ class Reconcile:
         self.running.settled(pipe, ids)
         if tokens:
             MetricsBatch(tokens=dict(tokens)).write(pipe, self.keys.metrics)
-        pipe.execute()
+        if self.samples is not None:  # when each was submitted and dispatched, same round trip
+            for answer in answers:
+                pipe.hmget(self.keys.request(answer.id), "created_ms", "dispatched_ms")
+        replies = pipe.execute()
+        if self.samples is not None:
+            for answer, (created, dispatched) in zip(answers, replies[-len(answers) :],
+                                                     strict=True):  # fmt: skip
+                self.samples.settle(answer, created_ms=_int(created) or None,
+                                    dispatched_ms=_int(dispatched) or None)  # fmt: skip
         self.buckets.adjust(refunds, now_ms=self.bucket_now())
 
     # -- lost requests ---------------------------------------------------------------------------
@@ -117,23 +128,26 @@ class Reconcile:
         unseen = []
         for request_id, fields in zip(suspects, replies, strict=True):
             hashes[request_id] = fields
-            if not fields.get("user_id") or not fields.get("conversation_id"):
+            if not fields.get("user_id"):  # (an API request has no conversation: "" is fine)
                 verdicts[request_id] = "gone"
             elif fields.get("state") in protocol.TERMINAL_STATES:
                 verdicts[request_id] = "ended"
             elif request_id not in on_workers:
                 unseen.append(request_id)
         if unseen:
-            for request_id, fields in self._off_the_streams(unseen, workers).items():
+            models = self.fleet.models_seen | {str(b.get("model") or "") for b in beats}
+            for request_id, fields in self._off_the_streams(unseen, workers, models).items():
                 hashes[request_id] = fields
                 verdicts[request_id] = "lost"
         confirmed = {rid: v for rid, v in verdicts.items() if self._verdicts.get(rid) == v}
         self._verdicts = verdicts
         return self._act(confirmed, hashes) if confirmed else 0
 
-    def _off_the_streams(self, unseen: list[str], workers: list[str]) -> dict[str, dict]:
+    def _off_the_streams(self, unseen: list[str], workers: list[str],
+                         models: set[str]) -> dict[str, dict]:  # fmt: skip
         """Of `unseen`, those on no work stream and still not ended, with their hashes."""
-        streams = [self.keys.work, *(self.keys.work_for(w) for w in workers)]
+        shared = dict.fromkeys([self.keys.work, *(self.keys.work_for_model(m) for m in models)])
+        streams = [*shared, *(self.keys.work_for(w) for w in workers)]
         pipe = self.client.pipeline(transaction=True)
         for stream in streams:
             pipe.xrange(stream)

@@ -1,31 +1,125 @@
-"""Reads for the rest of Sluice: a user's plan and the degradation level in force.
+"""Reads for the rest of Sluice: a user's plan, the models being served, and the degradation
+level in force.
 
 Retrieval (apps/rag) asks `retrieval_degraded()` before its expensive steps; the level itself is
-computed by the dispatcher and published in Redis every few seconds.
+computed by the dispatcher and published in Redis every few seconds. The models come from the
+workers' heartbeats, read at most once a second per process.
 """
 
 from __future__ import annotations
 
+import functools
+import time
+from dataclasses import dataclass
+
 import redis
-from django.db.models import Exists, OuterRef, Q
+from django.conf import settings
 
 from chatsite.redis_client import get_redis, keys
+from worker import protocol
 
 from .degradation import Degradation
 from .models import Plan, UserPlan
-from .plans import plan_decide
+from .plans import model_choose, plan_decide
+from .release import LIVE_SECONDS, beat_model, parsed_heartbeats
+
+# How long a process trusts what it read of the fleet; a model it did not see is read again at
+# once (a worker that has just started is served without waiting for this).
+FLEET_CACHE_SECONDS = 1.0
+# A model served this recently, and not now, exists: its request is a 503, not a 404.
+KNOWN_MODEL_SECONDS = 24 * 3600
+
+
+@dataclass(frozen=True)
+class ModelFleet:
+    live: dict[str, int]  # model → slots of its live, healthy, not draining workers
+    known: dict[str, int]  # served within KNOWN_MODEL_SECONDS → when last announced (ms)
+    read_at: float = 0.0
+
+
+_fleets: dict[str, ModelFleet] = {}  # by key prefix (tests use one each)
+
+
+def model_fleet(*, fresh: bool = False) -> ModelFleet:
+    """The models live workers serve now (named ones: a worker that announces no model is
+    reached only as the default)."""
+    prefix = keys().prefix
+    cached = _fleets.get(prefix)
+    if not fresh and cached is not None and time.monotonic() - cached.read_at < FLEET_CACHE_SECONDS:
+        return cached
+    k, client = keys(), get_redis()
+    pipe = client.pipeline(transaction=False)
+    pipe.zrangebyscore(k.workers, time.time() - LIVE_SECONDS, "+inf")
+    pipe.hgetall(k.models)
+    ids, seen = pipe.execute()
+    live: dict[str, int] = {}
+    for beat in parsed_heartbeats(client.mget([k.heartbeat(w) for w in ids]) if ids else []):
+        model = beat_model(beat)
+        if model and beat.get("healthy", True) and not beat.get("draining"):
+            live[model] = live.get(model, 0) + int(beat.get("slots") or 0)
+    now = protocol.now_ms()
+    known = {m: _int(at) for m, at in seen.items() if _int(at) >= now - KNOWN_MODEL_SECONDS * 1000}
+    for model in live:
+        known.setdefault(model, now)
+    fleet = _fleets[prefix] = ModelFleet(live, known, time.monotonic())
+    return fleet
+
+
+def models_for_plan(*, plan: Plan) -> list[str]:
+    """The models the plan may use that a live worker serves now, by name."""
+    return sorted(m for m in model_fleet().live if plan.allows(m))
+
+
+def model_default(*, plan: Plan) -> str:
+    """The model a request that names none runs on (see plans.model_choose)."""
+    return model_choose("", plan=plan, live=model_fleet().live,
+                        configured=settings.SLUICE_DEFAULT_MODEL)  # fmt: skip
+
+
+MODEL_OK, MODEL_NOT_FOUND, MODEL_NO_WORKER = "ok", "not_found", "no_worker"
+
+
+def model_status(*, model: str, plan: Plan) -> str:
+    """MODEL_OK: served now and the plan allows it. MODEL_NO_WORKER: it exists (served
+    lately, configured as the default, or listed by the plan) but no live worker serves it now.
+    MODEL_NOT_FOUND: unknown, or not the plan's (the answer does not tell which)."""
+    if not model or not plan.allows(model):
+        return MODEL_NOT_FOUND
+    fleet = model_fleet()
+    if model not in fleet.live:
+        fleet = model_fleet(fresh=True)
+    if model in fleet.live:
+        return MODEL_OK
+    if (
+        model in fleet.known
+        or model == settings.SLUICE_DEFAULT_MODEL
+        or (model in (plan.model_names or []))
+    ):
+        return MODEL_NO_WORKER
+    return MODEL_NOT_FOUND
+
+
+def _int(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+@functools.cache
+def _plans_sql() -> str:
+    plans, overrides = Plan._meta.db_table, UserPlan._meta.db_table
+    return (f"SELECT p.*, up.id IS NOT NULL AS mine FROM {plans} p "
+            f"LEFT JOIN {overrides} up ON up.plan_id = p.id AND up.user_id = %s "
+            "WHERE up.id IS NOT NULL OR p.is_default")  # fmt: skip
 
 
 def plan_for_user(*, user) -> Plan:
-    """The user's plan (see plans.plan_decide), in one query: the override and the default
-    plans fetched together."""
+    """The user's plan (see plans.plan_decide), in one plain SQL statement: the override and
+    the default plans fetched together (every API request asks)."""
     user_id = getattr(user, "pk", None) if user is not None else None
-    candidates = Plan.objects.filter(is_default=True)
-    if user_id:
-        mine = Exists(UserPlan.objects.filter(user_id=user_id, plan_id=OuterRef("pk")))
-        candidates = Plan.objects.annotate(mine=mine).filter(Q(mine=True) | Q(is_default=True))
-    plans = list(candidates)
-    override = next((plan for plan in plans if getattr(plan, "mine", False)), None)
+    plans = list(Plan.objects.raw(_plans_sql(), [user_id or 0]))
+    override = next((plan for plan in plans if plan.mine), None)
     return plan_decide(override=override, defaults=[plan for plan in plans if plan.is_default])
 
 

@@ -50,12 +50,12 @@ class Sweep:
             request = line.requests[request_id]
             if request.charged:
                 error = outcomes.timed_out(waited_s=(now - request.submitted_ms) / 1000)
-                retry_after, reason = NO_WORKER_RETRY_AFTER, "no_worker"
+                retry_after, reason, code = NO_WORKER_RETRY_AFTER, "no_worker", "no_worker"
             else:
                 wait_s = max(1.0, (request.retry_at_ms - now) / 1000)
                 error = outcomes.rate_limited(bucket=request.held_by, wait_s=wait_s)
-                retry_after, reason = int(wait_s) + 1, "rate"
-            endings.add(pipe, request.ended(State.FAILED, error, retry_after))
+                retry_after, reason, code = int(wait_s) + 1, "rate", "rate_limited"
+            endings.add(pipe, request.ended(State.FAILED, error, retry_after, code=code))
             metrics.count("timed_out", reason=reason)
         ended = [line.requests[i] for i in (*stopped, *late)]
         line.leave(pipe, ended)  # a charged request's charge goes back with its answer record

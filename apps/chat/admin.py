@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
 
 from .models import Conversation, Message
 
@@ -32,7 +34,7 @@ class MessageAdmin(admin.ModelAdmin):
         "short_text",
         "role",
         "conversation",
-        "request_id",
+        "request_timeline",
         "completion_tokens",
         "created",
     )
@@ -41,6 +43,16 @@ class MessageAdmin(admin.ModelAdmin):
     list_select_related = ("conversation",)
     raw_id_fields = ("conversation",)
 
+    readonly_fields = ("request_timeline",)
+
     @admin.display(description="text")
     def short_text(self, message: Message) -> str:
         return message.text[:80]
+
+    @admin.display(description="request", ordering="request_id")
+    def request_timeline(self, message: Message) -> str:
+        """The request id, linked to its timeline in the request inspector (apps/ops)."""
+        if not message.request_id:
+            return "-"
+        return format_html('<a href="{}">{}</a>', reverse("ops:request",
+                           args=[message.request_id]), message.request_id)  # fmt: skip

@@ -24,6 +24,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.services import api_key_authenticate
+from apps.admission import selectors as admission_selectors
 from chatsite.redis_client import keys
 
 from . import selectors, services, submission
@@ -80,14 +81,25 @@ def request_create(request: HttpRequest) -> JsonResponse:
     conversation_id = body.get("conversation")
     if conversation_id is not None and not isinstance(conversation_id, int):
         return _error(400, "Field 'conversation' must be an integer id.")
+    model = body.get("model")
+    if model is not None:
+        refusal = _model_refusal(user, model)
+        if refusal is not None:
+            return refusal
+        model = model.strip()
     if conversation_id is None:
         conversation = services.conversation_create(owner=user)
     else:
         conversation = selectors.conversation_get_for_user(user=user, id=conversation_id)
     try:
-        submitted = submission.request_submit(user=user, conversation=conversation, text=text)
+        submitted = submission.request_submit(user=user, conversation=conversation, text=text,
+                                              model=model)  # fmt: skip
     except ValidationError as exc:
         return _error(400, " ".join(exc.messages))
+    except submission.ModelUnavailable as exc:
+        response = _error(503, str(exc))
+        response["Retry-After"] = "30"
+        return response
     except submission.ConversationBusy as exc:
         return _error(409, str(exc))
     except submission.QueueUnavailable as exc:
@@ -106,6 +118,22 @@ def request_create(request: HttpRequest) -> JsonResponse:
     )
     response["Location"] = events_url
     return response
+
+
+def _model_refusal(user, model) -> JsonResponse | None:
+    """Why `model` cannot answer this user now (404: no such model for them; 503: no worker
+    serves it right now), or None."""
+    if not isinstance(model, str) or not model.strip():
+        return _error(400, "Field 'model' must be a model name (GET /v1/models lists them).")
+    plan = admission_selectors.plan_for_user(user=user)
+    status = admission_selectors.model_status(model=model.strip(), plan=plan)
+    if status == admission_selectors.MODEL_NOT_FOUND:
+        return _error(404, f"No model {model!r} is available to you.")
+    if status == admission_selectors.MODEL_NO_WORKER:
+        response = _error(503, f"No worker serves the model {model!r} right now.")
+        response["Retry-After"] = "30"
+        return response
+    return None
 
 
 @require_GET

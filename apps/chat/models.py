@@ -12,6 +12,8 @@ class Conversation(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
     archived = models.BooleanField(default=False)
+    # The model its answers come from, as workers announce it ("": the default model).
+    model = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         ordering = ["-updated"]

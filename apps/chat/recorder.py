@@ -51,6 +51,8 @@ def answer_store(*, answer: Answer, citations: list | None = None) -> Message | 
 
 
 def answer_message(answer: Answer, citations: list) -> services.NewMessage | None:
+    if not answer.conversation_id:
+        return None  # an API request: its caller keeps the conversation, Sluice stores none
     if answer.state == State.CANCELLED and not answer.text:
         return None  # stopped before any text (or withdrawn): nothing worth keeping
     return services.NewMessage(
@@ -84,8 +86,11 @@ return 0
 
 def release_conversations(answers: list[Answer]) -> None:
     """Lets each conversation take its next question (only if this request still holds it)."""
+    held = [answer for answer in answers if answer.conversation_id]
+    if not held:
+        return
     pipe = get_redis().pipeline(transaction=False)
-    for answer in answers:
+    for answer in held:
         active = keys().conversation_active(answer.conversation_id)
         pipe.eval(RELEASE_IF_HELD, 1, active, answer.id)
     pipe.execute()
@@ -218,7 +223,9 @@ def _parsed(entries: list[tuple[str, dict | None]]) -> tuple[list, list[tuple[st
             continue
         try:
             answer = Answer.from_fields(fields)
-            int(answer.conversation_id), int(answer.user_id)
+            int(answer.user_id)
+            if answer.conversation_id:  # "" for an API request: settled, not stored
+                int(answer.conversation_id)
         except (KeyError, ValueError, TypeError) as exc:
             rejected.append((entry_id, f"malformed: {exc.__class__.__name__}: {exc}"))
             continue

@@ -55,6 +55,14 @@ def conversation_set_archived(*, conversation: Conversation, archived: bool) -> 
     return conversation
 
 
+def conversation_set_model(*, conversation: Conversation, model: str) -> Conversation:
+    """Remembers the model the conversation's answers come from ("": the default one). The
+    caller checks that the user may use it."""
+    conversation.model = (model or "").strip()[: Conversation._meta.get_field("model").max_length]
+    conversation.save(update_fields=["model"])
+    return conversation
+
+
 def conversation_delete(*, conversation: Conversation) -> None:
     conversation.delete()
 

@@ -15,6 +15,7 @@ from django.http import Http404
 from redis.exceptions import RedisError
 
 from apps.accounts.models import User
+from apps.admission.selectors import model_fleet
 from apps.rag.prompting import citations_from, passages_block
 from apps.rag.services import retrieve_for_prompt
 from chatsite.redis_client import get_redis, keys
@@ -37,6 +38,11 @@ class Submitted:
 
 class ConversationBusy(Exception):
     """The conversation already has an answer in progress."""
+
+
+class ModelUnavailable(ConversationBusy):
+    """No live worker serves the conversation's model right now: the question is not sent
+    (it would only wait in line for a worker that is not there)."""
 
 
 class QueueUnavailable(Exception):
@@ -68,15 +74,40 @@ def ensure_conversation_free(*, conversation: Conversation) -> None:
         raise QueueUnavailable from exc
 
 
+def ensure_model_served(*, model: str) -> None:
+    """Raises ModelUnavailable when no live worker serves `model` ("": the default model,
+    which the dispatcher picks among the live ones). The fleet is read at most once a second
+    per process, so this costs nothing on the usual path."""
+    if not model:
+        return
+    try:
+        live = model in model_fleet().live or model in model_fleet(fresh=True).live
+    except RedisError as exc:
+        raise QueueUnavailable from exc
+    if not live:
+        raise ModelUnavailable(f"No worker serves the model {model!r} right now. Pick another "
+                               "model, or try again later.")  # fmt: skip
+
+
 def request_submit(
-    *, user: User, conversation: Conversation, text: str | None, kind: str = "chat"
+    *,
+    user: User,
+    conversation: Conversation,
+    text: str | None,
+    kind: str = "chat",
+    model: str | None = None,
 ) -> Submitted:
     """Stores the user's message (unless regenerating: text None), builds the prompt and hands
-    the request to admission. Raises ValidationError for bad text, ConversationBusy when the
-    conversation is still answering, QueueUnavailable when Redis cannot be reached."""
+    the request to admission. `model`: the model to answer with, remembered as the
+    conversation's (None: the conversation's own). Raises ValidationError for bad text,
+    ConversationBusy when the conversation is still answering, QueueUnavailable when Redis
+    cannot be reached."""
     if conversation.owner_id != user.id:
         raise Http404
     ensure_conversation_free(conversation=conversation)
+    if model is not None and model != conversation.model:
+        services.conversation_set_model(conversation=conversation, model=model)
+    ensure_model_served(model=conversation.model)
     request_id = protocol.new_request_id()
     user_message = None
     if text is not None:
@@ -102,6 +133,7 @@ def request_submit(
         temperature=settings.MODEL_TEMPERATURE,
         prompt_tokens_estimate=prompt.prompt_tokens_estimate,
         kind=kind,
+        model=conversation.model,
     )
     # Published after the question is committed, so a worker never answers a question that was
     # rolled back; if Redis is down the question is taken back, so nothing half-sent remains.
@@ -136,15 +168,19 @@ def request_publish(*, item: WorkItem, citations: list | None = None) -> None:
     k = keys()
     submit_by_ms = protocol.now_ms() + int(settings.REDIS_SOCKET_TIMEOUT * 1000)
     pipe = get_redis().pipeline(transaction=False)
-    transitions.submitted(pipe, k, item, citations=citations or [], stream=submit_stream(k),
+    transitions.submitted(pipe, k, item, citations=citations or [],
+                          stream=submit_stream(k, model=item.model),
                           submit_by_ms=submit_by_ms)  # fmt: skip
     pipe.execute()
+    log.info("request %s submitted: %s by user %s in conversation %s, about %d prompt tokens",
+             item.id, item.kind, item.user_id, item.conversation_id,
+             item.prompt_tokens_estimate)  # fmt: skip
 
 
-def submit_stream(k: Keys) -> str:
-    """Where new requests go: the work stream directly (admission control comes in front of it
-    when SLUICE_ADMISSION is on)."""
-    return k.admit if settings.SLUICE_ADMISSION else k.work
+def submit_stream(k: Keys, *, model: str = "") -> str:
+    """Where new requests go: the model's work stream directly (admission control comes in
+    front of it when SLUICE_ADMISSION is on)."""
+    return k.admit if settings.SLUICE_ADMISSION else k.work_for_model(model)
 
 
 def answer_regenerate(*, user: User, conversation: Conversation) -> Submitted:
@@ -162,7 +198,7 @@ def answer_regenerate(*, user: User, conversation: Conversation) -> Submitted:
 class RequestInfo:
     id: str
     user_id: int
-    conversation_id: int
+    conversation_id: int | None  # None: a stateless API request (/v1/chat/completions)
     state: str
 
 
@@ -173,7 +209,9 @@ def request_get_for_user(*, user: User, request_id: str) -> RequestInfo:
     data = get_redis().hgetall(keys().request(request_id))
     if not data or data.get("user_id") != str(user.id):
         raise Http404
-    return RequestInfo(request_id, int(data["user_id"]), int(data["conversation_id"]),
+    conversation_id = data.get("conversation_id")
+    return RequestInfo(request_id, int(data["user_id"]),
+                       int(conversation_id) if conversation_id else None,
                        data.get("state", ""))  # fmt: skip
 
 

@@ -11,6 +11,7 @@ urlpatterns = [
     path("c/new/", views.conversation_new, name="new"),
     path("c/<int:id>/", views.conversation_detail, name="conversation"),
     path("c/<int:id>/rename/", views.conversation_rename, name="rename"),
+    path("c/<int:id>/model/", views.conversation_model, name="model"),
     path("c/<int:id>/delete/", views.conversation_delete, name="delete"),
     path("c/<int:id>/messages/", views.message_send, name="send"),
 ]

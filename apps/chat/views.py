@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.conf import settings
 from django.contrib import messages as flash
 from django.contrib.auth.decorators import login_required
@@ -7,13 +9,41 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
+from redis.exceptions import RedisError
+
+from apps.admission import selectors as admission_selectors
 
 from . import selectors, services, submission
 from .models import Conversation
 
 
+@dataclass
+class ModelChoice:
+    """The chat page's model picker: what the user may pick now, and what is picked."""
+
+    names: list[str]  # served by a live worker and allowed by the user's plan
+    default: str  # what "Default" means now ("" when no worker serves anything)
+    current: str  # the conversation's choice ("": the default)
+
+    @property
+    def current_offline(self) -> bool:
+        return bool(self.current) and self.current not in self.names
+
+
+def model_choice(user, conversation: Conversation | None) -> ModelChoice | None:
+    """None while the workers cannot be asked (Redis away): the page works without a picker."""
+    plan = admission_selectors.plan_for_user(user=user)
+    try:
+        names = admission_selectors.models_for_plan(plan=plan)
+        default = admission_selectors.model_default(plan=plan)
+    except RedisError:
+        return None
+    return ModelChoice(names, default, conversation.model if conversation else "")
+
+
 def _page_context(request: HttpRequest, conversation: Conversation | None, **extra) -> dict:
     context = {
+        "model_choice": model_choice(request.user, conversation) if conversation else None,
         "max_chars": settings.CHAT_MESSAGE_MAX_CHARS,
         "active_request": (
             submission.active_request_id(conversation=conversation) if conversation else None
@@ -63,6 +93,21 @@ def conversation_rename(request: HttpRequest, id: int) -> HttpResponse:
         flash.error(request, " ".join(error.messages))
     if request.htmx:
         return render(request, "chat/page.html#sidebar", _page_context(request, conversation))
+    return redirect("chat:conversation", id=conversation.id)
+
+
+@login_required
+@require_POST
+def conversation_model(request: HttpRequest, id: int) -> HttpResponse:
+    """Picks the model the conversation's next answers come from: one a live worker serves and
+    the user's plan allows, or "" for the default."""
+    conversation = selectors.conversation_get_for_user(user=request.user, id=id)
+    model = request.POST.get("model", "").strip()
+    choice = model_choice(request.user, conversation)
+    if model and (choice is None or model not in choice.names):
+        flash.error(request, f"The model {model!r} is not available right now.")
+    else:
+        services.conversation_set_model(conversation=conversation, model=model)
     return redirect("chat:conversation", id=conversation.id)
 
 

@@ -40,7 +40,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # ServeStatic, WhiteNoise's asynchronous fork: every middleware here runs on the event loop,
+    # so a request to an async view (the API's streams) makes no hop through a thread.
+    "servestatic.middleware.ServeStaticMiddleware",
+    "apps.ops.middleware.RequestMetricsMiddleware",  # after ServeStatic: static files not counted
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -163,25 +166,36 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-# Optional: with WhiteNoise finders on, `collectstatic` into STATIC_ROOT is only an optimisation.
+# Optional: with ServeStatic's finders on, `collectstatic` into STATIC_ROOT is only an optimisation.
 STATIC_ROOT = env.str("STATIC_ROOT", default=None)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 
+# LOG_FORMAT=json: one JSON object per line, each line about a request with its request_id
+# (worker/logs.py); the dispatcher and the workers log the same way.
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "worker.logs.JsonFormatter", "process": "web" if process.is_web else ""},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
 
-# Static files are served by the app itself (WhiteNoise), straight from the source folders,
+# Static files are served by the app itself (ServeStatic), straight from the source folders,
 # so `make run` needs no collectstatic step.
-WHITENOISE_USE_FINDERS = True
+SERVESTATIC_USE_FINDERS = True
 
 # Retrieval (apps/rag; docs/retrieval.md describes each setting)
 RAG_EMBEDDING_MODEL_PATH = env.str("RAG_EMBEDDING_MODEL_PATH", default="")
@@ -213,6 +227,9 @@ MODEL_TEMPERATURE = env.float("MODEL_TEMPERATURE", default=0.7)
 # Requests go through admission control (the dispatcher: plans, fair queue); False sends them
 # straight to the work stream.
 SLUICE_ADMISSION = env.bool("SLUICE_ADMISSION", default=True)
+# The model a request that names none runs on (a name workers announce with
+# --served-model-name); empty: the first, by name, that a live worker serves.
+SLUICE_DEFAULT_MODEL = env.str("SLUICE_DEFAULT_MODEL", default="")
 
 # Admission control (apps/admission; docs/admission.md describes each setting)
 SLUICE_DISPATCHER_LEASE_MS = env.int("SLUICE_DISPATCHER_LEASE_MS", default=5000)
@@ -220,6 +237,10 @@ SLUICE_ADMISSION_BATCH = env.int("SLUICE_ADMISSION_BATCH", default=500)
 SLUICE_ADMISSION_PREFETCH = env.int("SLUICE_ADMISSION_PREFETCH", default=0)
 SLUICE_ADMISSION_QUANTUM = env.int("SLUICE_ADMISSION_QUANTUM", default=256)
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+# The dispatcher's Prometheus endpoint (its own HTTP port; 0: off, as two dispatchers on one
+# machine would want the same port). Web processes serve theirs at /metrics.
+DISPATCHER_METRICS_PORT = env.int("DISPATCHER_METRICS_PORT", default=0)
+DISPATCHER_METRICS_ADDR = env.str("DISPATCHER_METRICS_ADDR", default="0.0.0.0")
 
 # Web processes load the embedding model in the background at startup (about 400 MB), so the
 # first question does not wait for it.

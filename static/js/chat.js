@@ -233,3 +233,16 @@
   scrollToEnd();
   connect();
 })();
+
+// The model picker: a pick applies at once (the page reloads with the conversation's new
+// model); without JavaScript its "Use" button does the same.
+(function () {
+  "use strict";
+  const picker = document.getElementById("model-picker");
+  if (!picker) return;
+  const apply = picker.querySelector("button");
+  if (apply) apply.hidden = true;
+  picker.querySelector("select").addEventListener("change", function () {
+    picker.submit();
+  });
+})();

@@ -6,7 +6,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from apps.accounts.models import Tag, User
+from apps.accounts.models import ApiKey, Tag, User
+from apps.accounts.services import api_key_authenticate, api_key_create, api_key_revoke
 
 pytestmark = pytest.mark.django_db
 
@@ -118,3 +119,21 @@ def test_profile_requires_login():
     response = Client().get(reverse("accounts:profile"))
     assert response.status_code == 302
     assert reverse("accounts:login") in response["Location"]
+
+
+def test_an_api_key_names_its_active_user_until_revoked_and_records_its_use_sparingly(user):
+    key, raw = api_key_create(user=user, name="script")
+    assert api_key_authenticate(raw=raw) == user
+    used = ApiKey.objects.get(pk=key.pk).last_used
+    assert used is not None
+    assert api_key_authenticate(raw=raw) == user
+    # A burst of requests is not a write each: the time moves on at most once a minute.
+    assert ApiKey.objects.get(pk=key.pk).last_used == used
+    assert api_key_authenticate(raw=raw + "x") is None
+    user.is_active = False
+    user.save()
+    assert api_key_authenticate(raw=raw) is None
+    user.is_active = True
+    user.save()
+    api_key_revoke(user=user, key_id=key.pk)
+    assert api_key_authenticate(raw=raw) is None

@@ -25,7 +25,7 @@ import redis
 from apps.accounts.services import api_key_create, user_create
 from apps.admission.models import Plan
 from apps.chat.models import Message
-from chatsite.stack import free_port, redis_server_binary
+from chatsite.stack import free_port, redis_server_binary, web_command
 from tests.conftest import BASE_DIR, process_env, read_sse, stop_process, wait_for_http
 from worker.protocol import TERMINAL_STATES, Keys
 
@@ -115,8 +115,7 @@ class Stack:
 
     def web(self, name: str = "web") -> str:
         port = free_port()
-        process = self._start(name, [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p",
-                                     str(port), "chatsite.asgi:application"])  # fmt: skip
+        process = self._start(name, web_command("127.0.0.1", port))
         url = f"http://127.0.0.1:{port}"
         wait_for_http(url + "/health/", process)
         self.web_urls[name] = url

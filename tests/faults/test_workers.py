@@ -74,7 +74,8 @@ def test_a_stopping_worker_takes_no_new_work_and_hands_on_what_it_cannot_finish(
     stack.worker("w1", slots=4, extra=("--grace", "0.5"))
     stack.wait_for_workers("w1")
     api = make_api("alice", base)
-    ids = [api.submit() for _ in range(6)]
+    # More than w2's 8 slots: whichever worker Redis serves first, some must run on w1.
+    ids = [api.submit() for _ in range(12)]
     wait_until(lambda: _running_on(stack, "w1", ids), what="answers on w1")
     stack.signal("w1", signal.SIGTERM)
     time.sleep(0.5)

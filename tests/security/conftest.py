@@ -4,7 +4,6 @@ the way a browser would, and logged-in sessions whose cookies both can use."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from contextlib import asynccontextmanager
 from html.parser import HTMLParser
 
@@ -14,7 +13,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import connections
 from django.test import Client
 
-from chatsite.stack import free_port
+from chatsite.stack import free_port, web_command
 from tests.conftest import BASE_DIR, process_env, stop_process, wait_for_http
 
 
@@ -32,11 +31,7 @@ def start_web(transactional_db, redis_prefix):
             else:
                 env[name] = value
         port = free_port()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-             "chatsite.asgi:application"],
-            cwd=BASE_DIR, env=env,
-        )  # fmt: skip
+        process = subprocess.Popen(web_command("127.0.0.1", port), cwd=BASE_DIR, env=env)
         started.append(process)
         base_url = f"http://127.0.0.1:{port}"
         wait_for_http(base_url + "/health/", process)

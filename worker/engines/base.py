@@ -13,6 +13,8 @@ class GenerationRequest:
     messages: list[dict[str, str]]  # chat messages; the engine applies the model's template
     max_tokens: int = 512
     temperature: float = 0.7
+    top_p: float | None = None  # None: the engine's (or the model's) default
+    stop: list[str] = field(default_factory=list)  # the answer ends before any of these
 
 
 @dataclass

@@ -92,11 +92,14 @@ class LlamaCppEngine:
             try:
                 prompt_tokens = 0
                 completion_tokens = 0
+                sampling = {"top_p": request.top_p} if request.top_p is not None else {}
                 stream = model.create_chat_completion(
                     messages=request.messages,
                     max_tokens=request.max_tokens,
                     temperature=request.temperature,
+                    stop=request.stop or None,
                     stream=True,
+                    **sampling,
                 )
                 for chunk in stream:
                     if request.id in self._aborted:

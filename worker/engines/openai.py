@@ -1,11 +1,16 @@
-"""Any OpenAI-compatible upstream (`vllm serve`, llama.cpp's server, a hosted API), streamed."""
+"""Any OpenAI-compatible upstream (`vllm serve`, llama.cpp's server, a hosted API), streamed.
+
+The stream is read with aiohttp: its HTTP parser is in C, and a streamed answer is a hundred
+small chunks, each of which a pure-Python client (httpx on anyio) spent more CPU receiving
+than the rest of the worker spent relaying it.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
 
-import httpx
+import aiohttp
 
 from .base import EngineHealth, EngineOutput, GenerationRequest
 
@@ -27,7 +32,7 @@ class OpenAIEngine:
         self.api_key = api_key
         self.slots = slots
         self.timeout_seconds = timeout_seconds
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
         self._aborted: set[str] = set()
         self._last_error = ""
 
@@ -37,13 +42,15 @@ class OpenAIEngine:
 
     async def start(self) -> None:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=self.timeout_seconds
+        self._client = aiohttp.ClientSession(
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=self.timeout_seconds),
+            connector=aiohttp.TCPConnector(limit=self.slots + 2),  # the answers, and a probe
         )
 
     async def stop(self) -> None:
         if self._client:
-            await self._client.aclose()
+            await self._client.close()
 
     async def abort(self, request_id: str) -> None:
         # Leaving the response stream closes the HTTP connection, which aborts upstream.
@@ -52,10 +59,11 @@ class OpenAIEngine:
     async def health(self) -> EngineHealth:
         assert self._client is not None
         try:
-            response = await self._client.get("/models", timeout=5)
-            ok = response.status_code < 500
-            self._last_error = "" if ok else f"upstream answered {response.status_code}"
-        except httpx.HTTPError as exc:
+            probe = aiohttp.ClientTimeout(total=5)
+            async with self._client.get(self.base_url + "/models", timeout=probe) as response:
+                ok = response.status < 500
+                self._last_error = "" if ok else f"upstream answered {response.status}"
+        except (TimeoutError, aiohttp.ClientError) as exc:
             ok, self._last_error = False, f"upstream unreachable: {exc.__class__.__name__}"
         return EngineHealth(ok=ok, detail=self._last_error or self.base_url)
 
@@ -69,12 +77,19 @@ class OpenAIEngine:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if request.top_p is not None:
+            body["top_p"] = request.top_p
+        if request.stop:
+            body["stop"] = request.stop
         prompt_tokens = completion_tokens = 0
-        async with self._client.stream("POST", "/chat/completions", json=body) as response:
-            if response.status_code >= 400:
-                detail = (await response.aread()).decode(errors="replace")[:200]
-                raise RuntimeError(f"upstream answered {response.status_code}: {detail}")
-            async for line in response.aiter_lines():
+        finish = None  # the upstream's own reason, "length" included
+        url = self.base_url + "/chat/completions"
+        async with self._client.post(url, json=body) as response:
+            if response.status >= 400:
+                detail = (await response.read()).decode(errors="replace")[:200]
+                raise RuntimeError(f"upstream answered {response.status}: {detail}")
+            async for raw in response.content:
+                line = raw.decode()
                 if request.id in self._aborted:
                     self._aborted.discard(request.id)
                     yield EngineOutput("", prompt_tokens, completion_tokens, "abort")
@@ -92,7 +107,8 @@ class OpenAIEngine:
                     text = (choice.get("delta") or {}).get("content") or ""
                     if text and not chunk.get("usage"):
                         completion_tokens += 1
+                    finish = choice.get("finish_reason") or finish
                     if text or choice.get("finish_reason"):
                         yield EngineOutput(text, prompt_tokens, completion_tokens,
                                            choice.get("finish_reason"))  # fmt: skip
-        yield EngineOutput("", prompt_tokens, completion_tokens, "stop")
+        yield EngineOutput("", prompt_tokens, completion_tokens, finish or "stop")

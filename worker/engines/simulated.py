@@ -107,7 +107,9 @@ class SimulatedEngine:
             await self._misbehave(request)
         prompt_tokens = sum(approx_tokens(m.get("content", "")) for m in request.messages)
         uncached = self._uncached_prompt_tokens(request.messages)
-        count = self.tokens if self.tokens is not None else request.max_tokens
+        # A fixed length ends on its own ("stop") unless the request's cap comes first.
+        count = request.max_tokens if self.tokens is None else min(self.tokens, request.max_tokens)
+        natural_end = "length" if count == request.max_tokens else "stop"
         self.running += 1
         try:
             start = time.perf_counter()
@@ -122,8 +124,12 @@ class SimulatedEngine:
                     step = self.decode_ms_per_token * (1 + self.batch_slowdown * (self.running - 1))
                     deadline += step / 1000
                     await _sleep_until(deadline, 0)
+                token = f"tok{i} "
+                if request.stop and any(s in token for s in request.stop):
+                    yield EngineOutput("", prompt_tokens, i, "stop")  # as engines do: unsent
+                    return
                 last = i == count - 1
-                yield EngineOutput(f"tok{i} ", prompt_tokens, i + 1, "length" if last else None)
+                yield EngineOutput(token, prompt_tokens, i + 1, natural_end if last else None)
         finally:
             self.running -= 1
 

@@ -264,10 +264,12 @@ class VLLMEngine:
         _, (engine_input,) = await self._llm.renderer.render_chat_async(
             [request.messages], self._chat_params, self._tok_params
         )
+        asked = {"top_p": request.top_p} if request.top_p is not None else {}
         params = SamplingParams(
-            **self._sampling_defaults,
+            **{**self._sampling_defaults, **asked},
             max_tokens=request.max_tokens,
             temperature=request.temperature,
+            stop=request.stop or None,
             output_kind=RequestOutputKind.DELTA,  # only the new text in each output
         )
         prompt_tokens = 0

@@ -1,0 +1,54 @@
+"""Django for the OpenAI-compatible API (`/v1/`), with only the middleware its requests need.
+
+Under ASGI, Django runs each step of a classic middleware (`process_request`,
+`process_response`) through `sync_to_async`: a thread hop each, for every request, even to an
+async view. The site's pages need sessions, CSRF, messages and the rest; a request that carries
+an API key needs none of them. So `/v1/` gets a handler of its own whose middleware runs on the
+event loop: the security headers (pure header logic, called directly), the request counter,
+and the outage answer. A page request still goes through the site's full chain.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.handlers.asgi import ASGIHandler
+from django.middleware.security import SecurityMiddleware
+
+API_PREFIX = "/v1/"
+
+API_MIDDLEWARE = [
+    "chatsite.api_handler.DirectSecurityMiddleware",
+    "apps.ops.middleware.RequestMetricsMiddleware",
+    "chatsite.middleware.BackendOutageMiddleware",
+]
+
+
+class DirectSecurityMiddleware(SecurityMiddleware):
+    """Django's SecurityMiddleware (HTTPS redirect, HSTS, nosniff, referrer policy), its two
+    steps called directly on the event loop: they only read settings and set headers."""
+
+    async def __acall__(self, request):
+        response = self.process_request(request)
+        response = response or await self.get_response(request)
+        return self.process_response(request, response)
+
+
+class ApiHandler(ASGIHandler):
+    def load_middleware(self, is_async: bool = False) -> None:
+        site_middleware = settings.MIDDLEWARE
+        settings.MIDDLEWARE = API_MIDDLEWARE  # read once, here, as the chain is built
+        try:
+            super().load_middleware(is_async=is_async)
+        finally:
+            settings.MIDDLEWARE = site_middleware
+
+
+def route_api(site_app, api_app):
+    """An ASGI app sending `/v1/` HTTP requests to `api_app` and the rest to `site_app`."""
+
+    async def app(scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith(API_PREFIX):
+            return await api_app(scope, receive, send)
+        return await site_app(scope, receive, send)
+
+    return app
