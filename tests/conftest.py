@@ -74,6 +74,21 @@ def client_for():
     return make
 
 
+def wait_until(check, *, timeout: float = 60, what: str = "condition", every: float = 0.1,
+               step=None):  # fmt: skip
+    """Polls `check` until it returns something truthy, and returns that; fails after `timeout`
+    seconds naming `what`. `step`, when given, runs before each look (a dispatcher pass, say)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if step is not None:
+            step()
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
 def read_sse(response: httpx.Response, *, stop_after: int | None = None,
              into: list | None = None) -> list[dict]:  # fmt: skip
     """Parses an SSE body into [{"id", "event", "data"}] until a final event (or `stop_after`

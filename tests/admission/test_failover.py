@@ -7,24 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from chatsite.redis_client import get_redis
 from tests.admission.conftest import final, force_level, publish
-from tests.conftest import BASE_DIR, process_env, stop_process
+from tests.conftest import BASE_DIR, process_env, stop_process, wait_until
 from worker.protocol import Keys
-
-
-def wait_for(condition, *, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.slow
@@ -40,15 +29,15 @@ def test_killing_the_active_dispatcher_loses_no_queued_request(
     try:
         keys = Keys(prefix=redis_prefix)
         client = get_redis()
-        holder = wait_for(lambda: client.get(keys.lease), timeout=60, what="a lease holder")
+        holder = wait_until(lambda: client.get(keys.lease), timeout=60, what="a lease holder")
         ids = [publish(user.id, max_tokens=8) for _ in range(3)]
         # No worker yet: all three wait in the queue (in Redis).
-        wait_for(lambda: client.hlen(keys.queue) == 3, timeout=30, what="three queued")
+        wait_until(lambda: client.hlen(keys.queue) == 3, timeout=30, what="three queued")
         os.kill(int(holder.rsplit("-", 1)[1]), signal.SIGKILL)
-        wait_for(lambda: client.get(keys.lease) not in (None, holder), timeout=30,
+        wait_until(lambda: client.get(keys.lease) not in (None, holder), timeout=30,
                  what="the standby to take the lease")  # fmt: skip
         start_worker("w1")
-        ends = wait_for(lambda: all(final(i) for i in ids) and [final(i) for i in ids],
+        ends = wait_until(lambda: all(final(i) for i in ids) and [final(i) for i in ids],
                         timeout=240, what="every request to end")  # fmt: skip
         assert [end["state"] for end in ends] == ["done"] * 3
         assert client.hlen(keys.queue) == 0

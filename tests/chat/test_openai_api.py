@@ -5,7 +5,6 @@ its answers are "tok0 tok1 ...", so a test can tell exactly what came back)."""
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import openai
@@ -16,22 +15,13 @@ from apps.admission.models import Plan
 from apps.chat.models import Message
 from chatsite.redis_client import get_redis
 from tests.admission.conftest import force_level
+from tests.conftest import wait_until
 from worker.protocol import Keys
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 FAST = ("--sim-first-token-ms", "5", "--sim-decode-ms", "5")
 HI = [{"role": "user", "content": "Say hi."}]
-
-
-def wait_until(check, *, timeout: float = 60, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def roomy(**limits) -> Plan:

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +25,14 @@ from apps.accounts.services import api_key_create, user_create
 from apps.admission.models import Plan
 from apps.chat.models import Message
 from chatsite.stack import free_port, redis_server_binary, web_command
-from tests.conftest import BASE_DIR, process_env, read_sse, stop_process, wait_for_http
+from tests.conftest import (
+    BASE_DIR,
+    process_env,
+    read_sse,
+    stop_process,
+    wait_for_http,
+    wait_until,
+)
 from worker.protocol import TERMINAL_STATES, Keys
 
 pytestmark = pytest.mark.slow
@@ -34,16 +40,6 @@ logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll drowns
 
 # Answers long enough (about 1.2 s) for a fault to land in the middle of one.
 SIM_ANSWER = ["--sim-first-token-ms", "30", "--sim-decode-ms", "30", "--sim-tokens", "40"]
-
-
-def wait_until(check, *, timeout: float = 60, what: str = "condition", every: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 class RedisServer:

@@ -3,12 +3,11 @@ counts its round trips."""
 
 from __future__ import annotations
 
-import time
-
 from apps.chat.services import conversation_create
 from apps.chat.submission import request_publish
 from chatsite.redis_client import get_redis
 from tests.admission.conftest import keys
+from tests.conftest import wait_until
 from worker.protocol import WorkItem, new_request_id
 
 
@@ -31,15 +30,7 @@ def final_event(request_id: str) -> dict | None:
 
 def until(condition, *, timeout: float = 60, step=None, interval: float = 0.05):
     """Runs `step` (a dispatcher pass, say) until `condition()` holds; fails after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if step is not None:
-            step()
-        found = condition()
-        if found:
-            return found
-        time.sleep(interval)
-    raise AssertionError(f"not reached within {timeout} s")
+    return wait_until(condition, timeout=timeout, step=step, every=interval)
 
 
 class CountingRedis:
