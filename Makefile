@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # instructions (AMX, AVX-512) that a virtual machine's kernel does not enable.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: run test test-faults lint format bench install clean test-vllm install-vllm
+.PHONY: run test test-faults test-cluster lint format bench install clean test-vllm install-vllm
 
 $(STAMP): pyproject.toml
 	@echo "[sluice] creating $(VENV) and installing the project (the first time compiles llama.cpp, about 5 minutes)"
@@ -29,6 +29,16 @@ test: $(STAMP)
 test-faults: $(STAMP)
 	$(BIN)/python -m chatsite.stack test $(or $(PYTEST_ARGS),tests/faults)
 
+# The same code on a Redis Cluster: three masters with a replica each, started from the bundled
+# redis-server on loopback ports under var/test/, torn down afterwards. The request path, admission,
+# SSE resume and the cluster's own tests; then, on a fresh cluster, a master killed under load.
+CLUSTER_TESTS ?= tests/admission tests/chat/test_request_path.py \
+	tests/chat/test_api.py::test_submit_then_stream_and_resume_with_last_event_id \
+	tests/cluster/test_hub.py tests/cluster/test_topology.py
+test-cluster: $(STAMP)
+	$(BIN)/python -m chatsite.cluster test -q -p no:cacheprovider $(or $(PYTEST_ARGS),$(CLUSTER_TESTS))
+	$(BIN)/python -m chatsite.cluster test -q -p no:cacheprovider tests/cluster/test_failover.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -45,6 +55,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/admission.py
 	$(BIN)/python bench/rag.py
 	$(BIN)/python bench/engine.py --engine llamacpp
+	$(BIN)/python bench/fleet.py
+	$(BIN)/python bench/load.py
 
 # vLLM's CPU build in its own venv: vLLM pins many exact versions that must not constrain the web
 # stack. It holds the worker package and what the worker needs, nothing of Django.

@@ -3,6 +3,11 @@ ceiling Redis itself reaches with the same Lua bucket script, measured in the sa
 
     .venv/bin/python bench/admission.py                 # 50,000 requests from 1,000 users
     .venv/bin/python bench/admission.py --requests 20000
+    .venv/bin/python bench/admission.py --cluster       # a local 3-master cluster, then one node
+
+With --cluster the dispatcher runs against a local 3-master Redis Cluster (chatsite/cluster.py):
+its keys share one slot, so every decision lands on one master, and the ceiling is that
+master's. The same run then repeats on one embedded Redis, and both figures print side by side.
 
 Starts embedded PostgreSQL and Redis under var/bench/admission (or uses DATABASE_URL /
 REDIS_URL). Steps:
@@ -14,6 +19,8 @@ REDIS_URL). Steps:
    every request ends queued (or rejected where its user's buckets are empty).
 2. ceiling: the same script, one decision per call, the commands encoded beforehand and sent
    pipelined on a raw socket, so only Redis is measured.
+3. eta: the error of the queue ETAs positions.py tells, from measured per-model service times,
+   beside the old single service time (the simulation of bench/estimates.py).
 
 The embedded Redis keeps its append-only file on, but its automatic rewrite is held off during
 the run and the file compacted before and after (see quiet_append_only_file).
@@ -104,9 +111,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=50_000)
     parser.add_argument("--users", type=int, default=1_000)
     parser.add_argument("--seconds", type=float, default=3.0, help="ceiling measurement time")
+    parser.add_argument("--cluster", action="store_true",
+                        help="on a local 3-master Redis Cluster, then on one Redis")  # fmt: skip
     args = parser.parse_args()
     args.embedded_redis = not os.environ.get("REDIS_URL")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+    if args.cluster:
+        compare_with_cluster(args)
+        return
     with backing_services(VAR_DIR / "bench" / "admission") as urls:
         os.environ.update(urls)
         os.environ["SLUICE_REDIS_PREFIX"] = "benchadm"
@@ -119,15 +131,55 @@ def main() -> None:
         run(args, urls["REDIS_URL"])
 
 
-def run(args, redis_url: str) -> None:
+def compare_with_cluster(args) -> None:
+    """The dispatcher on a cluster, then on one Redis, in this one run (two processes: Django's
+    settings are read once per process)."""
+    import subprocess
+    import sys
+
+    from chatsite.cluster import local_cluster
+
+    argv = [sys.executable, __file__, "--requests", str(args.requests), "--users",
+            str(args.users), "--seconds", str(args.seconds)]  # fmt: skip
+    lines = {}
+    with local_cluster(VAR_DIR / "bench" / "admission-cluster") as nodes:
+        on_cluster = subprocess.run(argv, env=dict(os.environ, REDIS_URL=nodes.url),
+                                    capture_output=True, text=True, check=True).stdout  # fmt: skip
+        lines["cluster"] = _figures(on_cluster)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    one = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    lines["one node"] = _figures(one)
+    for where, line in lines.items():
+        print(f"{where}: {line}")
+
+
+def _figures(output: str) -> str:
+    return next(line for line in reversed(output.splitlines()) if line.startswith("admission:"))
+
+
+def redis_client(redis_url: str):
+    """A client of the one Redis or the cluster, and the URL of the node holding the
+    dispatcher's slot (where the ceiling is measured)."""
     import redis
 
+    from worker import cluster
+
+    if not cluster.is_cluster_url(redis_url):
+        return redis.Redis.from_url(redis_url, decode_responses=True), redis_url
+    client = cluster.sync_client(redis_url, decode_responses=True, max_connections=4,
+                                 timeout=10, connect_timeout=5)  # fmt: skip
+    node = client.get_node_from_key("{adm}")
+    return client, f"redis://{node.host}:{node.port}/0"
+
+
+def run(args, redis_url: str) -> None:
     from apps.admission.buckets import SCRIPT, plan_buckets
     from apps.admission.dispatcher import Dispatcher, Options
     from apps.admission.models import DegradationSettings, Plan
+    from bench.estimates import eta_errors
     from worker.protocol import Keys, WorkItem, new_request_id, now_ms
 
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client, ceiling_url = redis_client(redis_url)
     for key in client.scan_iter(match="benchadm:*", count=10_000):
         client.delete(key)
     if args.embedded_redis:
@@ -174,12 +226,16 @@ def run(args, redis_url: str) -> None:
     buckets = plan_buckets(plan, tokens=296)
     sha = client.script_load(SCRIPT)
     bucket_keys = [keys.bucket(f"ceiling-{u}") for u in range(args.users)]
-    ceiling = redis_ceiling(redis_url, sha, bucket_keys, buckets, seconds=args.seconds)
+    ceiling = redis_ceiling(ceiling_url, sha, bucket_keys, buckets, seconds=args.seconds)
     print(f"redis: the bucket script once per decision, pipelined: {ceiling:,.0f}/s")
     for key in client.scan_iter(match="benchadm:*", count=10_000):
         client.delete(key)
     if args.embedded_redis:
         compact_append_only_file(client)  # the next run starts without loading this one's
+    eta = eta_errors(argparse.Namespace(answers=5000, seed=1))
+    print(f"eta: median |told - waited| / waited on two models of different speeds: "
+          f"{eta['measured'] * 100:.0f} % from measured per-model service times, "
+          f"{eta['rule'] * 100:.0f} % with one for all (bench/estimates.py)")  # fmt: skip
     print(
         f"admission: {rate:.0f} decisions/s, redis ceiling {ceiling:.0f}/s, "
         f"ratio {rate / ceiling:.2f}"

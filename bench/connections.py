@@ -5,13 +5,19 @@ receiving tokens, CLIENT LIST is read and the connections named after the web pr
 counted.
 
     .venv/bin/python bench/connections.py [--streams 500]
+    .venv/bin/python bench/connections.py --cluster --streams 500 --streams 5000
+
+With --cluster the same runs on a local 3-master Redis Cluster (chatsite/cluster.py): the web
+process's connections are counted on each master, for each number of streams.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import time
 
 import redis
@@ -62,26 +68,65 @@ async def measure(running, sessions, redis_url: str) -> tuple[int, int]:
         await asyncio.sleep(0.2)
     say(f"{len(sessions)} streams live after {time.perf_counter() - started:.1f}s")
     web_pid = running.pid_of("web")
-    clients = redis.Redis.from_url(redis_url, decode_responses=True).client_list()
-    web = [
-        c
-        for c in clients
-        if c.get("name", "").endswith(f"-{web_pid}") or f"-{web_pid}-" in c.get("name", "")
-    ]
+    per_node = {}
+    for address, clients in client_lists(redis_url).items():
+        mine = [c for c in clients if _of_pid(c, web_pid)]
+        hub = [c for c in mine if c.get("name", "").startswith("sluice-hub-")]
+        per_node[address] = (len(mine), len(hub))
     hold.set()
     await asyncio.gather(*tasks, return_exceptions=True)
-    return len(web), counter[0]
+    return per_node, counter[0]
+
+
+def _of_pid(client: dict, pid: int) -> bool:
+    name = client.get("name", "")
+    return name.endswith(f"-{pid}") or f"-{pid}-" in name
+
+
+def client_lists(redis_url: str) -> dict[str, list[dict]]:
+    """CLIENT LIST of the one Redis, or of each master of a cluster."""
+    from worker import cluster
+
+    if not cluster.is_cluster_url(redis_url):
+        return {"redis": redis.Redis.from_url(redis_url, decode_responses=True).client_list()}
+    client = cluster.sync_client(redis_url, decode_responses=True, max_connections=2,
+                                 timeout=10, connect_timeout=5)  # fmt: skip
+    return {node.name: client.client_list(target_nodes=node) for node in client.get_primaries()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--streams", type=int, default=500)
+    parser.add_argument("--streams", type=int, action="append",
+                        help="live streams (repeat for several runs; default 500)")  # fmt: skip
+    parser.add_argument("--cluster", action="store_true",
+                        help="on a local 3-master Redis Cluster instead of one Redis")  # fmt: skip
     args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        if args.cluster:
+            from chatsite.cluster import local_cluster
+            from chatsite.stack import VAR_DIR
+
+            nodes = stack.enter_context(local_cluster(VAR_DIR / "bench" / "cluster"))
+            os.environ["REDIS_URL"] = nodes.url
+        for streams in args.streams or [500]:
+            count, live = run(streams)
+            where = "on each of 3 masters" if args.cluster else "on one Redis"
+            total = [all_of for all_of, _ in count.values()]
+            hub = [of_hub for _, of_hub in count.values()]
+            print(
+                f"connections: at most {max(total)} redis connections per node {where} "
+                f"({', '.join(map(str, total))}), of which the output hub's at most "
+                f"{max(hub)} ({', '.join(map(str, hub))}), for {live} streams",
+                flush=True,
+            )
+
+
+def run(streams: int) -> tuple[dict[str, tuple[int, int]], int]:
     worker_args = [
         "--engine",
         "simulated",
         "--slots",
-        str(args.streams + 10),
+        str(streams + 10),
         "--sim-first-token-ms",
         "50",
         "--sim-decode-ms",
@@ -91,10 +136,9 @@ def main() -> None:
     ]
     with sluice(worker_args=worker_args) as running:
         setup_django()
-        sessions = make_sessions(args.streams, prefix="conn")
+        sessions = make_sessions(streams, prefix=f"conn{streams}")
         time.sleep(6)  # the worker's first heartbeat, the dispatcher's plan refresh
-        count, live = asyncio.run(measure(running, sessions, running.env["REDIS_URL"]))
-    print(f"connections: {count} redis connections for {live} streams")
+        return asyncio.run(measure(running, sessions, running.env["REDIS_URL"]))
 
 
 if __name__ == "__main__":

@@ -2,11 +2,11 @@
 
     .venv/bin/python bench/submit.py [--messages 300]
 
-`request_submit` (the websocket's and the API's entry point) on a conversation with a short
-history, against embedded PostgreSQL and Redis under var/bench/submit: wall time and this
-thread's CPU time per message, then each step alone. Nothing is generated (no dispatcher or
-worker runs); each pass removes its question again so the history stays the same size.
-Prints figures; asserts nothing.
+`request_submit` (the websocket's and the API's entry point) against embedded PostgreSQL and
+Redis under var/bench/submit: wall time, this thread's CPU time and PostgreSQL statements per
+message, with the Redis hot tier off (HOT_TIER=false: history and profile read from
+PostgreSQL) and on (warm: read from Redis), side by side in one run. Nothing is generated (no
+dispatcher or worker runs). Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
     os.environ["RAG_WARM_UP"] = "false"
+    os.environ.setdefault("LOG_LEVEL", "WARNING")  # a log line per message would be measured too
     with backing_services(VAR_DIR / "bench" / "submit") as urls:
         os.environ.update(urls)
         os.environ["SLUICE_REDIS_PREFIX"] = f"benchsub{uuid.uuid4().hex[:6]}"
@@ -54,47 +55,82 @@ def main() -> None:
         run(args.messages)
 
 
+class QueryCounter:
+    """Counts statements sent to PostgreSQL through any psycopg cursor (Django's and the plain
+    ones the prompt's reads use)."""
+
+    def __init__(self) -> None:
+        import psycopg
+
+        self.count = 0
+        for name in ("execute", "executemany"):
+            real = getattr(psycopg.Cursor, name)
+
+            def counted(cursor, *args, _real=real, **kwargs):
+                self.count += 1
+                return _real(cursor, *args, **kwargs)
+
+            setattr(psycopg.Cursor, name, counted)
+
+
 def run(count: int) -> None:
+    from django.conf import settings
     from harness import make_sessions
 
     from apps.chat import submission
-    from apps.chat.models import Conversation, Message
-    from apps.chat.prompting import prompt_build, system_prompt_for
+    from apps.chat.models import Conversation
+    from apps.chat.prompting import prompt_build
     from apps.chat.services import message_create
     from apps.rag.services import retrieve_for_prompt
     from chatsite.redis_client import get_redis, keys
 
-    _, conversation_id = make_sessions(1, prefix=f"sub{uuid.uuid4().hex[:6]}")[0]
-    conversation = Conversation.objects.get(id=conversation_id)
-    user = conversation.owner
-    for n in range(6):  # three earlier turns
-        role = "user" if n % 2 == 0 else "assistant"
-        message_create(conversation=conversation, role=role, text="Tell me about rivers. " * 8,
-                       request_id=None if role == "user" else uuid.uuid4().hex)  # fmt: skip
     client = get_redis()
     question = "How do rivers form?"
+    queries = QueryCounter()
 
-    def submit() -> None:
-        submitted = submission.request_submit(user=user, conversation=conversation,
-                                              text=question)  # fmt: skip
-        client.delete(keys().conversation_active(conversation.id))
-        Message.objects.filter(pk=submitted.user_message.pk).delete()
+    def conversation_with_history() -> Conversation:
+        _, conversation_id = make_sessions(1, prefix=f"sub{uuid.uuid4().hex[:6]}")[0]
+        conversation = Conversation.objects.select_related("owner").get(id=conversation_id)
+        for n in range(6):  # three earlier turns
+            role = "user" if n % 2 == 0 else "assistant"
+            message_create(conversation=conversation, role=role, text="Tell me about rivers. " * 8,
+                           request_id=None if role == "user" else uuid.uuid4().hex)  # fmt: skip
+        return conversation
 
-    def store() -> None:
-        message = message_create(conversation=conversation, role="user", text=question)
-        Message.objects.filter(pk=message.pk).delete()
+    def measure(hot_tier: bool) -> tuple[float, float, float]:
+        """One conversation per mode; its history grows by one question a pass (the hot tier
+        is written through, so nothing is deleted to reset it)."""
+        settings.HOT_TIER = hot_tier
+        conversation = conversation_with_history()
+        user = conversation.owner
+        active = keys().conversation_active(conversation.id)
 
-    print(f"{count} messages on a conversation of 6 turns, one thread:")
-    wall, cpu = timed("submit (+ the delete that resets)", submit, count)
-    timed("  store the question (+ delete)", store, count)
-    timed("  corpora the user may search", lambda: retrieve_for_prompt(user=user, query=question),
-          count)  # fmt: skip
-    timed("  system prompt (profile, tags)", lambda: system_prompt_for(user.pk), count)
-    timed("  prompt (system prompt, history)", lambda: prompt_build(conversation=conversation),
-          count)  # fmt: skip
+        def submit() -> None:
+            submission.request_submit(user=user, conversation=conversation, text=question)
+            client.delete(active)
+
+        label = "on " if hot_tier else "off"
+        before = queries.count
+        wall, cpu = timed(f"submit, hot tier {label}", submit, count)
+        per_message = (queries.count - before) / (count + 1)
+        print(f"{'':<34} {per_message:.1f} PostgreSQL statements per message")
+        timed(f"  prompt only, hot tier {label}", lambda: prompt_build(conversation=conversation),
+              count)  # fmt: skip
+        return wall, cpu, per_message
+
+    print(f"{count} messages per mode, one thread, growing conversations of 6+ turns:")
+    searcher = conversation_with_history().owner
+    timed("  corpora the user may search",
+          lambda: retrieve_for_prompt(user=searcher, query=question), count)  # fmt: skip
+    off = measure(False)
+    on = measure(True)
     for key in client.scan_iter(match=f"{keys().prefix}:*", count=1000):
         client.delete(key)
-    print(f"submit: {wall:.2f} ms wall, {cpu:.2f} ms cpu per message")
+    print(
+        f"submit: cpu {off[1]:.2f} -> {on[1]:.2f} ms per message ({off[1] / on[1]:.2f}x), "
+        f"wall {off[0]:.2f} -> {on[0]:.2f} ms, PostgreSQL statements {off[2]:.1f} -> "
+        f"{on[2]:.1f} per message (hot tier off -> on)"
+    )
 
 
 if __name__ == "__main__":

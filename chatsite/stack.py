@@ -270,6 +270,9 @@ def command_run(args: argparse.Namespace) -> int:
         manage(env, "migrate", "--no-input", "-v", "1")
         manage(env, "seed_demo")
         manage(env, "ingest", "sluice-docs", "docs/", "--access", "everyone")  # skips unchanged
+        # The demo corpus's relevance gate, from its own questions: off-topic questions then
+        # reach the model without passages (a shorter prompt, a sooner first word).
+        manage(env, "rag_eval", "sluice-docs", "bench/sluice_docs_questions.jsonl", "--calibrate")
         supervisor = Supervisor(env=env)
         try:
             for name, argv in app_processes(env):

@@ -19,8 +19,8 @@ from typing import Any
 
 import uvloop
 
-from . import logs, metrics, redis_connection
-from .engines import ENGINES, Engine, create_engine
+from . import breaker, logs, metrics, redis_connection
+from .engines import ENGINES, Engine, create_engine, simulated
 from .protocol import Keys
 from .runner import Worker, default_worker_id
 
@@ -131,6 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=int(env_default("LLAMACPP_N_CTX", 2048)),
         help="[LLAMACPP_N_CTX] context window in tokens",
     )
+    llama.add_argument(
+        "--repeat-penalty",
+        type=float,
+        default=float(env_default("LLAMACPP_REPEAT_PENALTY", 1.1)),
+        help="[LLAMACPP_REPEAT_PENALTY] penalty on recently used tokens; 1.0 is none "
+        "(default 1.1: the small demo model loops without it)",
+    )
 
     vllm = parser.add_argument_group(
         "vllm",
@@ -188,22 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
         """e.g. '{"quantization": "fp8", "kv_cache_dtype": "fp8"}'""",
     )
 
-    sim = parser.add_argument_group("simulated (benchmarks only)")
-    sim.add_argument("--sim-first-token-ms", type=float, default=50.0)
-    sim.add_argument("--sim-decode-ms", type=float, default=10.0)
-    sim.add_argument("--sim-prefill-ms-per-token", type=float, default=0.0)
-    sim.add_argument("--sim-batch-slowdown", type=float, default=0.0)
-    sim.add_argument(
-        "--sim-faults",
-        action="store_true",
-        help="markers in a message make its answer crash the worker, stall or fail (tests)",
-    )
-    sim.add_argument(
-        "--sim-tokens",
-        type=int,
-        default=None,
-        help="fixed answer length (default: the request's max_tokens)",
-    )
+    simulated.add_arguments(parser)
+    breaker.add_arguments(parser)
 
     upstream = parser.add_argument_group("openai")
     upstream.add_argument(
@@ -221,17 +214,10 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """The chosen engine's constructor arguments, from the command line."""
     slots = int(args.slots) if args.slots else None
     if args.engine == "llamacpp":
-        return {"model_path": args.model, "slots": slots or 2, "n_ctx": args.n_ctx}
+        return {"model_path": args.model, "slots": slots or 2, "n_ctx": args.n_ctx,
+                "repeat_penalty": args.repeat_penalty}  # fmt: skip
     if args.engine == "simulated":
-        return {
-            "slots": slots or 64,
-            "first_token_ms": args.sim_first_token_ms,
-            "decode_ms_per_token": args.sim_decode_ms,
-            "prefill_ms_per_token": args.sim_prefill_ms_per_token,
-            "batch_slowdown": args.sim_batch_slowdown,
-            "tokens": args.sim_tokens,
-            "faults": args.sim_faults,
-        }
+        return simulated.options_from_args(args, slots)
     if args.engine == "openai":
         if not args.base_url or not args.model:
             raise SystemExit("--engine openai needs --base-url and --model")
@@ -305,6 +291,7 @@ async def serve(args: argparse.Namespace) -> None:
                 heartbeat_interval=args.heartbeat_interval,
                 batch_interval=args.batch_ms / 1000,
                 answer_timeout=args.answer_timeout,
+                breaker=breaker.settings_from_args(args),
             )
             if args.metrics_port:
                 metrics.serve(args.metrics_port, lambda: worker.last_beat,

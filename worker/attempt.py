@@ -25,6 +25,7 @@ from . import metrics, transitions
 from .batching import CommandBatcher
 from .engines import Engine, GenerationRequest
 from .heartbeat import WorkerStats
+from .loops import LoopDetector
 from .output import OutputBuffer, OutputWriter
 from .protocol import Answer, Keys, State, WorkItem
 
@@ -99,7 +100,8 @@ class Attempts:
         token = f"{self.worker_id}/{uuid.uuid4().hex[:12]}"
         start = transitions.start_result(await self.write(lambda p: transitions.start(
             p, self.keys, item.id, token=token, worker_id=self.worker_id,
-            max_attempts=self.max_attempts)))  # fmt: skip
+            max_attempts=self.max_attempts,
+            prompt_tokens=item.prompt_tokens_estimate)))  # fmt: skip
         if start.code == transitions.START_ENDED:  # ended meanwhile (stopped, or run already)
             await self.write(lambda p: transitions.work_done(p, stream, entry_id))
             return True
@@ -134,11 +136,13 @@ class Attempts:
         )  # fmt: skip
         started = time.perf_counter()
         parts: list[str] = []
+        loops = LoopDetector()
         usage = answer.usage
         try:
             async with asyncio.timeout(self.answer_timeout):
                 async for output in self.engine.generate(request):
                     usage.prompt_tokens = output.prompt_tokens
+                    usage.cached_tokens = output.cached_tokens
                     usage.completion_tokens = output.completion_tokens
                     if output.finish_reason in ("stop", "length"):
                         answer.finish_reason = output.finish_reason
@@ -149,6 +153,10 @@ class Attempts:
                         parts.append(output.text)
                         # The first token is written at once, the rest on the writer's clock.
                         await self.output.add(buffer, output.text)
+                        if loops.feed(output.text):  # repeating itself: stopped, and said so
+                            await self.engine.abort(item.id)
+                            answer.finish_reason = "loop"
+                            break
                     if buffer.over:  # Stop, or another attempt took over
                         await self.engine.abort(item.id)
                         break
@@ -186,10 +194,7 @@ class Attempts:
             log.warning("request %s: attempt %d lost its claim before it ended", answer.id,
                         answer.attempt)  # fmt: skip
             return True
-        if answer.state == State.FAILED:
-            self.stats.failed += 1
-        else:
-            self.stats.completed += 1
+        self.stats.ended(answer.id, failed=answer.state == State.FAILED)
         metrics.ended(answer)
 
         def after(pipe) -> None:

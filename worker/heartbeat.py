@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import protocol
+from .breaker import CircuitBreaker
 from .engines import Engine
 from .protocol import Keys
 
@@ -22,6 +23,16 @@ class WorkerStats:
     tokens: int = 0
     window_started: float = field(default_factory=time.monotonic)
     window_tokens: int = 0
+    breaker: CircuitBreaker | None = None  # fed every answer's outcome
+
+    def ended(self, request_id: str, *, failed: bool) -> None:
+        """An answer ended (cancelled ones count as served: the user stopped them)."""
+        if failed:
+            self.failed += 1
+        else:
+            self.completed += 1
+        if self.breaker is not None:
+            self.breaker.record(request_id, failed=failed)
 
     def add_tokens(self, count: int) -> None:
         self.tokens += count
@@ -66,6 +77,7 @@ async def beat(
         "detail": health.detail,
         "engine_metrics": health.metrics,
         "draining": draining,
+        "breaker": stats.breaker.snapshot() if stats.breaker else {"state": "closed"},
         "at_ms": protocol.now_ms(),
     }
     ttl = max(1, int(interval * 3))

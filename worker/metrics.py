@@ -67,6 +67,8 @@ class BeatCollector(Collector):
                ("busy_slots", "Answers running now.", beat.get("busy")),
                ("healthy", "1 while the engine reports healthy.", bool(beat.get("healthy"))),
                ("draining", "1 while the worker is stopping.", bool(beat.get("draining"))),
+               ("breaker_open", "1 while its circuit breaker keeps it out of routing (open or "
+                "half-open).", (beat.get("breaker") or {}).get("state", "closed") != "closed"),
                ("tokens_per_second", "Tokens per second over the last ~10 s.",
                 beat.get("tokens_per_second"))]  # fmt: skip
         engine = beat.get("engine_metrics") or {}

@@ -30,6 +30,12 @@ DISPATCHER_GROUP = "dispatcher"  # consumer group of the dispatcher on the admis
 # one had been delivered but not yet acknowledged.
 ACTIVE_CONSUMER = "active"
 
+# The hash tag of the fleet's keys (work streams, heartbeats, dead letters). It hashes to the same
+# Redis Cluster slot as `{adm}` (CRC16 slot 5822), so a dispatcher transaction that takes a request
+# off its queue and puts it on a work stream, or a worker's one read over several work streams,
+# stays in one slot; the name keeps them apart from the dispatcher's own `{adm}` keys.
+FLEET_TAG = "fleet-7048"
+
 # Output streams keep this many entries; deltas are batched (~30 ms each), so this holds far more
 # than one answer, and the final event repeats the whole text anyway.
 OUTPUT_MAXLEN = 10_000
@@ -93,44 +99,47 @@ class Keys:
         each naming its user; every web process follows it once for all its open sockets."""
         return f"{self.prefix}:account-events"
 
-    # -- work and workers ------------------------------------------------------------------------
+    # -- work and workers: their tag hashes to the slot of `{adm}` (FLEET_TAG) ------------------
+
+    def _fleet(self, name: str) -> str:
+        return f"{self.prefix}:{{{FLEET_TAG}}}:{name}"
 
     @property
     def work(self) -> str:
         """The shared work stream: any worker with a free slot takes from it."""
-        return f"{self.prefix}:work"
+        return self._fleet("work")
 
     def work_for(self, worker_id: str) -> str:
         """A worker's affinity stream: work routed to it because its KV cache holds the prefix."""
-        return f"{self.prefix}:work:{worker_id}"
+        return self._fleet(f"work:{worker_id}")
 
     def work_for_model(self, model: str) -> str:
         """A model's shared stream: any worker serving `model` takes from it. Work that names
         no model ("") goes to the shared stream, which every worker reads. Outside `work:`,
         so no worker id can name the same stream."""
-        return f"{self.prefix}:model-work:{model}" if model else self.work
+        return self._fleet(f"model-work:{model}") if model else self.work
 
     @property
     def models(self) -> str:
         """Hash: model name → when a worker last said it serves it (ms), so a model with no
         live worker right now is told apart from one that exists nowhere."""
-        return f"{self.prefix}:models"
+        return self._fleet("models")
 
     @property
     def dead(self) -> str:
         """Stream: what could not be parsed, stored or run, each entry with its reason."""
-        return f"{self.prefix}:dead"
+        return self._fleet("dead")
 
     @property
     def workers(self) -> str:
         """Sorted set of worker ids by last heartbeat time (the heartbeat keys hold the detail)."""
-        return f"{self.prefix}:workers"
+        return self._fleet("workers")
 
     def heartbeat(self, worker_id: str) -> str:
-        return f"{self.prefix}:worker:{worker_id}"
+        return self._fleet(f"worker:{worker_id}")
 
     def reclaim_lock(self, worker_id: str) -> str:
-        return f"{self.prefix}:reclaim:{worker_id}"
+        return self._fleet(f"reclaim:{worker_id}")
 
     # -- the dispatcher's own keys: one hash tag, so its transactions stay in one slot ---------
 
@@ -194,6 +203,14 @@ class Keys:
     def bucket(self, user_id: str) -> str:
         return self._adm(f"bucket:{user_id}")
 
+    def affinity(self, kind: str, name: str) -> str:
+        """The worker whose KV cache holds a "conv" or a "prefix" (apps/admission/affinity)."""
+        return self._adm(f"affinity:{kind}:{name}")
+
+    def estimates(self, part: str) -> str:
+        """The dispatcher's learned state: answer lengths, leans, errors, service times."""
+        return self._adm(f"est:{part}")
+
     # -- the web's own keys ----------------------------------------------------------------------
 
     def login_failures(self, digest: str) -> str:
@@ -229,6 +246,8 @@ class WorkItem:
     model: str = ""
     top_p: float | None = None  # None: the engine's (or the model's) own default
     stop: list[str] = field(default_factory=list)  # the answer ends before any of these
+    # A background request's task ({"task": "summary", ...}): its answer goes to that task.
+    purpose: dict = field(default_factory=dict)
 
     def to_fields(self) -> dict[str, str]:
         # Field by field: asdict() would deep-copy every message first, on the hot path.
@@ -236,6 +255,7 @@ class WorkItem:
         data["messages"] = json.dumps(self.messages)
         data["top_p"] = "" if self.top_p is None else self.top_p
         data["stop"] = json.dumps(self.stop) if self.stop else ""
+        data["purpose"] = json.dumps(self.purpose) if self.purpose else ""
         return {k: str(v) for k, v in data.items()}
 
     @classmethod
@@ -261,6 +281,7 @@ class WorkItem:
             model=fields.get("model", ""),
             top_p=float(fields["top_p"]) if fields.get("top_p") else None,
             stop=_stop_list(fields.get("stop")),
+            purpose=dict(json.loads(fields.get("purpose") or "{}")),
         )
 
 
@@ -277,6 +298,7 @@ class Usage:
     completion_tokens: int = 0
     ttft_ms: float | None = None
     duration_ms: float | None = None
+    cached_tokens: int = 0  # prompt tokens found in the engine's KV cache (not read again)
 
 
 @dataclass

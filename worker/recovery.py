@@ -7,9 +7,11 @@ Every few seconds (`interval_seconds`) a worker with free slots looks for:
 - work pending on consumers of the shared streams it reads (its model's, and the one for work
   that names no model) whose heartbeat is gone, idle past `claim_idle_ms`: claimed with
   XCLAIM and run again;
-- the affinity streams of workers whose heartbeat is gone: their entries move back to their
-  model's shared stream at once (the stream and its group stay, so a worker that was only paused
-  finds them when it resumes).
+- the affinity streams of workers whose heartbeat is gone (it expired, or the worker said it
+  left): the entries nobody has read move back to their model's shared stream at once, those
+  the worker had read once they are idle past `claim_idle_ms` (as on the shared streams), so a
+  worker that was only paused is not raced for the answer it is writing. The stream and its
+  group stay, so a paused worker finds the rest when it resumes.
 
 Each run is a new attempt (`transitions.start` counts them and fences the old one out); a
 request started too often is dead-lettered there, so work that kills its workers ends visibly.
@@ -29,7 +31,7 @@ from .protocol import Keys
 log = logging.getLogger("sluice.worker.recovery")
 
 ClaimedEntry = tuple[str, dict[str, str], str]  # (entry id, fields, stream)
-VANISHED_SECONDS = 60  # a worker silent this long has its affinity stream checked
+REHOME_LOCK_SECONDS = 10  # one live worker moves a dead one's backlog at a time
 
 
 class Reclaimer:
@@ -49,7 +51,8 @@ class Reclaimer:
         self.worker_id = worker_id
         self.claim_idle_ms = claim_idle_ms
         self.interval_seconds = interval_seconds
-        self.running = running if running is not None else {}  # entry ids this worker runs
+        # (stream, entry id) of what this worker runs
+        self.running = running if running is not None else {}
         self.shared_streams = shared_streams or (keys.work,)
         self._last_run = 0.0
 
@@ -62,10 +65,9 @@ class Reclaimer:
         try:
             claimed = await self._own_forgotten(limit)
             for consumer in await self._dead_consumers():
-                if len(claimed) >= limit:
-                    break
-                await self.rehome(consumer)
-                claimed += await self._claim_from(consumer, limit=limit - len(claimed))
+                await self.rehome(consumer)  # costs no slot: the backlog goes to any worker
+                if len(claimed) < limit:
+                    claimed += await self._claim_from(consumer, limit=limit - len(claimed))
             return claimed
         except ResponseError as exc:
             if transitions.is_missing_group(exc):
@@ -83,7 +85,7 @@ class Reclaimer:
             )  # fmt: skip
             for _, entries in response or []:
                 for entry_id, fields in entries:
-                    if entry_id in self.running or len(found) >= limit:
+                    if (stream, entry_id) in self.running or len(found) >= limit:
                         continue
                     if not fields:  # deleted from the stream while pending: nothing to run
                         await self.redis.xack(stream, protocol.WORKER_GROUP, entry_id)
@@ -102,12 +104,15 @@ class Reclaimer:
                     continue
                 if not await self.redis.exists(self.keys.heartbeat(name)):
                     dead.append(name)
-        # Affinity streams of workers that vanished without pending work on the shared stream.
-        cutoff = time.time() - VANISHED_SECONDS
-        for name in await self.redis.zrangebyscore(self.keys.workers, "-inf", cutoff):
-            if name != self.worker_id and name not in dead:
-                if not await self.redis.exists(self.keys.heartbeat(name)):
-                    dead.append(name)
+        # Workers whose heartbeat key expired (three missed beats): their affinity streams'
+        # backlog goes back at once, whether or not they had work on a shared stream.
+        names = [n for n in await self.redis.zrange(self.keys.workers, 0, -1)
+                 if n != self.worker_id and n not in dead]  # fmt: skip
+        if names:
+            pipe = self.redis.pipeline(transaction=False)
+            for name in names:
+                pipe.exists(self.keys.heartbeat(name))
+            dead += [n for n, alive in zip(names, await pipe.execute(), strict=True) if not alive]
         return dead
 
     async def _claim_from(self, consumer: str, *, limit: int) -> list[ClaimedEntry]:
@@ -143,28 +148,42 @@ class Reclaimer:
 
     async def rehome(self, worker_id: str) -> int:
         """Moves the entries of `worker_id`'s affinity stream to their models' shared streams,
-        once (a lock): all of them for a dead worker; for this worker, leaving, only those it
-        has not read (what it read, it ran or gave back)."""
+        one live worker at a time (a lock): for a dead worker, every entry nobody has read and
+        those it read that are idle past `claim_idle_ms`; for this worker, leaving (or taken out
+        of routing by its breaker), only those it has not read (what it read, it runs or gives
+        back). Returns how many moved."""
         stream = self.keys.work_for(worker_id)
         leaving = worker_id == self.worker_id
-        if not leaving and not await self.redis.set(
-            self.keys.reclaim_lock(worker_id), self.worker_id, nx=True, ex=VANISHED_SECONDS
-        ):
+        lock = self.keys.reclaim_lock(worker_id)
+        if not leaving and not await self.redis.set(lock, self.worker_id, nx=True,
+                                                    ex=REHOME_LOCK_SECONDS):  # fmt: skip
             return 0
-        start = "-"
-        if leaving:
-            groups = await self.redis.xinfo_groups(stream)
+        try:
+            exists = await self.redis.exists(stream)
+            groups = await self.redis.xinfo_groups(stream) if exists else []
             read = next((g["last-delivered-id"] for g in groups
                          if g["name"] == protocol.WORKER_GROUP), "0-0")  # fmt: skip
-            start = f"({read}"
-        entries = await self.redis.xrange(stream, min=start)
-        if entries:
-            pipe = self.redis.pipeline(transaction=False)
-            for entry_id, fields in entries:
-                transitions.work_returned(pipe, self.keys, stream, entry_id, fields)
-            await pipe.execute()
-            log.warning("moved %d entries from worker %s's stream to the shared streams",
-                        len(entries), worker_id)  # fmt: skip
-        if not leaving:
-            await self.redis.zrem(self.keys.workers, worker_id)
-        return len(entries)
+            entries = await self.redis.xrange(stream, min=f"({read}")
+            still_pending = False
+            if not leaving and groups:
+                pending = await self.redis.xpending_range(
+                    stream, protocol.WORKER_GROUP, min="-", max="+", count=1000,
+                    consumername=worker_id)  # fmt: skip
+                idle = [p["message_id"] for p in pending
+                        if p["time_since_delivered"] >= self.claim_idle_ms]  # fmt: skip
+                still_pending = len(idle) < len(pending)
+                for entry_id in idle:
+                    entries += await self.redis.xrange(stream, min=entry_id, max=entry_id)
+            if entries:
+                pipe = self.redis.pipeline(transaction=False)
+                for entry_id, fields in entries:
+                    transitions.work_returned(pipe, self.keys, stream, entry_id, fields)
+                await pipe.execute()
+                log.warning("moved %d entries from worker %s's stream to the shared streams",
+                            len(entries), worker_id)  # fmt: skip
+            if not leaving and not still_pending:
+                await self.redis.zrem(self.keys.workers, worker_id)
+            return len(entries)
+        finally:
+            if not leaving:
+                await self.redis.delete(lock)

@@ -13,6 +13,8 @@ import hiredis
 import redis.asyncio as aioredis
 from redis.exceptions import DataError
 
+from . import cluster
+
 
 class HiredisPackedConnection(aioredis.Connection):
     def pack_command(self, *args) -> list[bytes]:
@@ -42,7 +44,12 @@ def connect(
     """An asyncio client for `url` with a bounded pool (callers wait for a free connection)
     and timeouts, so a frozen Redis fails a command instead of hanging it; `socket_timeout`
     must exceed the longest blocking read (the work read blocks 1 s). Over plain TCP its
-    connections pack with hiredis."""
+    connections pack with hiredis. A `redis+cluster://` URL gives redis-py's cluster client:
+    a work read names streams of one slot (their shared tag), a request's writes one slot each,
+    and its pipelines are split by node."""
+    if cluster.is_cluster_url(url):
+        return cluster.async_client(url, socket_timeout=socket_timeout,
+                                    connect_timeout=connect_timeout, **options)  # fmt: skip
     pool = aioredis.BlockingConnectionPool.from_url(
         url, max_connections=max_connections, timeout=socket_timeout,
         socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout, **options,

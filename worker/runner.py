@@ -4,7 +4,8 @@ attempt (`attempt.py`).
 Pull-based load balancing: a worker reads only as many entries as it has free slots (XREADGROUP
 COUNT = free slots), so an idle worker is never starved while a busy one queues. The read loop
 outlives Redis trouble: it waits out a restart, recreates a consumer group that vanished, and
-re-runs work delivered to it that it is no longer running (`recovery.py`).
+re-runs work delivered to it that it is no longer running (`recovery.py`). A circuit breaker
+(`breaker.py`) stops the reads while this worker's answers keep failing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from redis.exceptions import RedisError
 from . import heartbeat, protocol, transitions
 from .attempt import TRANSIENT, Attempts
 from .batching import CommandBatcher
+from .breaker import BreakerSettings, CircuitBreaker
 from .engines import Engine
 from .heartbeat import WorkerStats
 from .output import OutputWriter
@@ -58,6 +60,7 @@ class Worker:
             shared stream for another worker.
         answer_timeout: seconds one answer may take before it fails (a hung engine).
         read_block_ms: how long one read waits for work; a stop is noticed within this.
+        breaker: when this worker's answers fail too often, it stops taking work for a while.
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class Worker:
         grace_seconds: float = 30.0,
         answer_timeout: float = 600.0,
         read_block_ms: int = 1000,
+        breaker: BreakerSettings | None = None,
     ) -> None:
         self.redis = redis_client
         self.engine = engine
@@ -87,7 +91,10 @@ class Worker:
         self.heartbeat_interval = heartbeat_interval
         self.grace_seconds = grace_seconds
         self.read_block_ms = read_block_ms
-        self.stats = WorkerStats()
+        self.breaker = CircuitBreaker(breaker)
+        self.breaker.on_open = self._breaker_opened
+        self.stats = WorkerStats(breaker=self.breaker)
+        self._background: set[asyncio.Task] = set()
         self.last_beat: dict | None = None  # what the metrics endpoint's gauges read
         self.batcher = CommandBatcher(redis_client)
         self.output = OutputWriter(self.batcher, keys, interval=batch_interval,
@@ -101,7 +108,9 @@ class Worker:
         self.shared_streams = tuple(dict.fromkeys((keys.work_for_model(model), keys.work)))
         self.streams = (self.keys.work_for(self.worker_id), *self.shared_streams)
         self._free = asyncio.BoundedSemaphore(self.slots)
-        self._tasks: dict[str, tuple[asyncio.Task, str]] = {}  # entry id → (task, request id)
+        # (stream, entry id) → (task, request id): entry ids are unique per stream only, and the
+        # dispatcher's one MULTI often gives entries on two streams the same id.
+        self._tasks: dict[tuple[str, str], tuple[asyncio.Task, str]] = {}
         self._stopping = asyncio.Event()
         self.reclaimer = Reclaimer(
             redis_client=redis_client, keys=keys, worker_id=self.worker_id,
@@ -124,6 +133,7 @@ class Worker:
         try:
             await self._read_loop()
         finally:
+            await self._hand_back_backlog(announce=True)
             await self._drain()
             self._beating = False  # ends the loop even if a Redis call swallowed the cancel
             beating.cancel()
@@ -145,6 +155,25 @@ class Worker:
             task.cancel()  # each gives its work item back to the shared stream
         if pending:
             await asyncio.wait(pending)
+
+    async def _hand_back_backlog(self, *, announce: bool = False) -> None:
+        """Work routed to this worker that it has not read goes back to the shared stream at
+        once (it stops, or its breaker opened): nobody waits for a drain or a claim timeout.
+        With `announce`, a heartbeat first says it is draining, so no more is routed here."""
+        try:
+            if announce:
+                with contextlib.suppress(Exception):  # a missed beat only delays the news
+                    await self._beat()
+            await self.reclaimer.rehome(self.worker_id)
+        except RedisError as exc:  # _leave tries again; a dead worker's backlog is rehomed
+            log.warning("could not hand back routed work: %s", exc)
+
+    def _breaker_opened(self) -> None:
+        log.warning("worker %s: circuit breaker open (answers failing); out of routing for "
+                    "%.0f s", self.worker_id, self.breaker.settings.cooldown_seconds)  # fmt: skip
+        task = asyncio.create_task(self._hand_back_backlog(announce=True))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _leave(self) -> None:
         """Work routed to this worker goes back to the shared stream, and the worker says it
@@ -180,11 +209,15 @@ class Worker:
             try:
                 if self._stopping.is_set():  # stopped while waiting for a slot
                     break
-                for entry_id, fields, stream in await self.reclaimer.maybe_reclaim(limit=permits):
+                allowed = self.breaker.allowance(permits)
+                if not allowed:  # out of routing: wait for the cool-down (or the probe's end)
+                    await self._pause(self.breaker.wait_seconds() or CHECK_SECONDS)
+                    continue
+                for entry_id, fields, stream in await self.reclaimer.maybe_reclaim(limit=allowed):
                     self._start(entry_id, fields, stream)
                     started += 1
-                if started < permits:
-                    started += await self._read(permits - started)
+                if started < allowed:
+                    started += await self._read(allowed - started)
                 delay = 0.2
             except TRANSIENT as exc:
                 log.warning("Redis unavailable (%s); retrying in %.1fs", exc, delay)
@@ -207,18 +240,28 @@ class Worker:
             count=count, block=self.read_block_ms,
         )  # fmt: skip
         entries = [(stream, entry) for stream, batch in response or [] for entry in batch]
-        if self._stopping.is_set() and entries:
-            # Read just as the stop came: another worker runs them, not this draining one.
+        # Read just as the stop came, or as the breaker opened during the blocking read:
+        # another worker runs them, not this draining (or failing) one.
+        keep = 0 if self._stopping.is_set() else self.breaker.allowance(len(entries))
+        if len(entries) > keep:
+            returned, entries = entries[keep:], entries[:keep]
+
             def give_back(pipe) -> None:
-                for stream, (entry_id, fields) in entries:
+                for stream, (entry_id, fields) in returned:
                     transitions.work_returned(pipe, self.keys, stream, entry_id, fields)
 
             await self.batcher.call(give_back)
-            log.info("stopping: returned %d work items just read", len(entries))
-            return 0
+            log.info("returned %d work items just read (%s)", len(returned),
+                     "stopping" if self._stopping.is_set() else "breaker open")  # fmt: skip
         for stream, (entry_id, fields) in entries:
             self._start(entry_id, fields, stream)
         return len(entries)
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleeps up to `seconds` (at most one read's block), waking at once on a stop."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(),
+                                   timeout=min(seconds, self.read_block_ms / 1000))  # fmt: skip
 
     async def _acquire_free_slots(self) -> int:
         """Waits for one free slot, then takes every other free one: the read's COUNT. 0 when
@@ -243,10 +286,11 @@ class Worker:
     def _start(self, entry_id: str, fields: dict[str, str], stream: str) -> None:
         """Runs one entry in its own task; the task owns one slot permit and releases it."""
         task = asyncio.create_task(self.attempts.run(entry_id, fields, stream))
-        self._tasks[entry_id] = (task, fields.get("id", ""))
+        self._tasks[(stream, entry_id)] = (task, fields.get("id", ""))
+        self.breaker.started(fields.get("id", ""))
 
         def done(finished: asyncio.Task) -> None:
-            self._tasks.pop(entry_id, None)
+            self._tasks.pop((stream, entry_id), None)
             self._free.release()
             if not finished.cancelled() and finished.exception() is not None:
                 # Redis stayed away past the attempt's patience: the entry stays pending
@@ -260,13 +304,14 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         while self._beating:
             try:
-                self.last_beat = await heartbeat.beat(
-                    self.redis, self.keys, worker_id=self.worker_id, engine=self.engine,
-                    model=self.model, slots=self.slots,
-                    running=[rid for _, rid in self._tasks.values()],
-                    stats=self.stats, draining=self._stopping.is_set(),
-                    interval=self.heartbeat_interval,
-                )  # fmt: skip
+                await self._beat()
             except Exception as exc:  # keep beating through transient Redis errors
                 log.warning("heartbeat failed: %s", exc)
             await asyncio.sleep(self.heartbeat_interval)
+
+    async def _beat(self) -> None:
+        self.last_beat = await heartbeat.beat(
+            self.redis, self.keys, worker_id=self.worker_id, engine=self.engine,
+            model=self.model, slots=self.slots, running=[rid for _, rid in self._tasks.values()],
+            stats=self.stats, draining=self._stopping.is_set(), interval=self.heartbeat_interval,
+        )  # fmt: skip

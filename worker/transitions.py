@@ -34,7 +34,8 @@ _ENDED = "local s = redis.call('HGET', KEYS[1], 'state') " \
          "if s == 'done' or s == 'failed' or s == 'cancelled' then return 0 end "  # fmt: skip
 
 # KEYS: request hash, output stream, cancel flag
-# ARGV: token, worker, now ms, request ttl, output ttl, output maxlen, max attempts (0: any)
+# ARGV: token, worker, now ms, request ttl, output ttl, output maxlen, max attempts (0: any),
+#       prompt tokens (what the model reads before its first word: the page says so meanwhile)
 START = (
     _ENDED
     + """
@@ -46,7 +47,7 @@ local most = tonumber(ARGV[7])
 if most > 0 and attempt > most then return {3, attempt} end
 redis.call('HSET', KEYS[1], 'state', 'streaming')
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*',
-           'type', 'start', 'attempt', attempt, 'worker', ARGV[2])
+           'type', 'start', 'attempt', attempt, 'worker', ARGV[2], 'prompt_tokens', ARGV[8])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
 return {1, attempt}
 """
@@ -125,6 +126,7 @@ def submitted(
     pipe.hset(request_key, mapping={
         "state": State.QUEUED, "user_id": item.user_id, "conversation_id": item.conversation_id,
         "kind": item.kind, "created_ms": now, "updated_ms": now, "citations": cited,
+        "purpose": json.dumps(item.purpose) if item.purpose else "",
     })  # fmt: skip
     pipe.expire(request_key, protocol.REQUEST_TTL_SECONDS)
     if item.conversation_id:  # a stateless API request belongs to no conversation
@@ -170,12 +172,13 @@ def position(pipe, keys: Keys, request_id: str, *, place: int, eta_seconds: int,
 
 
 def start(pipe, keys: Keys, request_id: str, *, token: str, worker_id: str,
-          max_attempts: int = 0) -> None:  # fmt: skip
-    """Claims the request for a new attempt; read the reply with `start_result`."""
+          max_attempts: int = 0, prompt_tokens: int = 0) -> None:  # fmt: skip
+    """Claims the request for a new attempt; read the reply with `start_result`. The start
+    event tells readers how many `prompt_tokens` the model reads before it answers."""
     pipe.eval(START, 3, keys.request(request_id), keys.output(request_id),
               keys.cancel(request_id), token, worker_id, protocol.now_ms(),
               protocol.REQUEST_TTL_SECONDS, protocol.OUTPUT_TTL_SECONDS, protocol.OUTPUT_MAXLEN,
-              max_attempts)  # fmt: skip
+              max_attempts, prompt_tokens)  # fmt: skip
 
 
 def start_result(reply) -> Start:

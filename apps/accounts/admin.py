@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.db.models import Count, Q
 
 from .forms import ThrottledAdminAuthenticationForm
-from .models import ApiKey, Profile, Tag, User
+from .models import ApiKey, Profile, Tag, TagProposal, User
 
 # The admin's login counts failures with the site login's throttle (same helpers, same limits).
 admin.site.login_form = ThrottledAdminAuthenticationForm
@@ -25,7 +26,8 @@ class UserAdmin(BaseUserAdmin):
 
 @admin.register(Tag)
 class TagAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "prompt_hint", "is_active", "user_count")
+    list_display = ("name", "slug", "prompt_hint", "is_active", "user_count", "proposed",
+                    "accepted", "rejected")  # fmt: skip
     list_filter = ("is_active",)
     search_fields = ("name", "slug", "prompt_hint")
     prepopulated_fields = {"slug": ("name",)}
@@ -33,6 +35,37 @@ class TagAdmin(admin.ModelAdmin):
     @admin.display(description="users")
     def user_count(self, tag: Tag) -> int:
         return tag.profiles.count()
+
+    # Adoption of the tags Sluice proposes from users' questions (counted in one query).
+    def get_queryset(self, request):
+        decided = TagProposal.Status
+        return super().get_queryset(request).annotate(
+            n_proposed=Count("proposals", distinct=True),
+            n_accepted=Count("proposals", filter=Q(proposals__status=decided.ACCEPTED),
+                             distinct=True),
+            n_rejected=Count("proposals", filter=Q(proposals__status=decided.REJECTED),
+                             distinct=True),
+        )  # fmt: skip
+
+    @admin.display(description="proposed", ordering="n_proposed")
+    def proposed(self, tag: Tag) -> int:
+        return tag.n_proposed
+
+    @admin.display(description="accepted", ordering="n_accepted")
+    def accepted(self, tag: Tag) -> int:
+        return tag.n_accepted
+
+    @admin.display(description="rejected", ordering="n_rejected")
+    def rejected(self, tag: Tag) -> int:
+        return tag.n_rejected
+
+
+@admin.register(TagProposal)
+class TagProposalAdmin(admin.ModelAdmin):
+    list_display = ("tag", "user", "status", "created", "decided")
+    list_filter = ("status", "tag")
+    search_fields = ("user__username", "tag__name")
+    list_select_related = ("tag", "user")
 
 
 @admin.register(Profile)

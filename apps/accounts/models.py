@@ -71,3 +71,28 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class TagProposal(models.Model):
+    """A tag Sluice suggests from what the user asks; applied to the profile only when the user
+    says yes."""
+
+    class Status(models.TextChoices):
+        PROPOSED = "proposed", "Proposed"
+        ACCEPTED = "accepted", "Accepted"
+        REJECTED = "rejected", "Rejected"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="tag_proposals")  # fmt: skip
+    tag = models.ForeignKey(Tag, on_delete=models.CASCADE, related_name="proposals")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PROPOSED)
+    created = models.DateTimeField(auto_now_add=True)
+    decided = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        # One proposal per user and tag: a rejected tag is not proposed again.
+        constraints = [models.UniqueConstraint(fields=["user", "tag"], name="one_proposal_per_tag")]
+
+    def __str__(self) -> str:
+        return f"{self.tag} for {self.user} ({self.status})"

@@ -9,10 +9,11 @@ import secrets
 from django.conf import settings
 from django.db import transaction
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 
 from chatsite.redis_client import get_redis, keys
 
-from .models import ApiKey, Profile, Tag, User
+from .models import ApiKey, Profile, Tag, TagProposal, User
 
 
 @transaction.atomic
@@ -47,6 +48,22 @@ def profile_update(
     profile.save()
     profile.tags.set([tag for tag in tags if tag.is_active])
     return profile
+
+
+@transaction.atomic
+def tag_proposal_decide(*, user: User, proposal_id: int, accept: bool) -> TagProposal:
+    """The user's yes or no to a proposed tag; only a yes puts the tag on the profile.
+    Http404 for a proposal that is not theirs or was decided already."""
+    proposal = get_object_or_404(TagProposal.objects.select_for_update(), id=proposal_id,
+                                 user=user, status=TagProposal.Status.PROPOSED)  # fmt: skip
+    proposal.status = TagProposal.Status.ACCEPTED if accept else TagProposal.Status.REJECTED
+    proposal.decided = timezone.now()
+    proposal.save(update_fields=["status", "decided"])
+    if accept and proposal.tag.is_active:
+        profile = profile_get_or_create(user=user)
+        profile.tags.add(proposal.tag)
+        profile.save(update_fields=["updated"])  # the profile changed: its caches follow
+    return proposal
 
 
 def _throttle_key(*, username: str, client_ip: str) -> str:

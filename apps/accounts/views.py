@@ -5,11 +5,11 @@ from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse_lazy
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import services
+from . import selectors, services
 from .forms import ProfileForm, SignupForm, ThrottledAuthenticationForm
 
 
@@ -80,6 +80,7 @@ def profile(request: HttpRequest) -> HttpResponse:
         return redirect("accounts:profile")
     return render(request, "accounts/profile.html", {
         "form": form, "api_keys": request.user.api_keys.filter(revoked=False),
+        "tag_proposals": selectors.tag_proposals_open_for_user(user=request.user),
     })  # fmt: skip
 
 
@@ -98,4 +99,23 @@ def api_key_new(request: HttpRequest) -> HttpResponse:
 def api_key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     services.api_key_revoke(user=request.user, key_id=key_id)
     messages.success(request, "API key revoked.")
+    return redirect("accounts:profile")
+
+
+@login_required
+@require_POST
+def tag_proposal_decide(request: HttpRequest, proposal_id: int) -> HttpResponse:
+    """Yes (decision=accept) or no (decision=reject) to a proposed tag."""
+    decision = request.POST.get("decision")
+    # Someone else's proposal is a 404 whatever was posted: ids never leak through the error.
+    get_object_or_404(selectors.tag_proposals_open_for_user(user=request.user), id=proposal_id)
+    if decision not in ("accept", "reject"):
+        messages.error(request, "Choose Add or No thanks.")
+        return redirect("accounts:profile")
+    proposal = services.tag_proposal_decide(user=request.user, proposal_id=proposal_id,
+                                            accept=decision == "accept")  # fmt: skip
+    if decision == "accept":
+        messages.success(request, f"“{proposal.tag.name}” added to your profile.")
+    else:
+        messages.success(request, f"“{proposal.tag.name}” will not be suggested again.")
     return redirect("accounts:profile")

@@ -35,6 +35,7 @@ class PlanAdmin(admin.ModelAdmin):
                     "max_queue_wait_seconds",
                     "max_tokens_cap",
                     "cost_weights",
+                    "long_prompt_tokens",
                 )
             },
         ),

@@ -33,6 +33,7 @@ from worker.protocol import Answer, Keys
 from .buckets import BucketStore
 from .degradation import Degradation, degradation_publish
 from .endings import fail_unreadable
+from .estimates import Estimator
 from .intake import Intake
 from .lease import Lease
 from .line import Line
@@ -41,6 +42,7 @@ from .positions import Positions
 from .reconcile import Reconcile
 from .release import FleetView, Release
 from .running import Running
+from .servicetimes import ServiceTimes
 from .sweep import Sweep
 from .timeseries import Samples
 
@@ -93,8 +95,12 @@ class Dispatcher:
         self.degradation = Degradation()
         shared = dict(client=client, keys=keys, now_ms=self.now_ms)
         self.samples = Samples(client, keys, now_ms=self.now_ms)  # the ops page's figures
+        # Learned from the answers, kept in Redis for the next lease holder (see load).
+        self.estimator = Estimator(keys)
+        self.service = ServiceTimes(keys)
         self.intake = Intake(**shared, plans=self.plans, buckets=self.buckets, line=self.line,
-                             bucket_now=self.bucket_now, batch=o.batch)  # fmt: skip
+                             bucket_now=self.bucket_now, batch=o.batch,
+                             estimator=self.estimator)  # fmt: skip
         self.sweep = Sweep(**shared, line=self.line, cancel_checks=o.cancel_checks)
         self.release = Release(**shared, line=self.line, running=self.running, plans=self.plans,
                                fleet=self.fleet, prefetch=o.prefetch)  # fmt: skip
@@ -102,9 +108,11 @@ class Dispatcher:
                                    running=self.running, fleet=self.fleet,
                                    bucket_now=self.bucket_now,
                                    grace_ms=int(o.lost_grace * 1000),
-                                   samples=self.samples)  # fmt: skip
+                                   samples=self.samples, estimator=self.estimator,
+                                   service=self.service)  # fmt: skip
         self.positions = Positions(**shared, line=self.line, fleet=self.fleet,
-                                   pushes=o.position_pushes, share=o.position_share)  # fmt: skip
+                                   pushes=o.position_pushes, share=o.position_share,
+                                   service=self.service, plans=self.plans)  # fmt: skip
         self.active = self.loaded = False
         self.loads = 0  # how many times the mirrors were rebuilt from Redis
         self._due: dict[str, float] = {}
@@ -125,7 +133,7 @@ class Dispatcher:
                                          level=self.degradation)  # fmt: skip
             self.intake.retry_held()
             if self._every("sweep", o.sweep_interval):
-                self.sweep.run()
+                self.sweep.run(level=self.degradation)
             self.release.run()
             # After the release: a request just admitted goes out before this pass stores the
             # answers that finished meanwhile (the next pass sees the slots they freed).
@@ -157,6 +165,8 @@ class Dispatcher:
         transitions.check_groups(pipe.execute(raise_on_error=False))
         unreadable = self.line.load(self.client)
         self.running.load(self.client)
+        self.estimator.load(self.client)
+        self.service.load(self.client)
         self.intake.reset()
         fail_unreadable(self.client, self.keys, unreadable)
         self.loaded = True
@@ -169,7 +179,7 @@ class Dispatcher:
         self.degradation = degradation_publish(
             self.client, self.keys, settings=self.plans.degradation, backlog=len(self.line),
             heartbeats=fleet.heartbeats, workers=len(fleet.workers), slots=fleet.slots,
-            running=len(self.running), service_s=self.fleet.service_s,
+            running=len(self.running), service_s=self.service.overall(),
         )  # fmt: skip
         return self.degradation
 

@@ -1,8 +1,12 @@
 """Deficit round robin over per-user queues, weighted by plan and charged by estimated tokens.
 
 Pure Python and deterministic (no clock, no Redis): the dispatcher keeps one in memory, rebuilt
-from Redis when it takes over, and tests drive it directly. Costs are estimated tokens, so a
-user sending long prompts gets fewer requests through than one sending short ones.
+from Redis when it takes over, and tests drive it directly. Costs are estimated tokens (times
+the kind's weight), so a user sending long prompts gets fewer requests through than one sending
+short ones.
+
+Two tiers: people's requests, and background work Sluice starts itself. A background entry
+leaves only when no person's entry that may run is waiting: it never goes ahead of a person.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ class Entry:
     user: str
     cost: int
     weight: float = 1.0
+    tier: int = 0  # PEOPLE or BACKGROUND
 
 
 @dataclass
@@ -59,7 +64,61 @@ class _Shadow:
         return self._head is None
 
 
+PEOPLE, BACKGROUND = 0, 1
+
+
 class FairQueue:
+    """People's entries in fair order, then background entries in fair order among
+    themselves: `pop` takes a background entry only when no person's entry may run."""
+
+    def __init__(self, *, quantum: int = 256) -> None:
+        self.quantum = quantum
+        self.tiers = (_Drr(quantum=quantum), _Drr(quantum=quantum))
+        self._tier_of: dict[str, _Drr] = {}
+
+    def __len__(self) -> int:
+        return len(self._tier_of)
+
+    def __contains__(self, entry_id: str) -> bool:
+        return entry_id in self._tier_of
+
+    def users(self) -> list[str]:
+        return list(dict.fromkeys(u for tier in self.tiers for u in tier.users()))
+
+    def user_depth(self, user: str) -> int:
+        return sum(tier.user_depth(user) for tier in self.tiers)
+
+    def push(self, entry: Entry) -> None:
+        tier = self.tiers[BACKGROUND if entry.tier == BACKGROUND else PEOPLE]
+        tier.push(entry)
+        self._tier_of[entry.id] = tier
+
+    def remove(self, entry_id: str) -> Entry | None:
+        tier = self._tier_of.pop(entry_id, None)
+        return None if tier is None else tier.remove(entry_id)
+
+    def pop(self, eligible: Callable[[str], bool] = lambda user: True) -> Entry | None:
+        for tier in self.tiers:
+            entry = tier.pop(eligible)
+            if entry is not None:
+                del self._tier_of[entry.id]
+                return entry
+        return None
+
+    def order(self, eligible: Callable[[str], bool] = lambda user: True) -> Iterator[Entry]:
+        """Entries in the order `pop` would release them (see `_Drr.order`)."""
+        for tier in self.tiers:
+            yield from tier.order(eligible)
+
+    def release_order(self) -> list[str]:
+        return [entry_id for tier in self.tiers for entry_id in tier.release_order()]
+
+    def tier_ids(self, tier: int) -> list[str]:
+        """The ids waiting in `tier` (PEOPLE or BACKGROUND), in no particular order."""
+        return list(self.tiers[tier]._ids)
+
+
+class _Drr:
     """Each turn a user gains `quantum * weight` and releases while its deficit covers the
     head's cost. Users appear in turn order; a user whose queue empties leaves with no credit.
     """

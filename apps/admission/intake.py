@@ -29,6 +29,8 @@ from . import outcomes
 from .buckets import NEVER, TAKEN, Bucket, BucketStore, plan_buckets
 from .degradation import Degradation
 from .endings import Endings, fail_unreadable
+from .estimates import Estimator, question_of
+from .kinds import STATELESS, is_background, kind_decide
 from .line import Line, QueuedRequest
 from .metrics import MetricsBatch
 from .plans import PlanBook
@@ -36,19 +38,17 @@ from .plans import PlanBook
 log = logging.getLogger("sluice.dispatcher")
 
 Entries = list[tuple[str, dict[str, str] | None]]
-# Requests that belong to no conversation: the OpenAI-compatible API's, whose caller sends the
-# whole history each time.
-STATELESS_KINDS = frozenset({"api"})
 # Why a request was refused, for programs (the final event's `code`), by the metrics' reason.
 REJECTION_CODES = {"rate": "rate_limited", "too_large": "too_large", "shed": "shed",
-                   "model": "model_not_allowed"}  # fmt: skip
+                   "model": "model_not_allowed", "background": "shed"}  # fmt: skip
 
 
 class Intake:
     def __init__(self, *, client: redis.Redis, keys: Keys, plans: PlanBook, buckets: BucketStore,
                  line: Line, now_ms: Callable[[], int], bucket_now: Callable[[], int | None],
-                 batch: int) -> None:  # fmt: skip
+                 batch: int, estimator: Estimator | None = None) -> None:  # fmt: skip
         self.client = client
+        self.estimator = estimator or Estimator(keys)
         self.keys = keys
         self.plans = plans
         self.buckets = buckets
@@ -115,15 +115,26 @@ class Intake:
                 rejected.append((request, outcomes.shed(retry_after=level.retry_after),
                                  level.retry_after, "shed"))  # fmt: skip
                 continue
+            if is_background(request.kind) and level.level >= 1:  # people first, always
+                rejected.append((request, outcomes.background_deferred(
+                    retry_after=level.retry_after), level.retry_after, "background"))  # fmt: skip
+                continue
+            if request.worst_cost > min(plan.burst_tokens, plan.tokens_per_day):
+                # The estimate may fit, but an answer running to its cap would not.
+                rejected.append((request, outcomes.too_large(
+                    tokens=request.worst_cost, limit=min(plan.burst_tokens,
+                                                         plan.tokens_per_day)),
+                    None, "too_large"))  # fmt: skip
+                continue
             first_held = self.line.holds(request.user_id)
             if first_held is not None:  # held by its plan's rate: later ones wait behind it
                 request.retry_at_ms, request.held_by = first_held.retry_at_ms, first_held.held_by
                 queued.append(request)
                 continue
-            size = (plan.slug, request.cost, request.kind)
+            size = (plan.slug, request.cost, request.kind_weight)
             if size not in buckets_of:
-                requests = plan.cost_weight(request.kind)
-                buckets_of[size] = plan_buckets(plan, tokens=request.cost, requests=requests)
+                buckets_of[size] = plan_buckets(plan, tokens=request.cost,
+                                                requests=request.kind_weight)  # fmt: skip
             to_charge.append((request, buckets_of[size]))
         pending = self.buckets.take_in_background(
             [(self.keys.bucket(r.user_id), b) for r, b in to_charge], now_ms=self.bucket_now()
@@ -195,14 +206,19 @@ class Intake:
             raise KeyError("messages")
         request_id, user_id = fields["id"], fields["user_id"]
         conversation_id = fields["conversation_id"]
-        kind = fields.get("kind") or "chat"
+        submitted_kind = fields.get("kind") or "chat"
         if not (request_id and user_id):
             raise ValueError("id and user_id must not be empty")
-        if not conversation_id and kind not in STATELESS_KINDS:
+        if not conversation_id and submitted_kind not in STATELESS:
+            # Only the API's and Sluice's own (background) requests belong to no conversation.
             raise ValueError("conversation_id must not be empty")
         plan = self.plans.for_user(user_id)
         asked = int(fields["max_tokens"])
         prompt_tokens = max(0, int(fields.get("prompt_tokens_estimate") or 0))
+        kind = kind_decide(submitted=submitted_kind, prompt_tokens=prompt_tokens,
+                           long_prompt_tokens=plan.long_prompt_tokens)  # fmt: skip
+        if kind != submitted_kind:
+            fields["kind"] = kind
         submitted = int(fields.get("submitted_ms") or now)
         submit_by_ms = int(fields.get("submit_by_ms") or 0)
         cap = plan.max_tokens_cap
@@ -216,6 +232,11 @@ class Intake:
             prompt_tokens, max_tokens, plan.priority_weight, submitted,
             submitted + plan.max_queue_wait_seconds * 1000, self._next_ns(), False, 0, "", fields,
         )  # fmt: skip
+        request.kind_weight = plan.cost_weight(kind)
+        guess = self.estimator.guess(kind=kind, user_id=user_id, plan=plan.slug,
+                                     prompt_tokens=prompt_tokens, max_tokens=max_tokens,
+                                     question=question_of(fields["messages"]))  # fmt: skip
+        request.estimate, request.features = guess.tokens, guess.x
         return request, plan, submit_by_ms
 
     def _next_ns(self) -> int:
@@ -239,7 +260,7 @@ class Intake:
             plan = self.plans.for_user(request.user_id)
             batch.append((self.keys.bucket(request.user_id),
                           plan_buckets(plan, tokens=request.cost,
-                                       requests=plan.cost_weight(request.kind))))  # fmt: skip
+                                       requests=request.kind_weight)))  # fmt: skip
         decisions = self.buckets.take(batch, now_ms=self.bucket_now())
         charged, waiting, ended = [], [], []
         pipe = self.client.pipeline(transaction=True)

@@ -15,19 +15,21 @@ import json
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
 from worker import protocol, transitions
 from worker.protocol import Answer, Keys, State
 
-from .fairqueue import Entry, FairQueue
+from .fairqueue import BACKGROUND, PEOPLE, Entry, FairQueue
+from .kinds import is_background
 from .watch import CancelWatch, DeadlineHeap
 
 log = logging.getLogger("sluice.dispatcher")
 
-ENCODING = 1  # first element of an encoded record: a new layout gets a new number
+ENCODING = 2  # first element of an encoded record: a new layout gets a new number
+READABLE = (1, 2)  # 1: before answer-length estimates (the answer reserved max_tokens)
 Flow = tuple[str, str]  # (user id, model): whose turn it is in the fair queue
 
 
@@ -50,14 +52,23 @@ class QueuedRequest:
     retry_at_ms: int  # not charged: its plan's rate holds it until then
     held_by: str  # not charged: the bucket that holds it ("req", "tpm" or "tpd")
     fields: dict[str, str]  # the work item as a worker reads it
+    estimate: int = 0  # the answer's predicted tokens (estimates.py); 0: max_tokens
+    kind_weight: float = 1.0  # the plan's cost weight for its kind
+    features: list[float] = field(default_factory=list)  # what the estimate was made from
     # Not stored: after a reload everyone hears their position again.
     told_position: int = 0
     told_at_ms: int = 0
 
     @property
     def cost(self) -> int:
-        """Estimated tokens: what its buckets are charged and what the fair queue weighs."""
-        return self.prompt_tokens + self.max_tokens
+        """Estimated tokens times its kind's weight: what its buckets are charged and what
+        the fair queue weighs."""
+        return round((self.prompt_tokens + (self.estimate or self.max_tokens)) * self.kind_weight)
+
+    @property
+    def worst_cost(self) -> int:
+        """What it costs if the answer runs to max_tokens: it must fit the plan at all."""
+        return round((self.prompt_tokens + self.max_tokens) * self.kind_weight)
 
     @property
     def model(self) -> str:
@@ -70,27 +81,33 @@ class QueuedRequest:
             ENCODING, self.id, self.user_id, self.conversation_id, self.kind, self.plan,
             self.prompt_tokens, self.max_tokens, self.weight, self.submitted_ms,
             self.deadline_ms, self.queued_ns, self.charged, self.retry_at_ms, self.held_by,
-            self.fields,
+            self.fields, self.estimate, self.kind_weight, self.features,
         ])  # fmt: skip
 
     @classmethod
     def decode(cls, raw: str) -> QueuedRequest:
         """Raises ValueError or TypeError for a record that is not one."""
         version, *values = json.loads(raw)
-        if version != ENCODING:
+        if version not in READABLE:
             raise ValueError(f"unknown queue record layout {version!r}")
+        estimate, kind_weight, features = values[15:] if version == 2 else (0, 1.0, [])
         (request_id, user_id, conversation_id, kind, plan, prompt_tokens, max_tokens, weight,
-         submitted, deadline, queued, charged, retry_at, held_by, fields) = values  # fmt: skip
-        if not isinstance(fields, dict):
-            raise TypeError("the work item must be an object")
+         submitted, deadline, queued, charged, retry_at, held_by, fields) = values[:15]  # fmt: skip
+        if not isinstance(fields, dict) or not isinstance(features, list):
+            raise TypeError("the work item must be an object, the features a list")
         return cls(str(request_id), str(user_id), str(conversation_id), str(kind), str(plan),
                    int(prompt_tokens), int(max_tokens), float(weight), int(submitted),
                    int(deadline), int(queued), bool(charged), int(retry_at), str(held_by),
-                   {str(k): str(v) for k, v in fields.items()})  # fmt: skip
+                   {str(k): str(v) for k, v in fields.items()}, int(estimate),
+                   float(kind_weight), [float(v) for v in features])  # fmt: skip
 
     def charge_record(self) -> str:
-        """What its buckets were charged, kept in the charges hash until its answer settles it."""
-        return json.dumps({"user": self.user_id, "plan": self.plan, "tokens": self.cost})
+        """What its buckets were charged, kept in the charges hash until its answer settles it,
+        with what its answer's real length teaches the estimator and the service times."""
+        return json.dumps({"user": self.user_id, "plan": self.plan, "tokens": self.cost,
+                           "w": self.kind_weight, "est": self.estimate,
+                           "max": self.max_tokens, "model": self.model,
+                           "x": [round(v, 4) for v in self.features]})  # fmt: skip
 
     def ended(self, state: State, error: str = "", retry_after: int | None = None,
               code: str = "") -> Answer:  # fmt: skip
@@ -235,5 +252,7 @@ class Line:
 
 def _entry(request: QueuedRequest) -> Entry:
     # The fair queue's turns go to flows, one per user and model, so each model's line is
-    # fair among its users and a full model never blocks the others.
-    return Entry(request.id, (request.user_id, request.model), request.cost, request.weight)
+    # fair among its users and a full model never blocks the others. Background work waits
+    # behind every person's request.
+    tier = BACKGROUND if is_background(request.kind) else PEOPLE
+    return Entry(request.id, (request.user_id, request.model), request.cost, request.weight, tier)

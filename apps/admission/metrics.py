@@ -20,7 +20,9 @@ STATUSES = ("admitted", "queued", "rejected", "timed_out", "cancelled", "withdra
 # `requests:<status>:<reason>`, counted besides the status's total. rate: the plan's rate or
 # daily quota; too_large: more tokens than the plan allows at once; shed: the lowest plan under
 # heavy load; no_worker: charged, but no worker slot came free in time.
-REASONS = {"rejected": ("rate", "too_large", "shed"), "timed_out": ("rate", "no_worker")}
+# background: work Sluice starts itself, refused while the service degrades.
+REASONS = {"rejected": ("rate", "too_large", "shed", "background"),
+           "timed_out": ("rate", "no_worker")}  # fmt: skip
 
 # Every count this process has written (`requests:rejected:rate`, `tokens:<plan>`, ...): the
 # dispatcher's own figures (its Prometheus endpoint, the ops page's samples) read the same

@@ -15,7 +15,8 @@ positive = [MinValueValidator(1, "Must be at least 1.")]
 
 
 def default_cost_weights() -> dict[str, float]:
-    return {"chat": 1, "report": 5}
+    # Per request kind (apps/admission/kinds.py); a kind not listed weighs 1.
+    return {"chat": 1, "rag": 1, "long": 2, "background": 1}
 
 
 class Plan(models.Model):
@@ -52,7 +53,13 @@ class Plan(models.Model):
     )
     cost_weights = models.JSONField(
         default=default_cost_weights, blank=True,
-        help_text='Requests counted per request type, e.g. {"chat": 1, "report": 5}.',
+        help_text="What a request of each kind counts: its requests, tokens and fair-queue "
+        'cost times this weight, e.g. {"chat": 1, "rag": 1, "long": 2, "background": 1} '
+        "(a kind not listed weighs 1).",
+    )  # fmt: skip
+    long_prompt_tokens = models.PositiveIntegerField(
+        default=1500, validators=positive,
+        help_text="A prompt over this many tokens makes its request of the kind long.",
     )  # fmt: skip
     model_names = ArrayField(
         models.CharField(max_length=200), default=list, blank=True, verbose_name="models",

@@ -33,6 +33,12 @@ def shed(*, retry_after: int) -> str:
             f"Try again in {human_seconds(retry_after)}.")  # fmt: skip
 
 
+def background_deferred(*, retry_after: int) -> str:
+    """Background work (summaries, suggestions) refused while the service sheds load."""
+    return ("Sluice is under load and keeps its workers for people's questions: this "
+            f"background task is refused. Try again in {human_seconds(retry_after)}.")  # fmt: skip
+
+
 def timed_out(*, waited_s: float) -> str:
     return (f"Sluice is very busy: your request waited {human_seconds(waited_s)} without a free "
             "worker. Please try again in a minute.")  # fmt: skip

@@ -1,5 +1,8 @@
 """Positions: "You are #3 in line (about 12 s)", pushed to waiting requests, within a bound.
 
+The ETA is the place over the live slots of the request's model, times that model's measured
+service time (servicetimes.py: start to final, a moving average per model).
+
 Every release moves everyone behind it, so "push each changed position" would mean a push per
 waiting request per pass. Instead the head of the line (the requests about to run, whose users
 watch most closely) hears every change; every request hears its first position soon after it
@@ -21,7 +24,9 @@ from worker.protocol import Keys
 from . import outcomes
 from .line import Line, QueuedRequest
 from .metrics import MetricsBatch
+from .plans import PlanBook
 from .release import FleetView
+from .servicetimes import ServiceTimes
 
 HEAD = 20  # places told at every change
 RETELL_MS = 5000  # further back: at most this often
@@ -33,8 +38,12 @@ class Positions:
     pass for a short line, every few seconds for tens of thousands)."""
 
     def __init__(self, *, client: redis.Redis, keys: Keys, line: Line, fleet: FleetView,
-                 now_ms: Callable[[], int], pushes: int, share: float) -> None:  # fmt: skip
+                 now_ms: Callable[[], int], pushes: int, share: float,
+                 service: ServiceTimes | None = None,
+                 plans: PlanBook | None = None) -> None:  # fmt: skip
         self.client = client
+        self.service = service or ServiceTimes(keys)
+        self.plans = plans or PlanBook()
         self.keys = keys
         self.line = line
         self.fleet = fleet
@@ -66,9 +75,11 @@ class Positions:
         first_told = 0
         for place, request_id in chosen:
             request = self.line.requests[request_id]
-            # Its model's workers serve its line (one that names none: any of them, for now).
-            slots = max(1, fleet.slots_for(request.model) if request.model else fleet.slots)
-            eta = place / slots * self.fleet.service_s
+            # Its model's workers serve its line; one that names none runs on the default
+            # model, decided as it leaves the line (the same choice, made here for the ETA).
+            model = request.model or self.fleet.target("", self.plans.for_user(request.user_id))
+            slots = fleet.slots_for(model) or fleet.slots
+            eta = self.service.eta(model, place=place, slots=slots)
             reason = ""
             if not request.charged:  # its plan's rate holds it: say so, and until when
                 held_s = (request.retry_at_ms - now) / 1000

@@ -1,9 +1,10 @@
 """Reconcile: the dispatcher's books brought back in line with what really happened.
 
 Settling answers. Each answer record the recorder reads settles its request: the estimate its
-buckets were charged is reconciled with the real usage (the difference refunded, or charged),
-the user's running count drops, and the fleet view learns which worker served the conversation
-and how long the answer took. A batch costs three round trips whatever its size.
+buckets were charged is reconciled with the real usage, times its kind's weight (the difference
+refunded, or charged), the user's running count drops, the fleet view learns which worker served
+the conversation, the answer-length estimator learns the real length and the service times how
+long the answer took. A batch costs three round trips whatever its size.
 
 Lost requests. Every few seconds, each request dispatched more than `grace_ms` ago and still not
 settled is checked against the truth, in the request hashes, the workers' heartbeats and the
@@ -37,10 +38,12 @@ from worker.protocol import Answer, EventType, Keys, State
 from . import outcomes
 from .buckets import BucketStore, plan_buckets
 from .endings import Endings
+from .estimates import Estimator, Sample
 from .metrics import MetricsBatch
 from .plans import PlanBook
 from .release import FleetView, parsed_heartbeats
 from .running import Running
+from .servicetimes import ServiceTimes
 from .timeseries import Samples
 
 log = logging.getLogger("sluice.dispatcher")
@@ -52,8 +55,11 @@ class Reconcile:
     def __init__(self, *, client: redis.Redis, keys: Keys, plans: PlanBook, buckets: BucketStore,
                  running: Running, fleet: FleetView, now_ms: Callable[[], int],
                  bucket_now: Callable[[], int | None], grace_ms: int,
-                 samples: Samples | None = None) -> None:  # fmt: skip
+                 samples: Samples | None = None, estimator: Estimator | None = None,
+                 service: ServiceTimes | None = None) -> None:  # fmt: skip
         self.client = client
+        self.estimator = estimator or Estimator(keys)
+        self.service = service or ServiceTimes(keys)
         self.samples = samples  # the ops page's figures: fed from the answers settled here
         self.keys = keys
         self.plans = plans
@@ -74,23 +80,32 @@ class Reconcile:
         ids = [answer.id for answer in answers]
         tokens: Counter[str] = Counter()
         refunds = []
+        learned: list[Sample] = []
         for answer, raw in zip(answers, self.client.hmget(self.keys.charges, ids), strict=True):
             self.fleet.learn(answer)
             charge = _charge(raw)
             if charge is None:
                 continue
-            user_id, plan_slug, estimate = charge
+            user_id, plan_slug, estimate, record = charge
             used = _used(answer)
             tokens[plan_slug] += used
-            difference = estimate - used  # positive: refund what was not used
+            self.service.learn_answer(str(record.get("model") or ""), answer)
+            sample = _sample(answer, record, user_id, plan_slug)
+            if sample is not None:
+                learned.append(sample)
+            # Charged at its kind's weight: settled at the same weight.
+            difference = estimate - round(used * _float(record.get("w"), 1.0))
             if difference:
                 plan = self.plans.for_user(user_id)
                 buckets = [b for b in plan_buckets(plan, tokens=difference, requests=0)
                            if b.name != "req"]  # fmt: skip
                 refunds.append((self.keys.bucket(user_id), buckets))
+        self.estimator.learn(learned)
         pipe = self.client.pipeline(transaction=False)
         pipe.hdel(self.keys.charges, *ids)
         self.running.settled(pipe, ids)
+        self.estimator.save(pipe)
+        self.service.save(pipe)
         if tokens:
             MetricsBatch(tokens=dict(tokens)).write(pipe, self.keys.metrics)
         if self.samples is not None:  # when each was submitted and dispatched, same round trip
@@ -214,16 +229,37 @@ class Reconcile:
         return answers
 
 
-def _charge(raw: str | None) -> tuple[str, str, int] | None:
-    """(user id, plan slug, tokens charged) from a charges hash entry."""
+def _charge(raw: str | None) -> tuple[str, str, int, dict] | None:
+    """(user id, plan slug, tokens charged, the whole record) from a charges hash entry."""
     if not raw:
         return None
     try:
         charge = json.loads(raw)
-        return str(charge["user"]), str(charge["plan"]), int(charge["tokens"])
+        return str(charge["user"]), str(charge["plan"]), int(charge["tokens"]), charge
     except (ValueError, TypeError, KeyError):
         log.error("ignoring an unreadable charge: %.200s", raw)
         return None
+
+
+def _sample(answer: Answer, record: dict, user_id: str, plan: str) -> Sample | None:
+    """What a finished answer teaches the estimator: its real length against the guess (an
+    answer stopped or failed midway says nothing about how long it would have been)."""
+    real = _int(answer.usage.completion_tokens)
+    features = record.get("x")
+    if answer.state != State.DONE or real <= 0 or not isinstance(features, list):
+        return None
+    try:
+        return Sample([float(v) for v in features], int(record["est"]), int(record["max"]),
+                      user_id, plan, real)  # fmt: skip
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _float(value, default: float) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
 
 
 def _used(answer: Answer) -> int:

@@ -1,6 +1,6 @@
 """Release: waiting requests go to workers only as fast as the workers free slots, in fair order,
-within each user's max_concurrent, routed to the worker whose KV cache likely holds the
-conversation's prefix.
+within each user's max_concurrent, routed by `routing.py` (to the worker whose KV cache likely
+holds the prompt, remembered in Redis by `affinity.py`, else to the shared stream).
 
 Per model: each model has its own shared work stream, read by the workers that serve it, and its
 own room (its workers' slots less the work waiting on its streams). A request that names no
@@ -8,7 +8,8 @@ model runs on the default one (`plans.model_choose`), decided as it leaves the l
 
 The fleet view is what the workers' heartbeats say (live workers and their slots) plus how much
 work waits on the work streams; the answers teach it which worker served each conversation last
-and how long an answer takes (the ETAs in positions).
+and how long an answer takes (the ETAs in positions). A worker whose circuit breaker is open
+(worker/breaker.py) is out of routing; half-open, it counts one slot, for its probe.
 """
 
 from __future__ import annotations
@@ -16,25 +17,25 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
 from django.conf import settings
 
-from worker import transitions
+from worker import protocol, transitions
 from worker.protocol import Answer, Keys, State
 
+from .affinity import AffinityStore
 from .line import Flow, Line, QueuedRequest
 from .models import Plan
 from .plans import PlanBook, model_choose
+from .routing import Router
 from .running import Running
 
 log = logging.getLogger("sluice.dispatcher")
 
 LIVE_SECONDS = 15  # a worker whose last beat is older is not counted
-AFFINITY_MAX = 100_000  # conversations remembered
 
 
 @dataclass
@@ -47,6 +48,8 @@ class Fleet:
     stream_len: dict[str, int] = field(default_factory=dict)
     heartbeats: list[dict] = field(default_factory=list)  # every fresh one
     model_slots: dict[str, int] = field(default_factory=dict)  # model → its workers' slots
+    waiting: dict[str, int] = field(default_factory=dict)  # worker → unread on its stream
+    breakers_open: list[str] = field(default_factory=list)  # out of routing (or probing)
 
     def queued(self, keys: Keys, model: str) -> int:
         """Work waiting or running on `model`'s streams: its shared one and its workers'."""
@@ -54,6 +57,13 @@ class Fleet:
             self.stream_len.get(keys.work_for(w), 0) for w, beat in self.workers.items()
             if beat_model(beat) == model
         )  # fmt: skip
+
+    def overbooked(self, model: str) -> int:
+        """Work waiting for a worker that is already full (routed there for its cache): it
+        holds none of the other workers' slots, so it is left out of the model's room."""
+        return sum(max(0, int(beat.get("busy") or 0) + self.waiting.get(w, 0)
+                       - int(beat.get("slots") or 0))
+                   for w, beat in self.workers.items() if beat_model(beat) == model)  # fmt: skip
 
     def slots_for(self, model: str) -> int:
         return self.model_slots.get(model, 0)
@@ -65,7 +75,12 @@ class FleetView:
         self.keys = keys
         self.interval = interval
         self.fleet = Fleet()
-        self.affinity: OrderedDict[str, str] = OrderedDict()  # conversation → worker
+        self.affinity = AffinityStore(client, keys, ttl_seconds=getattr(
+            settings, "SLUICE_AFFINITY_TTL_SECONDS", 1800))  # fmt: skip
+        self.router = Router(
+            keys, self.affinity, policy=getattr(settings, "SLUICE_ROUTING", "affinity"),
+            max_load=getattr(settings, "SLUICE_AFFINITY_MAX_LOAD", 2.5),
+        )  # fmt: skip
         self.service_s = 10.0  # average time an answer takes
         self.models_seen: set[str] = set()  # every model a live worker has served
         self._read_at = 0.0
@@ -84,8 +99,17 @@ class FleetView:
         pipe = self.client.pipeline(transaction=False)
         for stream in streams:
             pipe.xlen(stream)
-        fleet.stream_len = dict(zip(streams, pipe.execute(), strict=True))
+        for worker_id in fleet.workers:  # what its worker has read: running, not waiting
+            pipe.xpending(self.keys.work_for(worker_id), protocol.WORKER_GROUP)
+        replies = pipe.execute(raise_on_error=False)
+        lengths = [r if isinstance(r, int) else 0 for r in replies[: len(streams)]]
+        fleet.stream_len = dict(zip(streams, lengths, strict=True))
         fleet.queued_on_streams = sum(fleet.stream_len.values())
+        for worker_id, pending in zip(fleet.workers, replies[len(streams) :], strict=True):
+            read = pending.get("pending", 0) if isinstance(pending, dict) else 0
+            fleet.waiting[worker_id] = max(
+                0, fleet.stream_len[self.keys.work_for(worker_id)] - read
+            )
         self.fleet = fleet
         return fleet
 
@@ -96,10 +120,15 @@ class FleetView:
         for beat in parsed_heartbeats(beats):
             fleet.heartbeats.append(beat)
             if beat.get("healthy", True) and not beat.get("draining"):
-                fleet.workers[beat["worker_id"]] = beat
-                slots = int(beat.get("slots") or 0)
-                fleet.slots += slots
                 model = beat_model(beat)
+                slots = int(beat.get("slots") or 0)
+                breaker = breaker_state(beat)
+                if breaker != "closed":  # out of routing; half-open, room for its one probe
+                    fleet.breakers_open.append(beat["worker_id"])
+                    slots = int(breaker == "half_open")
+                else:
+                    fleet.workers[beat["worker_id"]] = beat
+                fleet.slots += slots
                 fleet.model_slots[model] = fleet.model_slots.get(model, 0) + slots
         self.models_seen.update(fleet.model_slots)
         return fleet
@@ -111,30 +140,25 @@ class FleetView:
 
     def learn(self, answer: Answer) -> None:
         """Which worker holds this conversation's prefix now, and how long answers take."""
-        if answer.worker_id and answer.conversation_id:
-            self.affinity[answer.conversation_id] = answer.worker_id
-            self.affinity.move_to_end(answer.conversation_id)
-            if len(self.affinity) > AFFINITY_MAX:
-                self.affinity.popitem(last=False)
+        self.affinity.learn(answer)
         duration = answer.usage.duration_ms
         if answer.state == State.DONE and duration:
             self.service_s = 0.8 * self.service_s + 0.2 * duration / 1000
 
-    def route(self, request: QueuedRequest, fleet: Fleet, model: str) -> str:
-        """The affinity stream of the worker that served this conversation last, when it is
-        live, serves `model` and has a slot for it; else `model`'s shared stream."""
-        worker_id = self.affinity.get(request.conversation_id)
-        beat = fleet.workers.get(worker_id) if worker_id else None
-        if beat is not None and beat_model(beat) == model:
-            stream = self.keys.work_for(worker_id)
-            if fleet.stream_len.get(stream, 0) + int(beat.get("busy") or 0) < int(beat["slots"]):
-                return stream
-        return self.keys.work_for_model(model)
+    def route(self, requests: list[tuple[QueuedRequest, str]], fleet: Fleet) -> list[str]:
+        """The work stream of each (request, model it runs on), by the routing policy."""
+        return self.router.route(requests, fleet.workers, fleet.waiting)
 
 
 def beat_model(beat: dict) -> str:
     """The model a heartbeat's worker serves ("": it announces none)."""
     return str(beat.get("model") or "")
+
+
+def breaker_state(beat: dict) -> str:
+    """closed, open or half_open: what the worker's circuit breaker says (closed: none)."""
+    breaker = beat.get("breaker")
+    return str(breaker.get("state") or "closed") if isinstance(breaker, dict) else "closed"
 
 
 def parsed_heartbeats(raws: list[str | None]) -> list[dict]:
@@ -169,11 +193,16 @@ class Release:
     def run(self) -> int:
         """Hands out as many requests as there are free slots; returns how many."""
         line = self.line
+        self.fleet.affinity.flush()  # what the last answers taught, for a standby too
         if not len(line.fair):
             return 0
         fleet = self.fleet.refresh()
-        room = {model: slots + self.prefetch - fleet.queued(self.keys, model)
-                for model, slots in fleet.model_slots.items()}  # fmt: skip
+        if self.fleet.router.pushes:  # a load balancer forwards at once: workers queue it
+            room = {model: len(line.fair) for model, slots in fleet.model_slots.items() if slots}
+        else:
+            room = {model: slots + self.prefetch - fleet.queued(self.keys, model)
+                    + fleet.overbooked(model)
+                    for model, slots in fleet.model_slots.items()}  # fmt: skip
         if not any(free > 0 for free in room.values()):
             return 0
         targets: dict[Flow, str] = {}  # (user, model asked for) → the model it runs on
@@ -187,7 +216,7 @@ class Release:
                 targets[flow] = self.fleet.target(model, plan)
             return room.get(targets[flow], 0) > 0
 
-        released: list[QueuedRequest] = []
+        picked: list[tuple[QueuedRequest, str]] = []
         pipe = self.client.pipeline(transaction=True)
         now = self.now_ms()
         while True:
@@ -197,13 +226,17 @@ class Release:
             model = targets[(request.user_id, request.model)]
             if model != request.model:  # the default, decided now: the worker reads it
                 request.fields["model"] = model
-            stream = self.fleet.route(request, fleet, model)
-            fleet.stream_len[stream] = fleet.stream_len.get(stream, 0) + 1
             room[model] -= 1
+            self.running.add(pipe, request.id, request.user_id, now_ms=now)  # max_concurrent
+            picked.append((request, model))
+        if not picked:
+            return 0
+        # Routed together: one read of the affinity entries for everything this pass releases.
+        released = [request for request, _ in picked]
+        for request, stream in zip(released, self.fleet.route(picked, fleet), strict=True):
+            fleet.stream_len[stream] = fleet.stream_len.get(stream, 0) + 1
             transitions.dispatched(pipe, self.keys, request.id, stream=stream,
                                    fields=request.fields)  # fmt: skip
-            self.running.add(pipe, request.id, request.user_id, now_ms=now)
-            released.append(request)
         if released:
             self.running.keep(pipe)
             line.leave(pipe, released)

@@ -8,9 +8,10 @@ workers' heartbeats, read at most once a second per process.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 from django.conf import settings
@@ -148,3 +149,43 @@ def admission_counters() -> dict[str, str]:
 
 def queue_depth() -> int:
     return get_redis().hlen(keys().queue)
+
+
+@dataclass(frozen=True)
+class EstimateFigures:
+    """The answer-length estimator's recent error, as the dispatcher last wrote it, beside the
+    old rule's (max_tokens reserved for every answer); None before any answer was learned."""
+
+    samples: int = 0
+    median_ape: float | None = None
+    under_half: float | None = None
+    rule_median_ape: float | None = None
+    rule_under_half: float | None = None
+    # model → (seconds from start to final, answers measured): what the queue ETAs use
+    service: dict[str, tuple[float, int]] = field(default_factory=dict)
+
+
+def estimate_figures(counters: dict[str, str] | None = None, *,
+                     service: bool = False) -> EstimateFigures:  # fmt: skip
+    """From the metrics hash (`counters`: already read, else read here); with `service`, the
+    per-model service times too."""
+    if counters is None:
+        counters = admission_counters()
+    times = {}
+    if service:
+        for model, value in get_redis().hgetall(keys().estimates("service")).items():
+            seconds, _, count = value.partition(",")
+            with contextlib.suppress(ValueError):
+                times[model or "(default)"] = (float(seconds), int(count))
+
+    def figure(name: str) -> float | None:
+        try:
+            return float(counters[f"gauge:estimate_{name}"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    return EstimateFigures(samples=int(figure("samples") or 0), median_ape=figure("median_ape"),
+                           under_half=figure("under_half"),
+                           rule_median_ape=figure("rule_median_ape"),
+                           rule_under_half=figure("rule_under_half"),
+                           service=dict(sorted(times.items())))  # fmt: skip

@@ -1,4 +1,5 @@
-"""The sweep: waiting requests whose user pressed stop, or whose max queue wait ran out.
+"""The sweep: waiting requests whose user pressed stop, or whose max queue wait ran out, and
+background work still waiting when the service starts to degrade (people come first).
 
 It touches the stops noted in the `cancels` set, a bounded slice of cancel flags and the
 deadlines that are due, never the whole line (watch.py). A request that runs out of time says
@@ -15,7 +16,10 @@ import redis
 from worker.protocol import Keys, State
 
 from . import outcomes
+from .degradation import Degradation
 from .endings import Endings
+from .fairqueue import BACKGROUND
+from .kinds import is_background
 from .line import Line
 from .metrics import MetricsBatch
 
@@ -31,14 +35,17 @@ class Sweep:
         self.now_ms = now_ms
         self.cancel_checks = cancel_checks
 
-    def run(self) -> int:
+    def run(self, *, level: Degradation | None = None) -> int:
         """Ends what is due; returns how many requests it ended."""
         line = self.line
         noted = self.client.smembers(self.keys.cancels)
         stopped = {i for i in noted if i in line} | self._flagged()
         now = self.now_ms()
         late = [i for i in line.deadlines.due(now, line.requests) if i not in stopped]
-        if not stopped and not late and not noted:
+        deferred = []
+        if level is not None and level.level >= 1:
+            deferred = [i for i in self._background() if i not in stopped and i not in late]
+        if not stopped and not late and not noted and not deferred:
             return 0
         pipe = self.client.pipeline(transaction=True)
         endings = Endings(self.keys)
@@ -57,7 +64,12 @@ class Sweep:
                 retry_after, reason, code = int(wait_s) + 1, "rate", "rate_limited"
             endings.add(pipe, request.ended(State.FAILED, error, retry_after, code=code))
             metrics.count("timed_out", reason=reason)
-        ended = [line.requests[i] for i in (*stopped, *late)]
+        for request_id in deferred:
+            error = outcomes.background_deferred(retry_after=level.retry_after)
+            request = line.requests[request_id]
+            endings.add(pipe, request.ended(State.FAILED, error, level.retry_after, code="shed"))
+            metrics.count("rejected", reason="background")
+        ended = [line.requests[i] for i in (*stopped, *late, *deferred)]
         line.leave(pipe, ended)  # a charged request's charge goes back with its answer record
         if noted:
             pipe.srem(self.keys.cancels, *noted)
@@ -68,6 +80,12 @@ class Sweep:
         for request in ended:
             line.forget(request.id)
         return len(ended)
+
+    def _background(self) -> list[str]:
+        """Background requests waiting: charged ones in their tier, and any a rate holds."""
+        held = [i for ids in self.line.held.values() for i in ids
+                if is_background(self.line.requests[i].kind)]  # fmt: skip
+        return self.line.fair.tier_ids(BACKGROUND) + held
 
     def _flagged(self) -> set[str]:
         """Waiting requests with a cancel flag, among this sweep's slice of the line."""

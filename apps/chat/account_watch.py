@@ -27,6 +27,12 @@ Listener = Callable[[dict | None], None]
 
 
 class AccountWatch:
+    """Follows one stream of per-user events (`stream_name`); an event whose "user" is "*"
+    goes to every listener."""
+
+    def stream_name(self) -> str:
+        return keys().account_events
+
     def __init__(self) -> None:
         self._listeners: dict[str, set[Listener]] = {}
         self._cursor = "0"
@@ -55,11 +61,10 @@ class AccountWatch:
     async def _run(self) -> None:
         while True:  # for the process's life: one stream in the hub's read, idle or not
             try:
-                async for batch in get_hub().batches(keys().account_events, after=self._cursor):
+                async for batch in get_hub().batches(self.stream_name(), after=self._cursor):
                     self._cursor = batch[-1][0]
                     for _, fields in batch:
-                        for listener in list(self._listeners.get(fields.get("user", ""), ())):
-                            listener(fields)
+                        self._deliver(fields)
             except RedisError as exc:
                 log.warning("account events unreadable (%s); retrying", exc)
                 await asyncio.sleep(RETRY_SECONDS)
@@ -67,14 +72,24 @@ class AccountWatch:
                     for listener in list(listeners):
                         listener(None)
 
+    def _deliver(self, fields: dict) -> None:
+        user = fields.get("user", "")
+        if user == "*":
+            chosen = [listener for listeners in self._listeners.values() for listener in listeners]
+        else:
+            chosen = list(self._listeners.get(user, ()))
+        for listener in chosen:
+            listener(fields)
 
-_watches: dict[int, AccountWatch] = {}
+
+_watches: dict[tuple[int, type], AccountWatch] = {}
 
 
-def get_account_watch() -> AccountWatch:
-    """The process's watch for the running event loop (daphne runs one loop per process)."""
+def get_account_watch(kind: type[AccountWatch] = AccountWatch) -> AccountWatch:
+    """The process's watch of that kind for the running event loop (daphne runs one loop per
+    process)."""
     loop = asyncio.get_running_loop()
-    watch = _watches.get(id(loop))
+    watch = _watches.get((id(loop), kind))
     if watch is None:
-        watch = _watches[id(loop)] = AccountWatch()
+        watch = _watches[(id(loop), kind)] = kind()
     return watch

@@ -1,12 +1,16 @@
 """The chat page's websocket: send, stop, regenerate, and the answer streamed back live.
 
 Frames from the browser are JSON: {"type": "send", "text": ...}, {"type": "stop"},
-{"type": "regenerate"}, {"type": "resume", "request_id": ..., "last_event_id": ...}. A page
+{"type": "regenerate"}, {"type": "continue"} (an answer cut short goes on),
+{"type": "resume", "request_id": ..., "last_event_id": ...},
+{"type": "edit", "message_id": ..., "text": ...} (turns.py: the old branch is discarded). A page
 that reconnects names the answer it was following and the last event it saw in the socket's
 query string (`?resume=<request id>&after=<event id>`), so the answer continues where it was.
 Frames to the browser: "request" (a request started), "user_message", "status" (queued,
 position, ETA), "start" (an attempt began: drop partial text), "delta", "final" (sanitised
-HTML of the whole answer), "error" (a problem with the last frame; the socket stays open).
+HTML of the whole answer), "error" (a problem with the last frame; the socket stays open),
+and from the user's other tabs (live.py): "conversation" (a question, title or deletion in
+any of the user's conversations) and "truncate" (an edit removed messages from the page).
 
 The socket lives only as long as the login session that opened it: it follows the user's
 account events (apps/accounts/sessions.py) and closes with code 4401 when its session ends, and
@@ -33,7 +37,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from apps.accounts.sessions import SessionCheck, events_last_id, session_digest
 from chatsite.redis_client import keys
 
-from . import selectors, submission
+from . import continuation, live, selectors, submission, turns
 from .account_watch import get_account_watch
 from .frames import EVENT_ID, frames_for_batch
 from .hub import get_hub
@@ -57,6 +61,7 @@ class SessionEnded(Exception):
 
 class ChatConsumer(AsyncWebsocketConsumer):
     relay: asyncio.Task | None = None
+    following: str | None = None  # the request the relay follows
     session_watch: asyncio.Task | None = None
     stop_listening = None  # stops the account events of this socket's user
     ended = False
@@ -144,7 +149,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             "send": self._on_send,
             "stop": self._on_stop,
             "regenerate": self._on_regenerate,
+            "continue": self._on_regenerate,  # an answer cut short goes on (continuation.py)
             "resume": self._on_resume,
+            "edit": self._on_edit,
         }.get(kind)
         if handler is None:
             await self._refuse(f"Unknown action {str(kind)[:40]!r}.")
@@ -167,20 +174,46 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except submission.QueueUnavailable as exc:
             await self._send({"type": "error", "message": str(exc), "draft": text})
             return
+        await self._asked(submitted)
+
+    async def _on_edit(self, frame: dict) -> None:
+        text, message_id = frame.get("text"), frame.get("message_id")
+        if not isinstance(text, str) or not isinstance(message_id, int):
+            await self._refuse("That edit could not be read.")
+            return
+        try:
+            submitted, removed = await db_call(self._in_session)(
+                turns.message_edit, user=self.user, conversation=self.conversation,
+                message_id=message_id, text=text)  # fmt: skip
+        except turns.EDIT_REFUSALS as exc:
+            await self._error(turns.refusal_message(exc))
+            return
+        await self._send({"type": "truncate", "from_message_id": removed})
+        await self._asked(submitted, replaces=removed)
+
+    async def _asked(self, submitted: submission.Submitted, **extra) -> None:
+        """Shows the question, follows its answer, then tells the user's other tabs (once
+        this socket follows the answer, so that it knows the event as its own)."""
         message = submitted.user_message
         await self._send({"type": "user_message", "id": message.id,
                           "html": linebreaks(escape(message.text))})  # fmt: skip
         await self._started(submitted.request_id)
+        await db_call(live.question_published)(
+            conversation=self.conversation, message=submitted.user_message,
+            request_id=submitted.request_id, **extra)  # fmt: skip
 
     async def _on_regenerate(self, frame: dict) -> None:
+        again = frame["type"] == "regenerate"
+        service = submission.answer_regenerate if again else continuation.answer_continue
         try:
             submitted = await db_call(self._in_session)(
-                submission.answer_regenerate, user=self.user, conversation=self.conversation
+                service, user=self.user, conversation=self.conversation
             )
         except (submission.ConversationBusy, submission.QueueUnavailable) as exc:
             await self._error(str(exc))
             return
-        await self._send({"type": "regenerating"})
+        if again:
+            await self._send({"type": "regenerating"})
         await self._started(submitted.request_id)
 
     async def _on_stop(self, frame: dict) -> None:
@@ -219,6 +252,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def _follow(self, request_id: str, *, after: str) -> None:
         if self.relay and not self.relay.done():
             self.relay.cancel()
+        self.following = request_id
         self.relay = asyncio.create_task(self._relay(request_id, after))
 
     async def _relay(self, request_id: str, after: str) -> None:
@@ -246,11 +280,25 @@ class ChatConsumer(AsyncWebsocketConsumer):
         session is re-checked, and the socket closes if it no longer stands."""
         if self.ended:
             return
+        if live.is_chat_event(fields):
+            asyncio.get_running_loop().create_task(self._chat_event(fields))
+            return
         if fields is not None and fields.get("session") == self.session_digest:
             asyncio.get_running_loop().create_task(self._end_session())
             return
         if self.session_watch is None or self.session_watch.done():
             self.session_watch = asyncio.get_running_loop().create_task(self._recheck())
+
+    async def _chat_event(self, fields: dict) -> None:
+        """A change made in another tab (this tab's own question is shown already)."""
+        request_id = fields.get("request_id")
+        if request_id and request_id == self.following:
+            return
+        frames = live.frames_for_event(fields, conversation_id=self.conversation.id)
+        for frame in frames:
+            await self._send(frame)
+        if request_id != self.following and frames and frames[-1]["type"] == "user_message":
+            await self._started(request_id)
 
     async def _recheck(self) -> None:
         if not await self._session_current():

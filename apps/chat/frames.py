@@ -23,7 +23,8 @@ def frame_for_event(request_id: str, entry_id: str, fields: dict[str, str]) -> d
         return {**base, "type": "delta", "text": fields.get("text", "")}
     if kind == EventType.START:
         return {**base, "type": "start", "attempt": int(fields.get("attempt", 1)),
-                "worker": fields.get("worker", "")}  # fmt: skip
+                "worker": fields.get("worker", ""),
+                "prompt_tokens": int(fields.get("prompt_tokens") or 0)}  # fmt: skip
     if kind == EventType.STATUS:
         frame = {**base, "type": "status", "state": fields.get("state", "")}
         for name in STATUS_FIELDS:

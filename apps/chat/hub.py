@@ -1,14 +1,14 @@
-"""One multiplexed reader of output streams per web process.
+"""One multiplexed reader of output streams per web process (one Redis node).
 
 Blocking reads cannot share a connection, so one blocking XREAD per open chat would multiply
 Redis connections by the number of chats. Instead a single task runs one XREAD over every
 stream some subscriber watches, on one dedicated connection, and fans entries out to in-process
 queues. A new subscription interrupts the blocking read at once (CLIENT UNBLOCK from the control
-connection), so it adds no latency. Total: two connections per process, whatever the number of
-open chats.
+connection), so it adds no latency. Total: the reader and at most two control connections per
+process, whatever the number of open chats.
 
-A subscriber first registers, then catches up with XRANGE from its last seen id, then drains its
-queue, skipping ids it has already seen: nothing is missed and nothing is shown twice.
+Subscribing, catching up and handing entries over is hub_base.py's, shared with the hub for a
+Redis Cluster (cluster_hub.py: one listener per node); `get_hub` picks the one REDIS_URL needs.
 """
 
 from __future__ import annotations
@@ -17,39 +17,28 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 from django.conf import settings
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from worker.protocol import EventType
+from worker.cluster import is_cluster_url
+
+from .cluster_hub import ClusterOutputHub
+from .hub_base import Entry, SubscriberHub, Subscription, stream_id_key
+
+__all__ = ["Entry", "OutputHub", "Subscription", "XreadPacker", "get_hub", "stream_id_key"]
 
 log = logging.getLogger("sluice.hub")
 
-Entry = tuple[str, dict[str, str]]
 
-
-def stream_id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
-@dataclass(eq=False)
-class Subscription:
-    stream: str
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
-
-
-class OutputHub:
+class OutputHub(SubscriberHub):
     def __init__(self, redis_url: str, *, name: str = "sluice-hub", block_ms: int = 5000) -> None:
+        super().__init__()
         self.redis_url = redis_url
         self.name = name  # CLIENT SETNAME of its connections, to count them in CLIENT LIST
         self.block_ms = block_ms
-        self._subs: dict[str, set[Subscription]] = {}
-        self._cursors: dict[str, str] = {}
         self._reader: aioredis.Redis | None = None
         self._control: aioredis.Redis | None = None
         self._reader_id: int | None = None
@@ -74,56 +63,10 @@ class OutputHub:
             self._control = aioredis.Redis(connection_pool=pool)
         return self._control
 
-    # -- subscribing -------------------------------------------------------------------------
-
-    async def events(self, stream: str, *, after: str = "0") -> AsyncIterator[Entry]:
-        """Every entry of `stream` after id `after`, live, until a final event."""
-        async for batch in self.batches(stream, after=after):
-            for entry in batch:
-                yield entry
-
-    async def batches(self, stream: str, *, after: str = "0") -> AsyncIterator[list[Entry]]:
-        """The same entries, in lists of those already arrived together: a reader that fell
-        behind catches up in one step instead of one wake-up per entry."""
-        sub = Subscription(stream)
-        self._add(sub, after)
-        last = after if after not in ("", "$") else "0"
-        try:
-            # First what the stream already holds, then what the reader hands over; entries
-            # the backlog already covered are dropped.
-            arrived = await self.control.xrange(stream, min=f"({last}" if last != "0" else "-")
-            while True:
-                fresh = [e for e in arrived if stream_id_key(e[0]) > stream_id_key(last)]
-                batch, ended = _until_final(fresh)
-                if batch:
-                    last = batch[-1][0]
-                    yield batch
-                if ended:
-                    return
-                arrived = [await sub.queue.get()]
-                while not sub.queue.empty():
-                    arrived.append(sub.queue.get_nowait())
-        finally:
-            self._remove(sub)
-
-    def _add(self, sub: Subscription, after: str) -> None:
-        subs = self._subs.setdefault(sub.stream, set())
-        subs.add(sub)
-        if sub.stream not in self._cursors:
-            self._cursors[sub.stream] = after if after and after != "$" else "0"
-        self._ensure_running()
-        self._interrupt()
-
-    def _remove(self, sub: Subscription) -> None:
-        subs = self._subs.get(sub.stream)
-        if subs is not None:
-            subs.discard(sub)
-            if not subs:
-                del self._subs[sub.stream]
-                self._cursors.pop(sub.stream, None)
-                self._packer.forget(sub.stream)
-
     # -- the reader task ---------------------------------------------------------------------
+
+    def _forget(self, stream: str) -> None:
+        self._packer.forget(stream)
 
     def _ensure_running(self) -> None:
         if self._task is None or self._task.done():
@@ -198,20 +141,7 @@ class OutputHub:
                 await asyncio.sleep(0.5)
                 continue
             for stream, entries in response or []:
-                if stream not in self._cursors:
-                    continue  # everyone left while we read
-                self._cursors[stream] = entries[-1][0]
-                for sub in list(self._subs.get(stream, ())):
-                    for entry in entries:
-                        sub.queue.put_nowait(entry)
-
-
-def _until_final(entries: list[Entry]) -> tuple[list[Entry], bool]:
-    """`entries` up to and including a final event, and whether there was one."""
-    for index, (_, fields) in enumerate(entries):
-        if fields.get("type") == EventType.FINAL:
-            return entries[: index + 1], True
-    return entries, False
+                self._deliver(stream, entries)
 
 
 class XreadPacker:
@@ -244,13 +174,18 @@ class XreadPacker:
         return encoded
 
 
-_hubs: dict[int, OutputHub] = {}
+_hubs: dict[int, SubscriberHub] = {}
 
 
-def get_hub() -> OutputHub:
+def get_hub() -> SubscriberHub:
     """The process's hub for the running event loop (daphne runs one loop per process)."""
     loop = asyncio.get_running_loop()
     hub = _hubs.get(id(loop))
-    if hub is None:
-        hub = _hubs[id(loop)] = OutputHub(settings.REDIS_URL, name=f"sluice-hub-{os.getpid()}")
+    # A closed loop's id can come back for a new loop (tests run one per test): its hub's tasks
+    # and locks belong to the old one.
+    if hub is None or hub.loop is not loop:
+        # On a Redis Cluster one blocking read cannot span slots: a reader per node instead.
+        kind = ClusterOutputHub if is_cluster_url(settings.REDIS_URL) else OutputHub
+        hub = _hubs[id(loop)] = kind(settings.REDIS_URL, name=f"sluice-hub-{os.getpid()}")
+        hub.loop = loop
     return hub

@@ -51,6 +51,8 @@ class Message(models.Model):
     error = models.CharField(max_length=300, blank=True)
     # Passages the answer cites: [{number, chunk_id, document_id, title, snippet, source_url}].
     citations = models.JSONField(default=list, blank=True)
+    # The user asked to keep this turn in every prompt, however old it is.
+    pinned = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         ordering = ["created", "id"]
@@ -58,3 +60,102 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role}: {self.text[:40]}"
+
+
+class ConversationSummary(models.Model):
+    """What a conversation remembers of turns that no longer fit the prompt: a rolling summary
+    of every finished turn up to `upto_message_id`, rewritten incrementally (the previous
+    summary plus the turns dropped since) by a background request."""
+
+    conversation = models.OneToOneField(
+        Conversation, on_delete=models.CASCADE, related_name="summary"
+    )
+    text = models.TextField()
+    # The newest message the summary covers: older turns leave the prompt, the summary
+    # speaks for them.
+    upto_message_id = models.BigIntegerField()
+    model = models.CharField(max_length=200, blank=True)  # the model that wrote it
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"summary of {self.conversation_id} up to {self.upto_message_id}"
+
+
+class Announcement(models.Model):
+    """A message an admin sends to every user's inbox, or to the users of one plan. Sent once,
+    when it is first saved; each recipient gets its own inbox message."""
+
+    text = models.TextField(max_length=1000)
+    plan = models.ForeignKey(
+        "admission.Plan", null=True, blank=True, on_delete=models.SET_NULL,
+        help_text="Only this plan's users; empty: everyone.",
+    )  # fmt: skip
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )  # fmt: skip
+    created = models.DateTimeField(auto_now_add=True)
+    recipients = models.PositiveIntegerField(default=0, editable=False)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return self.text[:60]
+
+
+class InboxMessage(models.Model):
+    """A message Sluice starts itself, for one user: shown live in every open tab, or kept
+    (unread) for the next visit."""
+
+    class Kind(models.TextChoices):
+        ANSWER_READY = "answer_ready", "Answer ready"
+        ANNOUNCEMENT = "announcement", "Announcement"
+        FOLLOWUPS = "followups", "Follow-up questions"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="inbox"
+    )
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    text = models.TextField(max_length=2000, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["user", "id"], name="chat_inbox_unread",
+                         condition=models.Q(read_at__isnull=True)),
+        ]  # fmt: skip
+
+    def __str__(self) -> str:
+        return f"{self.kind} for {self.user_id}"
+
+
+class RetentionPolicy(models.Model):
+    """How long conversations stay as they are (one row, edited in the admin; applied by
+    `manage.py apply_retention`, run daily from cron or a scheduler)."""
+
+    archive_after_days = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Archive conversations untouched for this many days. Empty: never.",
+    )  # fmt: skip
+    drop_detail_after_days = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="For archived conversations untouched this long, delete all but the latest "
+        "turns (their summary stays). Empty: never.",
+    )  # fmt: skip
+    keep_turns = models.PositiveIntegerField(
+        default=20, help_text="Messages kept when the detail of a cold conversation is dropped."
+    )
+
+    class Meta:
+        verbose_name_plural = "retention policy"
+
+    def __str__(self) -> str:
+        return "Retention policy"
+
+    @classmethod
+    def current(cls) -> RetentionPolicy:
+        return cls.objects.order_by("id").first() or cls()

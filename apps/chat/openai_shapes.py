@@ -298,6 +298,13 @@ def usage_of(usage: dict) -> dict:
             "total_tokens": prompt + completion}  # fmt: skip
 
 
+def openai_finish_reason(reason: str | None) -> str:
+    """OpenAI's word for why an answer ended. Sluice's own reasons that OpenAI has no word for
+    (`loop`: the worker cut a repeating answer) read as `stop`: the answer is over, and asking
+    for more of it would only repeat it."""
+    return "length" if reason == "length" else "stop"
+
+
 def completion(*, request_id: str, model: str, created: int, text: str, finish_reason: str,
                usage: dict) -> dict:  # fmt: skip
     """A `chat.completion`: the whole answer."""
@@ -306,7 +313,7 @@ def completion(*, request_id: str, model: str, created: int, text: str, finish_r
         "model": model, "system_fingerprint": None,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
                                              "refusal": None},
-                     "logprobs": None, "finish_reason": finish_reason or "stop"}],
+                     "logprobs": None, "finish_reason": openai_finish_reason(finish_reason)}],
         "usage": usage_of(usage),
     }  # fmt: skip
 
@@ -341,7 +348,7 @@ class Chunks:
 
     def finish(self, finish_reason: str, usage: dict) -> str:
         """The last chunk (its finish_reason), the usage chunk when asked for, and [DONE]."""
-        parts = [f"data: {self._choice('{}', finish_reason or 'stop')}\n\n"]
+        parts = [f"data: {self._choice('{}', openai_finish_reason(finish_reason))}\n\n"]
         if self.include_usage:
             parts.append(f'data: {self._head},"choices":[],"usage":'
                          f"{json.dumps(usage_of(usage))}}}\n\n")  # fmt: skip

@@ -1,14 +1,20 @@
 """Builds the model's messages for a conversation: a system prompt personalised from the user's
-profile and tags, then the most recent turns that fit the model's context window."""
+profile and tags, what the conversation remembers of older turns (see memory.py), then the most
+recent turns that fit the model's context window."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from . import hot
+from .hot import prompt_sources  # Redis when warm, else PostgreSQL
+from .memory import Turn, estimate_tokens, plan_prompt
 from .models import Conversation
-from .selectors import PromptProfile, prompt_profile, prompt_sources
+from .selectors import PromptProfile
+
+__all__ = ["Prompt", "estimate_tokens", "prompt_build", "system_prompt", "system_prompt_for"]
 
 # Turns read per prompt: far more than a small model's window holds, and one bounded query.
 HISTORY_TURNS_MAX = 100
@@ -19,20 +25,20 @@ BASE_SYSTEM_PROMPT = (
 )
 
 
-def estimate_tokens(text: str) -> int:
-    """About four characters a token for English text, plus a few for the chat template."""
-    return len(text) // 4 + 4
-
-
 @dataclass
 class Prompt:
     messages: list[dict[str, str]]
     prompt_tokens_estimate: int
     max_tokens: int
+    # Turns due to be folded into the conversation's summary (oldest first), and the summary
+    # they extend: the caller asks for that summary once the prompt's own request is sent.
+    to_summarise: list[Turn] = field(default_factory=list)
+    summary: str = ""
+    summary_upto: int = 0
 
 
 def system_prompt_for(user_id: int) -> str:
-    return system_prompt(prompt_profile(user_id=user_id))
+    return hot.system_prompt_for(user_id, render=system_prompt)
 
 
 def system_prompt(profile: PromptProfile | None) -> str:
@@ -53,24 +59,17 @@ def system_prompt(profile: PromptProfile | None) -> str:
 def prompt_build(
     *, conversation: Conversation, extra_system: str = "", max_tokens: int | None = None
 ) -> Prompt:
-    """The system prompt, then as many of the latest turns as the context window holds."""
+    """The system prompt, what the conversation remembers of older turns (summary, pinned and
+    key-fact turns), then as many of the latest turns as the context window holds."""
     max_tokens = max_tokens or settings.MODEL_MAX_TOKENS
     sources = prompt_sources(conversation=conversation, limit=HISTORY_TURNS_MAX)
     system = system_prompt(sources.profile)
     if extra_system:
         system = f"{system}\n\n{extra_system}"
     budget = settings.MODEL_CONTEXT_TOKENS - max_tokens - estimate_tokens(system)
-    turns: list[dict[str, str]] = []
-    for role, text in sources.history:
-        cost = estimate_tokens(text)
-        if cost > budget:
-            if not turns:  # the latest question alone is too long: keep its end
-                keep = max(0, budget - 4) * 4
-                turns.append({"role": role, "content": text[-keep:]})
-            break
-        budget -= cost
-        turns.append({"role": role, "content": text})
-    turns.reverse()
-    messages = [{"role": "system", "content": system}, *turns]
+    plan = plan_prompt(system=system, sources=sources, budget=budget)
+    messages = [{"role": "system", "content": plan.system}, *plan.turns]
     used = sum(estimate_tokens(m["content"]) for m in messages)
-    return Prompt(messages=messages, prompt_tokens_estimate=used, max_tokens=max_tokens)
+    return Prompt(messages=messages, prompt_tokens_estimate=used, max_tokens=max_tokens,
+                  to_summarise=plan.to_summarise, summary=sources.summary,
+                  summary_upto=sources.summary_upto)  # fmt: skip

@@ -16,11 +16,12 @@ from collections.abc import Callable
 
 from django.db import DataError, IntegrityError, connection, transaction
 
+from apps.rag.prompting import citations_used
 from chatsite.redis_client import get_redis, keys
 from worker import protocol, transitions
 from worker.protocol import Answer, EventType, State
 
-from . import services
+from . import background, inbox, services
 from .models import Conversation, Message
 
 log = logging.getLogger("sluice.recorder")
@@ -64,7 +65,7 @@ def answer_message(answer: Answer, citations: list) -> services.NewMessage | Non
         completion_tokens=answer.usage.completion_tokens or None,
         status=STATUS_FOR_STATE[answer.state],
         error=answer.error[:300],
-        citations=citations,
+        citations=citations_used(citations, answer.text),
     )
 
 
@@ -173,6 +174,10 @@ def _record_batch(
         rejected += _store([(i, m) for i, m in messages if m is not None])
         # Even an answer that could not be kept ends its turn and settles its charge.
         release_conversations(answers)
+        inbox.answers_ready_post(answers)
+        # Background answers go to their task instead of the conversation; chat answers may
+        # ask for follow-ups.
+        background.answers_recorded(answers)
         if on_recorded:
             on_recorded(answers)
     pipe = get_redis().pipeline(transaction=False)

@@ -3,7 +3,7 @@ the user does not own."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 import psycopg
@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404
 
 from apps.accounts.models import Profile, Tag, User
 
-from .models import Conversation, Message
+from .models import Conversation, ConversationSummary, Message
 
 
 def conversation_list_for_user(*, user: User, archived: bool = False) -> QuerySet[Conversation]:
@@ -36,9 +36,23 @@ def message_list_for_conversation(*, conversation: Conversation) -> QuerySet[Mes
 @cache
 def _history_sql() -> str:
     return f"""
-        SELECT role, text FROM {Message._meta.db_table}
+        SELECT id, role, text, pinned FROM {Message._meta.db_table}
         WHERE conversation_id = %s AND role IN (%s, %s) AND status = %s
         ORDER BY created DESC, id DESC LIMIT %s
+    """
+
+
+@cache
+def _memory_sql() -> str:
+    """The conversation's summary (if any) and its pinned turns, newest first: one row per
+    pinned turn, or one row of NULLs when none is pinned."""
+    return f"""
+        SELECT s.text, s.upto_message_id, m.id, m.role, m.text
+        FROM (SELECT 1) one
+        LEFT JOIN {ConversationSummary._meta.db_table} s ON s.conversation_id = %(c)s
+        LEFT JOIN {Message._meta.db_table} m ON m.conversation_id = %(c)s AND m.pinned
+             AND m.status = %(done)s
+        ORDER BY m.created DESC, m.id DESC LIMIT %(pins)s
     """
 
 
@@ -82,14 +96,28 @@ def _prompt_profile(row: tuple | None) -> PromptProfile | None:
 
 
 @dataclass
+class Turn:
+    id: int
+    role: str
+    text: str
+    pinned: bool = False
+
+
+@dataclass
 class PromptSources:
-    history: list[tuple[str, str]]  # the latest finished turns, newest first: (role, text)
+    history: list[Turn]  # the latest finished turns, newest first
     profile: PromptProfile | None
+    summary: str = ""  # what the conversation remembers of older turns
+    summary_upto: int = 0  # the newest message id the summary covers (0: none)
+    pinned: list[Turn] = field(default_factory=list)  # pinned turns of any age, newest first
+
+
+PINNED_MAX = 20  # pinned turns read per prompt
 
 
 def prompt_sources(*, conversation: Conversation, limit: int) -> PromptSources:
-    """The latest finished user and assistant turns (at most `limit`) and the owner's profile,
-    in one round trip (a psycopg pipeline)."""
+    """The latest finished user and assistant turns (at most `limit`), the owner's profile, the
+    conversation's summary and its pinned turns, in one round trip (a psycopg pipeline)."""
     history_params = [conversation.pk, Message.Role.USER, Message.Role.ASSISTANT,
                       Message.Status.DONE, limit]  # fmt: skip
     with connection.cursor():  # connects, or runs the health check when one is due
@@ -98,8 +126,17 @@ def prompt_sources(*, conversation: Conversation, limit: int) -> PromptSources:
         connection.wrap_database_errors,
         psycopg.ClientCursor(raw) as history,
         psycopg.ClientCursor(raw) as profile,
+        psycopg.ClientCursor(raw) as memory,
     ):
         with raw.pipeline():
             history.execute(_history_sql(), history_params)
             profile.execute(_profile_sql(), [conversation.owner_id])
-        return PromptSources(history.fetchall(), _prompt_profile(profile.fetchone()))
+            memory.execute(_memory_sql(), {"c": conversation.pk, "done": Message.Status.DONE,
+                                           "pins": PINNED_MAX})  # fmt: skip
+        sources = PromptSources([Turn(*row) for row in history.fetchall()],
+                                _prompt_profile(profile.fetchone()))  # fmt: skip
+        for summary, upto, pin_id, role, text in memory.fetchall():
+            sources.summary, sources.summary_upto = summary or "", upto or 0
+            if pin_id is not None:
+                sources.pinned.append(Turn(pin_id, role, text, True))
+        return sources

@@ -12,6 +12,7 @@ from django.db import connection
 
 from apps.accounts.models import User
 
+from . import erase, hot
 from .models import Conversation, Message
 
 
@@ -64,7 +65,8 @@ def conversation_set_model(*, conversation: Conversation, model: str) -> Convers
 
 
 def conversation_delete(*, conversation: Conversation) -> None:
-    conversation.delete()
+    """Gone from PostgreSQL, Redis and the hot tier (see erase.py)."""
+    erase.conversation_erase(conversation=conversation)
 
 
 @cache
@@ -153,12 +155,14 @@ def message_store(new: NewMessage) -> Message | None:
     message_id, created, new_title = row
     if new_title is not None:
         new.conversation.title = new_title
-    return Message(
+    message = Message(
         id=message_id, conversation=new.conversation, role=new.role, text=new.text,
         created=created, request_id=new.request_id, prompt_tokens=new.prompt_tokens,
         completion_tokens=new.completion_tokens, status=new.status, error=new.error,
         citations=new.citations,
     )  # fmt: skip
+    hot.message_stored(message)
+    return message
 
 
 def messages_store(messages: list[NewMessage]) -> None:
@@ -167,3 +171,6 @@ def messages_store(messages: list[NewMessage]) -> None:
     if messages:
         with connection.cursor() as cursor:
             cursor.executemany(_message_insert_sql(), [new.params() for new in messages])
+        finished = [m for m in messages if m.status == Message.Status.DONE and m.request_id]
+        hot.messages_stored([m.request_id for m in finished],
+                            list({m.conversation.pk for m in finished}))  # fmt: skip

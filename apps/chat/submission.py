@@ -15,6 +15,7 @@ from django.http import Http404
 from redis.exceptions import RedisError
 
 from apps.accounts.models import User
+from apps.admission.kinds import web_kind
 from apps.admission.selectors import model_fleet
 from apps.rag.prompting import citations_from, passages_block
 from apps.rag.services import retrieve_for_prompt
@@ -22,7 +23,7 @@ from chatsite.redis_client import get_redis, keys
 from worker import protocol, transitions
 from worker.protocol import Keys, WorkItem
 
-from . import recorder, services
+from . import background, recorder, services
 from .models import Conversation, Message
 from .prompting import prompt_build
 
@@ -96,10 +97,12 @@ def request_submit(
     text: str | None,
     kind: str = "chat",
     model: str | None = None,
+    instruction: str = "",
 ) -> Submitted:
     """Stores the user's message (unless regenerating: text None), builds the prompt and hands
     the request to admission. `model`: the model to answer with, remembered as the
-    conversation's (None: the conversation's own). Raises ValidationError for bad text,
+    conversation's (None: the conversation's own). `instruction`: a last user turn for this
+    request only, never stored (continuation.py's "continue"). Raises ValidationError for bad text,
     ConversationBusy when the conversation is still answering, QueueUnavailable when Redis
     cannot be reached."""
     if conversation.owner_id != user.id:
@@ -120,6 +123,8 @@ def request_submit(
         question = text if text is not None else last_question(conversation=conversation)
         passages = passages_for(user=user, question=question)
         prompt = prompt_build(conversation=conversation, extra_system=passages_block(passages))
+        if instruction:  # after the history, so the cached prefix of the turns still holds
+            prompt.messages.append({"role": "user", "content": instruction})
     except Exception:
         if user_message is not None:
             user_message.delete()
@@ -132,17 +137,19 @@ def request_submit(
         max_tokens=prompt.max_tokens,
         temperature=settings.MODEL_TEMPERATURE,
         prompt_tokens_estimate=prompt.prompt_tokens_estimate,
-        kind=kind,
+        kind=web_kind(requested=kind, passages=len(passages)),
         model=conversation.model,
     )
     # Published after the question is committed, so a worker never answers a question that was
     # rolled back; if Redis is down the question is taken back, so nothing half-sent remains.
     try:
-        request_publish(item=item, citations=citations_from(passages))
+        request_publish(item=item, citations=citations_from(passages, question=question))
     except RedisError as exc:
         if user_message is not None:
             user_message.delete()
         raise QueueUnavailable from exc
+    # After the person's request, so the summary it asks for queues behind it.
+    background.summary_schedule(conversation=conversation, prompt=prompt)
     return Submitted(request_id, conversation.id, user_message)
 
 
@@ -166,6 +173,8 @@ def request_publish(*, item: WorkItem, citations: list | None = None) -> None:
     failure; Redis may still run the commands later (it was frozen), so the entry says by when
     it counts and the dispatcher withdraws it after that."""
     k = keys()
+    # Set by Sluice from what the request is (the dispatcher adds "long" by the plan's size).
+    item.kind = web_kind(requested=item.kind)
     submit_by_ms = protocol.now_ms() + int(settings.REDIS_SOCKET_TIMEOUT * 1000)
     pipe = get_redis().pipeline(transaction=False)
     transitions.submitted(pipe, k, item, citations=citations or [],

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import views
+from . import attachments, data_views, memory_views, views
 
 app_name = "chat"
 
@@ -14,4 +14,13 @@ urlpatterns = [
     path("c/<int:id>/model/", views.conversation_model, name="model"),
     path("c/<int:id>/delete/", views.conversation_delete, name="delete"),
     path("c/<int:id>/messages/", views.message_send, name="send"),
+    path("c/<int:id>/messages/<int:message_id>/pin/", memory_views.message_pin, name="pin"),
+    path("c/<int:id>/archive/", data_views.conversation_archive, name="archive"),
+    path("c/<int:id>/export.<str:fmt>", data_views.conversation_export, name="export"),
+    path("search/", data_views.conversation_search, name="search"),
+    path("archived/", data_views.archived_list, name="archived"),
+    path("export/", data_views.export_all, name="export_all"),
+    path("import/", data_views.conversation_import, name="import"),
+    path("files/", attachments.attachment_upload, name="attach"),
+    path("files/<int:file_id>/", attachments.attachment_status, name="attachment"),
 ]

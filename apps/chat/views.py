@@ -8,12 +8,12 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from redis.exceptions import RedisError
 
 from apps.admission import selectors as admission_selectors
 
-from . import selectors, services, submission
+from . import live, selectors, services, submission, turns
 from .models import Conversation
 
 
@@ -66,7 +66,7 @@ def index(request: HttpRequest) -> HttpResponse:
     latest = selectors.conversation_list_for_user(user=request.user).first()
     if latest:
         return redirect("chat:conversation", id=latest.id)
-    return render(request, "chat/page.html", _page_context(request, None))
+    return render(request, "chat/page.html", _page_context(request, None))  # a new chat
 
 
 @login_required
@@ -77,10 +77,25 @@ def conversation_detail(request: HttpRequest, id: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def conversation_new(request: HttpRequest) -> HttpResponse:
-    conversation = services.conversation_create(owner=request.user)
-    return redirect("chat:conversation", id=conversation.id)
+    """A new chat: the composer, and no conversation until its first question is sent (then
+    the conversation is created, named after the question, and its answer starts)."""
+    if request.method == "GET":
+        return render(request, "chat/page.html", _page_context(request, None))
+    if "text" not in request.POST:
+        return redirect("chat:new")  # a "New chat" button posted without a question
+    text = request.POST["text"]
+    try:
+        submitted = turns.conversation_start(user=request.user, text=text)
+    except ValidationError as exc:
+        error = " ".join(exc.messages)
+    except (submission.ConversationBusy, submission.QueueUnavailable) as exc:
+        error = str(exc)
+    else:
+        return redirect("chat:conversation", id=submitted.conversation_id)
+    return render(request, "chat/page.html",
+                  _page_context(request, None, composer_error=error, draft=text))  # fmt: skip
 
 
 @login_required
@@ -89,6 +104,7 @@ def conversation_rename(request: HttpRequest, id: int) -> HttpResponse:
     conversation = selectors.conversation_get_for_user(user=request.user, id=id)
     try:
         services.conversation_rename(conversation=conversation, title=request.POST.get("title", ""))
+        live.title_published(conversation=conversation)
     except ValidationError as error:
         flash.error(request, " ".join(error.messages))
     if request.htmx:
@@ -116,6 +132,7 @@ def conversation_model(request: HttpRequest, id: int) -> HttpResponse:
 def conversation_delete(request: HttpRequest, id: int) -> HttpResponse:
     conversation = selectors.conversation_get_for_user(user=request.user, id=id)
     services.conversation_delete(conversation=conversation)
+    live.deletion_published(owner_id=request.user.id, conversation_id=id)
     flash.success(request, "Chat deleted.")
     return redirect("chat:index")
 
@@ -129,7 +146,10 @@ def message_send(request: HttpRequest, id: int) -> HttpResponse:
     text = request.POST.get("text", "")
     error = None
     try:
-        submission.request_submit(user=request.user, conversation=conversation, text=text)
+        submitted = submission.request_submit(user=request.user, conversation=conversation,
+                                              text=text)  # fmt: skip
+        live.question_published(conversation=conversation, message=submitted.user_message,
+                                request_id=submitted.request_id)  # fmt: skip
         text = ""
     except ValidationError as exc:
         error = " ".join(exc.messages)

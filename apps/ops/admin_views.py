@@ -16,6 +16,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from apps.admission.selectors import estimate_figures
 from chatsite.redis_client import get_redis, keys
 
 from . import dashboard, inspector
@@ -36,7 +37,8 @@ def _staff(view):
 def page(request):
     snapshot = dashboard.gather()
     return TemplateResponse(request, "admin/ops/page.html",
-                            {**_context(request, "Operations"), "s": snapshot})  # fmt: skip
+                            {**_context(request, "Operations"), "s": snapshot,
+                             "estimates": estimate_figures(service=True)})  # fmt: skip
 
 
 @_staff
@@ -45,7 +47,9 @@ def live(request):
     if since and not _is_stream_id(since):
         since = ""
     snapshot = dashboard.gather(since=since)
-    return TemplateResponse(request, "admin/ops/live.html", {"s": snapshot})
+    estimates = estimate_figures(service=True)
+    return TemplateResponse(request, "admin/ops/live.html",
+                            {"s": snapshot, "estimates": estimates})  # fmt: skip
 
 
 @_staff

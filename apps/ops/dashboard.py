@@ -27,7 +27,7 @@ LIVE_MS = 15_000  # as the dispatcher counts a worker live (release.LIVE_SECONDS
 class Worker:
     id: str
     beat: dict
-    status: str  # live, unhealthy, draining, gone
+    status: str  # live, unhealthy, draining, breaker-open, breaker-half-open, gone
     age_s: float  # since its last heartbeat
 
     @property
@@ -120,6 +120,8 @@ def gather(*, since: str = "") -> Snapshot:
             status = "draining"
         elif not beat.get("healthy", True):
             status = "unhealthy"
+        elif (beat.get("breaker") or {}).get("state", "closed") != "closed":
+            status = f"breaker-{beat['breaker']['state'].replace('_', '-')}"  # out of routing
         else:
             status = "live"
         if status != "gone" or age < 15 * 60:

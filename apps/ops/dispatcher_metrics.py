@@ -74,6 +74,23 @@ class Figures:
             self.estimate.observe(record.prompt_estimate_ratio)
 
 
+class RouteCollector(Collector):
+    """Where this dispatcher routed requests (routing.py's counts)."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.counts = dispatcher.fleet.router.counts
+
+    def collect(self):
+        routed = CounterMetricFamily(
+            "sluice_dispatcher_routed", "Requests routed: affinity (the conversation's worker), "
+            "prefix (a worker holding its system prompt), shared, pushed (push policies), "
+            "fallbacks (a cached worker was too busy: shared).", labels=["route"],
+        )  # fmt: skip
+        for route, n in vars(self.counts).items():
+            routed.add_metric([route], n)
+        yield routed
+
+
 class DecisionCollector(Collector):
     """Admission decisions this process wrote, by outcome and reason, and tokens per plan."""
 

@@ -177,7 +177,7 @@ def _route(request: dict) -> str:
         return ""
     if route == k.work:
         return "to the shared work stream"
-    model_streams = f"{k.prefix}:model-work:"
+    model_streams = k.work_for_model("?")[:-1]  # every model's stream name, less the model
     if route.startswith(model_streams):
         return f"to the shared work stream of model {route[len(model_streams) :]}"
     if route.startswith(k.work + ":"):

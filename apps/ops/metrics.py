@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from apps.admission.degradation import Degradation
 from apps.admission.metrics import LATENCY_BUCKETS_MS, REASONS, STATUSES
+from apps.admission.selectors import estimate_figures
 from chatsite.redis_client import get_redis, keys
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -148,6 +149,7 @@ class AdmissionCollector(Collector):
         for signal, value in self.state.signals.items():
             signals.add_metric([signal], float(value))
         yield signals
+        yield from estimate_gauges(self.counters)
         tokens = CounterMetricFamily("sluice_plan_tokens",
                                      "Real tokens (prompt + answer) used, per plan.",
                                      labels=["plan"])  # fmt: skip
@@ -155,3 +157,22 @@ class AdmissionCollector(Collector):
             if field.startswith("tokens:"):
                 tokens.add_metric([field[7:]], float(value))
         yield tokens
+
+
+def estimate_gauges(counters: dict[str, str]):
+    """The answer-length estimator's recent error, learned and old rule side by side."""
+    figures = estimate_figures(counters)
+    median = GaugeMetricFamily("sluice_estimate_error_median",
+                               "Median |predicted - real| / real answer tokens, recent answers.",
+                               labels=["estimator"])  # fmt: skip
+    under = GaugeMetricFamily("sluice_estimate_underestimated_share",
+                              "Share of recent answers predicted at under half their length.",
+                              labels=["estimator"])  # fmt: skip
+    for name, ape, share in (("learned", figures.median_ape, figures.under_half),
+                             ("max_tokens rule", figures.rule_median_ape,
+                              figures.rule_under_half)):  # fmt: skip
+        if ape is not None:
+            median.add_metric([name], ape)
+            under.add_metric([name], share or 0.0)
+    yield median
+    yield under

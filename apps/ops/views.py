@@ -9,6 +9,8 @@ from django.db import connections
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
+from worker import cluster
+
 
 @require_GET
 async def health(request: HttpRequest) -> JsonResponse:
@@ -56,10 +58,14 @@ async def _database_ping(timeout: float) -> None:
 
 
 async def _redis_ping(timeout: float) -> None:
-    client = aioredis.Redis.from_url(
-        settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout,
-        single_connection_client=True,
-    )  # fmt: skip
+    if cluster.is_cluster_url(settings.REDIS_URL):
+        client = cluster.async_client(settings.REDIS_URL, socket_timeout=timeout,
+                                      connect_timeout=timeout, max_connections=1)  # fmt: skip
+    else:
+        client = aioredis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout,
+            single_connection_client=True,
+        )  # fmt: skip
     try:
         await client.ping()
     finally:

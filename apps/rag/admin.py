@@ -13,7 +13,7 @@ from django.utils.html import format_html
 
 from . import caches, retrieval
 from .forms import TryQueryForm, UploadForm
-from .models import Chunk, Corpus, Document
+from .models import Chunk, Corpus, Document, UserFile
 from .selectors import corpora_for_user
 from .services import (
     corpus_bump_version,
@@ -22,6 +22,7 @@ from .services import (
     document_delete,
     documents_reindex,
 )
+from .user_files import user_file_delete
 
 
 class _DeletesChunks:
@@ -55,7 +56,13 @@ class CorpusAdmin(_DeletesChunks, admin.ModelAdmin):
         (
             "Ranking",
             {
-                "fields": ("fusion", "vector_weight", "text_weight", "metadata_weight"),
+                "fields": (
+                    "fusion",
+                    "vector_weight",
+                    "text_weight",
+                    "metadata_weight",
+                    "relevance_floor",
+                ),
                 "description": "Weighted: score = vector weight * cosine similarity + text "
                 "weight * full-text rank (relative to the best) + metadata weight * "
                 "title/metadata match. RRF: the same weights over 1/(60 + rank) in each list.",
@@ -64,6 +71,9 @@ class CorpusAdmin(_DeletesChunks, admin.ModelAdmin):
         ("Status", {"fields": ("document_count", "chunk_count", "version", "ingestion_status")}),
     )
     actions = ["reindex_selected"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(owner__isnull=True)  # users' own: theirs
 
     @admin.display(description="last ingestion")
     def ingestion_status(self, corpus: Corpus) -> str:
@@ -148,7 +158,7 @@ class CorpusAdmin(_DeletesChunks, admin.ModelAdmin):
         }
         if form.is_bound and form.is_valid():
             data = form.cleaned_data
-            corpora = data["corpora"] or Corpus.objects.filter(is_active=True)
+            corpora = data["corpora"] or Corpus.objects.filter(is_active=True, owner__isnull=True)
             if data["as_user"] is not None:
                 corpora = corpora.filter(pk__in=corpora_for_user(user=data["as_user"]))
             corpora = list(corpora)
@@ -194,6 +204,10 @@ class DocumentAdmin(_DeletesChunks, admin.ModelAdmin):
     fields = ("title", "view", *readonly_fields[:-1], "metadata", "content")
     actions = ["reindex_selected", "delete_selected"]
 
+    def get_queryset(self, request):
+        # Users' own files are read by their owner only, staff included.
+        return super().get_queryset(request).filter(corpus__owner__isnull=True)
+
     @admin.display(description="as users see it")
     def view(self, document: Document):
         return format_html('<a href="{}">open</a>', document.get_absolute_url())
@@ -233,6 +247,9 @@ class ChunkAdmin(admin.ModelAdmin):
         "char_end", "metadata",
     )  # fmt: skip
 
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(corpus__owner__isnull=True)
+
     def has_add_permission(self, request) -> bool:
         return False
 
@@ -241,3 +258,32 @@ class ChunkAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(UserFile)
+class UserFileAdmin(admin.ModelAdmin):
+    """Users' own files, for operators: who attached what and whether it could be read. Never
+    their text (only the owner reads that), and nothing to change here."""
+
+    list_display = ("name", "owner", "status", "size", "chunks_total", "created")
+    list_filter = ("status",)
+    search_fields = ("name", "owner__username")
+    list_select_related = ("owner",)
+    fields = ("name", "owner", "status", "error", "size", "chunks_total", "created", "updated")
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("data")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def delete_model(self, request, obj):
+        user_file_delete(entry=obj)  # with its document, chunks and embeddings
+
+    def delete_queryset(self, request, queryset):
+        for entry in queryset:
+            user_file_delete(entry=entry)

@@ -46,7 +46,9 @@ def _json_object(value: str, label: str) -> dict | None:
 class TryQueryForm(forms.Form):
     query = forms.CharField(max_length=2000, widget=forms.TextInput(attrs={"size": 80}))
     corpora = forms.ModelMultipleChoiceField(
-        queryset=Corpus.objects.all(), required=False, help_text="None chosen: all corpora."
+        queryset=Corpus.objects.filter(owner__isnull=True),
+        required=False,
+        help_text="None chosen: all corpora.",
     )
     as_user = forms.CharField(
         required=False,

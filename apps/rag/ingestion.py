@@ -16,9 +16,11 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
@@ -137,7 +139,10 @@ class Ingestor:
         batch_size: int | None = None,
         force: bool = False,
         progress: bool = False,
+        on_embedded: Callable[[int, int], None] | None = None,
     ) -> None:
+        """`on_embedded(done, total)`: called as each batch of a flush's chunks is embedded
+        (the slow part), for progress shown outside a terminal."""
         self.corpus = corpus
         self.size = size or settings.RAG_CHUNK_TOKENS
         self.overlap = settings.RAG_CHUNK_OVERLAP if overlap is None else overlap
@@ -149,6 +154,7 @@ class Ingestor:
         self.report = IngestReport(corpus=corpus.name)
         self._pending: list[_Pending] = []
         self._bar = None
+        self._on_embedded = on_embedded
 
     # Entry points -------------------------------------------------------------------------
 
@@ -214,7 +220,7 @@ class Ingestor:
             for p in pending
             for c in p.chunks
         ]
-        vectors = embed_texts(inputs, batch_size=self.batch_size)
+        vectors = self._embed(inputs)
         offset = 0
         for p in pending:
             count = len(p.chunks)
@@ -230,6 +236,16 @@ class Ingestor:
                 else:
                     self.report.replaced += 1
             offset += count
+
+    def _embed(self, inputs: list[str]):
+        if self._on_embedded is None:
+            return embed_texts(inputs, batch_size=self.batch_size)
+        parts = []
+        for start in range(0, len(inputs), self.batch_size):
+            parts.append(embed_texts(inputs[start : start + self.batch_size],
+                                     batch_size=self.batch_size))  # fmt: skip
+            self._on_embedded(min(start + self.batch_size, len(inputs)), len(inputs))
+        return np.concatenate(parts) if parts else embed_texts([])
 
     def finish(self) -> IngestReport:
         self.flush()

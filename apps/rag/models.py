@@ -7,6 +7,7 @@ is one `@>` on one column.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.models import Group
 from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
@@ -24,6 +25,7 @@ class Corpus(models.Model):
     class Access(models.TextChoices):
         EVERYONE = "everyone", "Everyone signed in"
         RESTRICTED = "restricted", "Only the chosen groups and plans"
+        PRIVATE = "private", "Only its owner (a user's own files)"
 
     class Fusion(models.TextChoices):
         WEIGHTED = "weighted", "Weighted scores"
@@ -49,6 +51,21 @@ class Corpus(models.Model):
     text_weight = models.FloatField(default=0.2, validators=[MinValueValidator(0.0)])
     metadata_weight = models.FloatField(default=0.1, validators=[MinValueValidator(0.0)])
     fusion = models.CharField(max_length=10, choices=Fusion.choices, default=Fusion.WEIGHTED)
+    # The relevance gate: a passage is given to the model only when its cosine similarity to
+    # the question reaches this. Set by `rag_eval --calibrate` from the corpus's own questions
+    # and off-topic ones (similarities differ from corpus to corpus); empty: the
+    # RAG_MIN_SIMILARITY default, where a full-text match also passes.
+    relevance_floor = models.FloatField(
+        null=True, blank=True,
+        help_text="Least cosine similarity of a passage given to the model; set by "
+                  "`manage.py rag_eval <corpus> <questions> --calibrate`.",
+    )  # fmt: skip
+    # A user's own files: searched for that user only (selectors decide it in SQL), whatever
+    # its groups or plans say.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, editable=False,
+        on_delete=models.CASCADE, related_name="private_corpora",
+    )  # fmt: skip
     # Bumped by every change to the corpus's content or ranking: cached results of older
     # versions are never read again (they expire on their TTL).
     version = models.PositiveBigIntegerField(default=1, editable=False)
@@ -61,6 +78,14 @@ class Corpus(models.Model):
     class Meta:
         ordering = ["name"]
         verbose_name_plural = "corpora"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(access="private", owner__isnull=False)
+                | (~models.Q(access="private") & models.Q(owner__isnull=True)),
+                name="rag_corpus_private_has_owner",
+            ),
+            models.UniqueConstraint(fields=["owner"], name="rag_corpus_one_private_per_user"),
+        ]
 
     def __str__(self) -> str:
         return self.title or self.name
@@ -154,3 +179,47 @@ class Chunk(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("rag:chunk", args=[self.pk])
+
+
+class UserFile(models.Model):
+    """A file a user attached in the chat: waits here (with its bytes) until ingestion, off the
+    request path, turns it into a Document of the user's private corpus. Its row is also the
+    progress the page polls, and the entry the profile page lists and deletes."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Waiting"
+        INGESTING = "ingesting", "Reading"
+        READY = "ready", "Ready"
+        FAILED = "failed", "Failed"
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="rag_files"
+    )
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="user_files")
+    # Deleting the document (the admin may) takes the entry with it.
+    document = models.OneToOneField(
+        Document, null=True, blank=True, on_delete=models.CASCADE, related_name="user_file"
+    )
+    name = models.CharField(max_length=255)
+    size = models.PositiveBigIntegerField()
+    checksum = models.CharField(max_length=64, help_text="SHA-256 of the bytes.")
+    # Kept only until ingestion ends: the document holds the extracted text from then on.
+    data = models.BinaryField(editable=False)
+    # Where it was attached (a chat id: rag knows nothing of chat's models).
+    conversation_id = models.PositiveBigIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    error = models.TextField(blank=True)
+    chunks_done = models.PositiveIntegerField(default=0)
+    chunks_total = models.PositiveIntegerField(default=0)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    # Times ingestion started on it: a file that kills or hangs every reader is given up.
+    attempts = models.PositiveSmallIntegerField(default=0)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [models.Index(fields=["status", "created"], name="rag_userfile_status")]
+
+    def __str__(self) -> str:
+        return self.name

@@ -146,10 +146,23 @@ def search(
     if fusion is None:
         # Scores of the two methods are not comparable: mixing corpora of both fuses by weights.
         fusion = "rrf" if all(c.fusion == Corpus.Fusion.RRF for c in corpora) else "weighted"
-    floor = settings.RAG_MIN_SIMILARITY if min_similarity is None else min_similarity
     ranked = _fuse(rows, by_corpus=by_corpus, fusion=fusion, weights=weights)
-    ranked = [s for s in ranked if s.vector >= floor or s.text > 0][:k]
+    ranked = [s for s in ranked if relevant(s, by_corpus[s.row["corpus_id"]], min_similarity)]
+    ranked = ranked[:k]
     return [s.passage(number, query) for number, s in enumerate(ranked, start=1)]
+
+
+def relevant(scored: _Scored, corpus: Corpus, min_similarity: float | None) -> bool:
+    """The relevance gate: is the passage worth the model's reading time? A calibrated corpus
+    (`relevance_floor`, see apps.rag.relevance) admits by cosine similarity alone: a shared
+    common word says little, and off-topic questions share one often. Otherwise the
+    RAG_MIN_SIMILARITY default, or any full-text match. `min_similarity` overrides both (the
+    admin's "try a query" page and the evaluation show the whole ranking)."""
+    if min_similarity is not None:
+        return scored.vector >= min_similarity or scored.text > 0
+    if corpus.relevance_floor is not None:
+        return scored.vector >= corpus.relevance_floor
+    return scored.vector >= settings.RAG_MIN_SIMILARITY or scored.text > 0
 
 
 def _candidates(*, corpora, query, embedding, metadata_filter, boost, candidates) -> list[dict]:

@@ -32,6 +32,8 @@ def corpora_for_user(*, user) -> QuerySet[Corpus]:
     plans = user_plan_slugs(user=user)
     if plans:
         allowed |= Q(plans__overlap=plans)
+    # A private corpus (a user's own files) is its owner's alone, whatever else it says.
+    allowed = (Q(owner__isnull=True) & allowed) | Q(owner=user)
     return Corpus.objects.filter(allowed, is_active=True)
 
 
@@ -40,13 +42,16 @@ def _searchable_sql() -> str:
     user_groups = Group.user_set.through._meta.db_table
     return f"""
         SELECT c.* FROM {Corpus._meta.db_table} c
-        WHERE c.is_active AND c.chunk_count > 0 AND (
+        WHERE c.is_active AND c.chunk_count > 0 AND (c.owner_id IS NULL AND (
             c.access = %(everyone)s
             OR EXISTS (
                 SELECT 1 FROM {Corpus.groups.through._meta.db_table} cg
                 JOIN {user_groups} ug ON ug.group_id = cg.group_id
                 WHERE cg.corpus_id = c.id AND ug.user_id = %(user)s)
             OR c.plans && ARRAY[{plan_slug_sql(user="user", fallback="fallback_plan")}]::varchar[]
+        )
+            -- the user's own files: a private corpus is searched for its owner and nobody else
+            OR c.owner_id = %(user)s
         )
         ORDER BY c.id
     """
@@ -70,10 +75,16 @@ def _may_bypass(user) -> bool:
     return bool(user and user.is_active and user.is_staff and user.has_perm("rag.view_chunk"))
 
 
+def _readable(user) -> Q:
+    """Corpora whose passages `user` may open: the ones they may search; for staff, every
+    shared corpus too. A private corpus opens for its owner only, staff included."""
+    if _may_bypass(user):
+        return Q(corpus__owner__isnull=True) | Q(corpus__owner=user)
+    return Q(corpus__in=corpora_for_user(user=user))
+
+
 def chunk_get_for_user(*, user, chunk_id: int) -> Chunk:
-    chunks = Chunk.objects.select_related("document", "corpus")
-    if not _may_bypass(user):
-        chunks = chunks.filter(corpus__in=corpora_for_user(user=user))
+    chunks = Chunk.objects.select_related("document", "corpus").filter(_readable(user))
     try:
         return chunks.get(pk=chunk_id)
     except Chunk.DoesNotExist:
@@ -81,9 +92,7 @@ def chunk_get_for_user(*, user, chunk_id: int) -> Chunk:
 
 
 def document_get_for_user(*, user, document_id: int) -> Document:
-    documents = Document.objects.select_related("corpus")
-    if not _may_bypass(user):
-        documents = documents.filter(corpus__in=corpora_for_user(user=user))
+    documents = Document.objects.select_related("corpus").filter(_readable(user))
     try:
         return documents.get(pk=document_id)
     except Document.DoesNotExist:

@@ -16,6 +16,7 @@ from django.db.models import F
 from . import caches, retrieval
 from .ingestion import Ingestor, IngestReport, corpus_refresh_counts, extracted_from
 from .models import Corpus, Document
+from .prompting import passages_within
 from .retrieval import Passage
 from .selectors import searchable_corpora_for_user
 
@@ -26,6 +27,7 @@ __all__ = [
     "corpus_ingest_paths",
     "corpus_ingest_uploads",
     "corpus_reindex",
+    "corpus_set_relevance_floor",
     "document_delete",
     "documents_reindex",
     "retrieve_for_prompt",
@@ -40,10 +42,19 @@ def retrieve_for_prompt(
     corpora: Iterable[Corpus | int | str] | None = None,
     metadata_filter: dict | None = None,
     boost: dict | None = None,
+    budget_tokens: int | None = None,
 ) -> list[Passage]:
     """The best `k` (default settings.RAG_TOP_K) passages for `query` from the corpora `user`
-    may use (optionally narrowed to `corpora`: ids, names or Corpus objects). Empty when
-    nothing is relevant enough."""
+    may use (optionally narrowed to `corpora`: ids, names or Corpus objects), cut to
+    `budget_tokens` (default settings.RAG_PROMPT_TOKENS). Empty when nothing passes the
+    corpora's relevance gates."""
+    passages = _retrieve(user=user, query=query, k=k, corpora=corpora,
+                         metadata_filter=metadata_filter, boost=boost)  # fmt: skip
+    budget = settings.RAG_PROMPT_TOKENS if budget_tokens is None else budget_tokens
+    return passages_within(passages, budget_tokens=budget)
+
+
+def _retrieve(*, user, query, k, corpora, metadata_filter, boost) -> list[Passage]:
     k = settings.RAG_TOP_K if k is None else k
     query = (query or "").strip()
     if not query or k < 1:
@@ -93,6 +104,12 @@ def corpus_get_or_create(
     return Corpus.objects.get_or_create(
         name=name, defaults={"access": access, "description": description, "title": name}
     )
+
+
+def corpus_set_relevance_floor(*, corpus: Corpus, floor: float | None) -> None:
+    """The corpus's relevance gate (None: the default); cached results made unreachable."""
+    Corpus.objects.filter(pk=corpus.pk).update(relevance_floor=floor, version=F("version") + 1)
+    corpus.relevance_floor = floor
 
 
 def corpus_bump_version(*, corpus: Corpus) -> None:

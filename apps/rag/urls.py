@@ -9,4 +9,5 @@ app_name = "rag"
 urlpatterns = [
     path("chunks/<int:chunk_id>/", views.chunk_source, name="chunk"),
     path("documents/<int:document_id>/", views.document_source, name="document"),
+    path("files/<int:file_id>/delete/", views.user_file_remove, name="file_delete"),
 ]

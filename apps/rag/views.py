@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
 from .selectors import chunk_get_for_user, document_get_for_user
+from .user_files import user_file_delete, user_file_get_for_user
 
 
 @login_required
@@ -33,3 +36,13 @@ def document_source(request, document_id: int):
         "rag/source.html",
         {"document": document, "chunk": None, "before": document.content},
     )
+
+
+@login_required
+@require_POST
+def user_file_remove(request, file_id: int):
+    """Deletes one of the user's own files, with its passages (from the profile page)."""
+    entry = user_file_get_for_user(user=request.user, file_id=file_id)
+    user_file_delete(entry=entry)
+    messages.success(request, f"“{entry.name}” deleted.")
+    return redirect("accounts:profile")

@@ -124,6 +124,10 @@ CACHES = {
     }
 }
 
+if REDIS_URL.split("://", 1)[0] in ("redis+cluster", "rediss+cluster"):
+    # Django's Redis cache speaks to one node; nothing in Sluice caches through it.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
 # No channel layer: answers reach websockets through each web process's output hub
 # (apps/chat/hub.py), which reads the output streams directly. A layer would give every socket
 # a channel of its own to poll, for messages nobody sends.
@@ -152,6 +156,13 @@ HEALTH_CHECK_TIMEOUT = env.float("HEALTH_CHECK_TIMEOUT", default=0.5)
 # Chat limits checked before anything is stored.
 CHAT_MESSAGE_MAX_CHARS = env.int("CHAT_MESSAGE_MAX_CHARS", default=8000)
 CHAT_TITLE_MAX_CHARS = 120
+# Conversation data (apps/chat inbox, hot tier, retention).
+# An answer that took this long (or a `long` request) leaves "your answer is ready" in the inbox.
+INBOX_ANSWER_READY_SECONDS = env.float("INBOX_ANSWER_READY_SECONDS", default=20.0)
+# The hot tier: profile, system prompt and recent turns of active conversations in Redis.
+HOT_TIER = env.bool("HOT_TIER", default=True)
+HOT_TIER_TTL_SECONDS = env.int("HOT_TIER_TTL_SECONDS", default=3600)
+HOT_TIER_TURNS = env.int("HOT_TIER_TURNS", default=100)  # capped list per conversation
 # Threads per web process for the websocket's database work (each keeps one connection, from the
 # pool in a web process), so messages from many chats are stored and submitted side by side.
 WEB_DB_THREADS = env.int("WEB_DB_THREADS", default=8)
@@ -213,10 +224,22 @@ RAG_HNSW_EF_SEARCH = env.int("RAG_HNSW_EF_SEARCH", default=50)
 RAG_FULLTEXT_POOL_PER_TERM = env.int("RAG_FULLTEXT_POOL_PER_TERM", default=50)
 RAG_TOP_K = env.int("RAG_TOP_K", default=4)
 RAG_MIN_SIMILARITY = env.float("RAG_MIN_SIMILARITY", default=0.2)
+# The passages' share of a prompt, in model tokens (about four characters each): every token
+# is read before the first word of the answer, so the passages are cut to this.
+RAG_PROMPT_TOKENS = env.int("RAG_PROMPT_TOKENS", default=400)
 RAG_QUERY_CACHE_SIZE = env.int("RAG_QUERY_CACHE_SIZE", default=1024)
 RAG_QUERY_CACHE_TTL = env.int("RAG_QUERY_CACHE_TTL", default=86400)
 RAG_RESULT_CACHE_TTL = env.int("RAG_RESULT_CACHE_TTL", default=300)
 RAG_UPLOAD_MAX_BYTES = env.int("RAG_UPLOAD_MAX_BYTES", default=20 * 1024 * 1024)
+# Files users attach in the chat (their private corpus): the largest file, how many files and
+# how many bytes in all one user may keep, and after how long an ingestion that stopped
+# reporting (its process died) is started again.
+RAG_USER_FILE_MAX_BYTES = env.int("RAG_USER_FILE_MAX_BYTES", default=10 * 1024 * 1024)
+RAG_USER_FILES_MAX = env.int("RAG_USER_FILES_MAX", default=50)
+RAG_USER_FILES_MAX_TOTAL_BYTES = env.int(
+    "RAG_USER_FILES_MAX_TOTAL_BYTES", default=100 * 1024 * 1024
+)
+RAG_USER_FILE_STALE_SECONDS = env.int("RAG_USER_FILE_STALE_SECONDS", default=300)
 
 # The model as the web sees it: its context window and the default answer length. The prompt
 # builder keeps the recent turns that fit CONTEXT - MAX_TOKENS.
@@ -230,12 +253,30 @@ SLUICE_ADMISSION = env.bool("SLUICE_ADMISSION", default=True)
 # The model a request that names none runs on (a name workers announce with
 # --served-model-name); empty: the first, by name, that a live worker serves.
 SLUICE_DEFAULT_MODEL = env.str("SLUICE_DEFAULT_MODEL", default="")
+# Background requests (work Sluice starts itself, behind every person's request): rolling
+# summaries of long conversations, follow-up questions after each answer, and profile tags
+# proposed after every N questions a user asks (0: never).
+SLUICE_SUMMARIES = env.bool("SLUICE_SUMMARIES", default=True)
+SLUICE_FOLLOWUPS = env.bool("SLUICE_FOLLOWUPS", default=True)
+SLUICE_TAG_PROPOSAL_EVERY = env.int("SLUICE_TAG_PROPOSAL_EVERY", default=10)
+# A new chat's title written by the model (apps/chat/titles.py), after its first question.
+SLUICE_TITLES = env.bool("SLUICE_TITLES", default=True)
 
 # Admission control (apps/admission; docs/admission.md describes each setting)
 SLUICE_DISPATCHER_LEASE_MS = env.int("SLUICE_DISPATCHER_LEASE_MS", default=5000)
 SLUICE_ADMISSION_BATCH = env.int("SLUICE_ADMISSION_BATCH", default=500)
 SLUICE_ADMISSION_PREFETCH = env.int("SLUICE_ADMISSION_PREFETCH", default=0)
 SLUICE_ADMISSION_QUANTUM = env.int("SLUICE_ADMISSION_QUANTUM", default=256)
+# Routing to workers (apps/admission/routing.py): "affinity" (pull + KV-cache affinity, the
+# default), "pull" (shared stream only), "round-robin" and "least-loaded" (push, as a load
+# balancer would: benchmarks only). Affinity lives this long in Redis after the last answer,
+# and a worker loaded beyond SLUICE_AFFINITY_MAX_LOAD (busy + waiting for it, per slot) gets
+# no more work routed to it: the shared stream takes it. Near capacity, waiting for the worker
+# that holds the prompt beats recomputing it elsewhere (bench/fleet.py: 1.0 kept 39 % of prompt
+# tokens cached, 1.5 74 %, 2.5 89 % and the most answers/s).
+SLUICE_ROUTING = env.str("SLUICE_ROUTING", default="affinity")
+SLUICE_AFFINITY_TTL_SECONDS = env.int("SLUICE_AFFINITY_TTL_SECONDS", default=1800)
+SLUICE_AFFINITY_MAX_LOAD = env.float("SLUICE_AFFINITY_MAX_LOAD", default=2.5)
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 # The dispatcher's Prometheus endpoint (its own HTTP port; 0: off, as two dispatchers on one
 # machine would want the same port). Web processes serve theirs at /metrics.

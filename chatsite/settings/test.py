@@ -18,3 +18,8 @@ DEBUG = False
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Tests that need the embedding model load it themselves; other tests should not pay for it.
 RAG_WARM_UP = False
+# Background follow-ups and tag proposals would add requests to every test's queue; the tests
+# of those features turn them on (processes read these from their environment).
+SLUICE_FOLLOWUPS = env.bool("SLUICE_FOLLOWUPS", default=False)  # noqa: F405
+SLUICE_TAG_PROPOSAL_EVERY = env.int("SLUICE_TAG_PROPOSAL_EVERY", default=0)  # noqa: F405
+SLUICE_TITLES = env.bool("SLUICE_TITLES", default=False)  # noqa: F405

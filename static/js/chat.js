@@ -40,7 +40,9 @@
   }
 
   function scrollToEnd() {
-    list.scrollTop = list.scrollHeight;
+    // tools.js follows the answer only while the reader is at the bottom.
+    if (window.sluiceFollow) window.sluiceFollow();
+    else list.scrollTop = list.scrollHeight;
   }
 
   function dropEmptyPlaceholder() {
@@ -189,6 +191,7 @@
       }
       const handler = handlers[frame.type];
       if (handler) handler(frame);
+      document.dispatchEvent(new CustomEvent("sluice:frame", { detail: frame })); // tools.js
     });
     socket.addEventListener("close", function (event) {
       if (event.code === 4401 || event.code === 4404) {
@@ -226,6 +229,16 @@
   regenerateButton.addEventListener("click", function () {
     if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "regenerate" }));
   });
+
+  // For tools.js (edit a sent message): a frame over this socket; false while it is closed.
+  window.sluiceChat = {
+    open() { return !!socket && socket.readyState === WebSocket.OPEN; },
+    send(frame) {
+      if (!socket || socket.readyState !== WebSocket.OPEN) return false;
+      socket.send(JSON.stringify(frame));
+      return true;
+    },
+  };
 
   const pending = list.querySelector("li.pending[data-request-id]");
   if (pending) assistantBubble(pending.dataset.requestId);

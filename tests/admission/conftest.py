@@ -112,7 +112,8 @@ def work_item_ids(stream: str) -> list[str]:
 
 
 def worker_answers(request_id: str, *, prompt_tokens: int = 0, completion_tokens: int = 0,
-                   worker_id: str = "w-test", record: bool = True) -> None:  # fmt: skip
+                   worker_id: str = "w-test", record: bool = True,
+                   duration_ms: float = 1000) -> None:  # fmt: skip
     """Does what a worker does with a work item: starts an attempt, ends it done, adds the
     answer record (unless `record` is False: as if Redis lost it) and deletes the item."""
     from worker import transitions
@@ -127,7 +128,7 @@ def worker_answers(request_id: str, *, prompt_tokens: int = 0, completion_tokens
         id=request_id, user_id=owner["user_id"], conversation_id=owner["conversation_id"],
         state=State.DONE, text="Hi there.", worker_id=worker_id, attempt=started.attempt,
         usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                    duration_ms=1000),
+                    duration_ms=duration_ms),
     )  # fmt: skip
     pipe = client.pipeline(transaction=False)
     transitions.finish(pipe, k, answer, token=token)

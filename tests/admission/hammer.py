@@ -8,6 +8,7 @@ import time
 import redis
 
 from apps.admission.buckets import BucketStore, plan_buckets
+from worker import cluster
 
 
 class Limits:
@@ -19,7 +20,12 @@ class Limits:
 
 
 def main(url: str, key: str, seconds: float) -> None:
-    store = BucketStore(redis.Redis.from_url(url, decode_responses=True))
+    if cluster.is_cluster_url(url):
+        client = cluster.sync_client(url, decode_responses=True, max_connections=2, timeout=5,
+                                     connect_timeout=2)  # fmt: skip
+    else:
+        client = redis.Redis.from_url(url, decode_responses=True)
+    store = BucketStore(client)
     buckets = plan_buckets(Limits, tokens=1)
     taken = 0
     deadline = time.monotonic() + seconds

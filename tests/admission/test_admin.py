@@ -20,7 +20,8 @@ def plan_form(**changes):
     data = dict(name="Team", slug="team", requests_per_minute=30, burst_requests=10,
                 tokens_per_minute=30000, burst_tokens=30000, tokens_per_day=900000,
                 max_concurrent=2, max_queue_wait_seconds=60, max_tokens_cap=512,
-                priority_weight=2, cost_weights='{"chat": 1, "report": 5}')  # fmt: skip
+                priority_weight=2, cost_weights='{"chat": 1, "long": 2}',
+                long_prompt_tokens=1500)  # fmt: skip
     data.update(changes)
     return data
 

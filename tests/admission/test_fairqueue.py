@@ -89,3 +89,28 @@ def test_ineligible_users_are_skipped_and_removal_works():
     assert queue.pop(lambda user: False) is None
     assert queue.remove("a1").id == "a1"
     assert queue.pop() is None
+
+
+@given(
+    entries=st.lists(st.tuples(st.sampled_from("abcd"), st.integers(1, 2000), st.booleans()),
+                     max_size=60),
+    blocked=st.sets(st.sampled_from("abcd"), max_size=3),
+)  # fmt: skip
+def test_background_entries_leave_only_when_no_persons_entry_may(entries, blocked):
+    from apps.admission.fairqueue import BACKGROUND, PEOPLE
+
+    queue = FairQueue(quantum=256)
+    for i, (user, cost, background) in enumerate(entries):
+        queue.push(Entry(f"{i}", user, cost, 1.0, BACKGROUND if background else PEOPLE))
+    people = {f"{i}" for i, (_, _, background) in enumerate(entries) if not background}
+    may_run = lambda user: user not in blocked  # noqa: E731  (users at their concurrency limit)
+    order = [e.id for e in queue.order(may_run)]
+    popped = []
+    while (entry := queue.pop(may_run)) is not None:
+        # A background entry leaves only when no runnable person's entry is left.
+        if entry.id not in people:
+            assert not any(p in queue and entries[int(p)][0] not in blocked for p in people)
+        popped.append(entry.id)
+    assert popped == order
+    assert set(queue.release_order()) == {f"{i}" for i, e in enumerate(entries)
+                                          if e[0] in blocked}  # fmt: skip

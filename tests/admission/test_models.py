@@ -167,7 +167,7 @@ def test_an_admin_lists_a_plans_models_and_sees_which_are_served(client_for, use
                 burst_requests=10, tokens_per_minute=30000, burst_tokens=30000,
                 tokens_per_day=900000, max_concurrent=2, max_queue_wait_seconds=60,
                 max_tokens_cap=512, priority_weight=1, cost_weights='{"chat": 1}',
-                model_names="alpha, all-MiniLM-L6-v2")  # fmt: skip
+                long_prompt_tokens=1500, model_names="alpha, all-MiniLM-L6-v2")  # fmt: skip
     response = admin.post(f"/admin/admission/plan/{plan.pk}/change/", form)
     assert response.status_code == 302
     plan.refresh_from_db()

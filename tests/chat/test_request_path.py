@@ -8,12 +8,11 @@ import signal
 import time
 
 import pytest
-import redis
 from asgiref.sync import sync_to_async
-from django.conf import settings
 
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
+from chatsite.redis_client import get_redis
 from tests.chat.conftest import answer_text, chat_socket, receive_until, wait_for
 from worker.protocol import Keys
 
@@ -25,7 +24,7 @@ pytestmark = [
 
 
 def live_workers(prefix: str) -> set[str]:
-    client = redis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+    client = get_redis()  # one Redis or a cluster, whichever REDIS_URL names
     keys = Keys(prefix=prefix)
     return {w for w in client.zrange(keys.workers, 0, -1) if client.exists(keys.heartbeat(w))}
 
@@ -124,8 +123,7 @@ async def test_stop_aborts_the_answer_and_frees_the_slot(
 
 
 def _conversation_free(conversation_id: int, prefix: str) -> bool:
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    return not client.exists(Keys(prefix=prefix).conversation_active(conversation_id))
+    return not get_redis().exists(Keys(prefix=prefix).conversation_active(conversation_id))
 
 
 async def test_regenerate_replaces_the_last_answer(user, short_answers, start_worker, dispatcher,

@@ -36,7 +36,7 @@ def test_passages_block_is_numbered_quoted_data():
 def test_citations_are_json_and_render_escaped():
     citations = citations_from([passage(1, "<script>alert(1)</script> text", "<b>Title</b>")])
     assert json.loads(json.dumps(citations)) == citations
-    fields = {"number", "chunk_id", "document_id", "title", "snippet", "source_url"}
+    fields = {"number", "chunk_id", "document_id", "title", "snippet", "source_url", "terms"}
     assert set(citations[0]) == fields
     html = render_to_string("rag/_citations.html", {"citations": citations})
     assert "<script>" not in html and "&lt;script&gt;" in html

@@ -1,4 +1,5 @@
-"""Work nobody runs any more is run again: a paused worker's answer re-run elsewhere with its
+"""Work nobody runs any more is run again (and work that runs is never taken for forgotten,
+whatever its entry id): a paused worker's answer re-run elsewhere with its
 late writes refused, a dead worker's routed work moved back without breaking its stream, work
 that keeps killing its workers dead-lettered while other work flows, and work delivered to a
 worker that forgot it run again."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 import time
 
 from worker import protocol, transitions
+from worker.engines.simulated import SimulatedEngine
 
 from .conftest import answer_records, enqueue, events, eventually, final_of
 
@@ -94,3 +96,18 @@ async def test_work_delivered_to_a_worker_that_forgot_it_runs_again(run_worker, 
     await _as_consumer(redis_async, keys, "w1", keys.work)  # delivered, then w1 restarted
     await run_worker("w1")
     assert (await final_of(redis_async, keys, "r1"))["state"] == "done"
+
+
+async def test_entries_with_one_id_on_two_streams_each_run_once(run_worker, keys, redis_async):
+    # The dispatcher's MULTI often gives entries on two streams the same id (one millisecond).
+    for request_id, stream, text in (("mine", keys.work_for("w1"), "five tokens"),
+                                     ("shared", keys.work, "one [[sim:tokens=1]]")):  # fmt: skip
+        await enqueue(redis_async, keys, request_id, text=text, stream=f"{keys.prefix}:staging")
+        [(staged, fields)] = await redis_async.xrange(f"{keys.prefix}:staging")
+        await redis_async.xdel(f"{keys.prefix}:staging", staged)
+        await redis_async.xadd(stream, fields, id="1-1")
+    slow = SimulatedEngine(slots=3, first_token_ms=5, decode_ms_per_token=250)  # 1 s, or 5 ms
+    await run_worker("w1", engine=slow)
+    for request_id in ("mine", "shared"):
+        final = await final_of(redis_async, keys, request_id)
+        assert (final["state"], final["attempt"]) == ("done", "1")  # never taken for forgotten

@@ -25,6 +25,7 @@ class EngineOutput:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None  # "stop", "length", "abort" on the last output
+    cached_tokens: int = 0  # of the prompt tokens, those found in the engine's KV cache
 
 
 @dataclass

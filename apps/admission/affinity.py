@@ -1,0 +1,98 @@
+"""Which worker's KV cache likely holds a prompt: kept in Redis, so a standby dispatcher that
+takes over routes a conversation back to the worker that served it, as the old holder would.
+
+Two kinds of entry, each a string with a TTL under the dispatcher's hash tag:
+
+- `conv`: conversation → the worker that answered it last. Its next prompt repeats the whole
+  conversation, so that worker holds all of it but the newest turn.
+- `prefix`: fingerprint of the prompt's system message (the system prompt with the retrieved
+  passages, what conversations on one topic share) → the worker that read it last. A new
+  conversation on the same passages finds that part already computed there.
+
+The TTL (`SLUICE_AFFINITY_TTL_SECONDS`) bounds how long a cache is trusted: a GPU under load
+evicts an idle conversation's blocks within minutes, and a stale entry costs only a routing
+choice that the load check can still overrule. Every answer refreshes its entries. What is
+learnt is written on the dispatcher's next pass, in one round trip; what a pass routes is read
+in one MGET.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import redis
+
+from worker.protocol import Answer, Keys
+
+REMEMBERED_ROUTES = 100_000  # request → its fingerprint, until its answer arrives
+
+
+@dataclass(frozen=True)
+class PromptShape:
+    """What routing needs to know of a prompt: its prefix fingerprint ("" when it has no system
+    message) and the shares of its characters a warm cache would skip."""
+
+    fingerprint: str
+    prefix_share: float  # the system message's share of the prompt
+    history_share: float  # all but the newest message: what the conversation's worker holds
+
+
+def prompt_shape(messages_json: str) -> PromptShape:
+    try:
+        messages = json.loads(messages_json)
+        contents = [str(m.get("content", "")) for m in messages]
+        system = str(messages[0].get("content", "")) if messages[0].get("role") == "system" else ""
+    except (ValueError, TypeError, AttributeError, IndexError, KeyError):
+        return PromptShape("", 0.0, 0.0)
+    total = sum(len(c) for c in contents) or 1
+    fingerprint = hashlib.blake2b(system.encode(), digest_size=8).hexdigest() if system else ""
+    return PromptShape(fingerprint, len(system) / total, 1 - len(contents[-1]) / total)
+
+
+class AffinityStore:
+    def __init__(self, client: redis.Redis, keys: Keys, *, ttl_seconds: int) -> None:
+        self.client = client
+        self.keys = keys
+        self.ttl_seconds = ttl_seconds
+        self._learnt: dict[str, str] = {}  # key → worker, written on the next flush
+        self._routed: dict[str, str] = {}  # request id → its prefix fingerprint
+
+    def routed(self, request_id: str, fingerprint: str) -> None:
+        """Remembers the request's fingerprint until its answer says which worker read it."""
+        if fingerprint:
+            if len(self._routed) >= REMEMBERED_ROUTES:
+                self._routed.pop(next(iter(self._routed)))
+            self._routed[request_id] = fingerprint
+
+    def learn(self, answer: Answer) -> None:
+        fingerprint = self._routed.pop(answer.id, "")
+        if not answer.worker_id:
+            return
+        if answer.conversation_id:
+            self._learnt[self.keys.affinity("conv", answer.conversation_id)] = answer.worker_id
+        if fingerprint:
+            self._learnt[self.keys.affinity("prefix", fingerprint)] = answer.worker_id
+
+    def flush(self) -> None:
+        """Writes what was learnt since the last flush (one round trip; none when nothing)."""
+        if not self._learnt:
+            return
+        learnt, self._learnt = self._learnt, {}
+        pipe = self.client.pipeline(transaction=False)
+        for key, worker_id in learnt.items():
+            pipe.set(key, worker_id, ex=self.ttl_seconds)
+        pipe.execute()
+
+    def lookup(self, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """For each (conversation, fingerprint): (its conversation's worker, its prefix's
+        worker), "" where none is remembered. What this pass learnt but has not written yet
+        counts too."""
+        if not pairs:
+            return []
+        names = [self.keys.affinity(kind, name) for conversation, fingerprint in pairs
+                 for kind, name in (("conv", conversation), ("prefix", fingerprint))]  # fmt: skip
+        values = self.client.mget(names)
+        found = [self._learnt.get(n) or v or "" for n, v in zip(names, values, strict=True)]
+        return list(zip(found[0::2], found[1::2], strict=True))

@@ -1,0 +1,215 @@
+"""Background requests: work Sluice starts itself, through the same admission and fair queue as
+a person's question, as kind `background` (the dispatcher serves them last and refuses them
+under degradation).
+
+A background answer is not a chat message. Its work item carries a *purpose* ({"task": ...,
+with what the task needs}), written into the request's hash too; the answer recorder reads it
+back and hands the finished answer to the task's handler here instead of storing a message.
+The requests name no conversation (the purpose does), so one never holds a conversation's
+"answering" slot and a person's next question is never refused because of it.
+
+Tasks: `summary` (fold turns that are falling out of the prompt into the conversation's
+rolling summary), `followups` (up to three suggested questions after an answer, posted to the
+user's inbox) and `tags` (profile tags proposed from the user's questions, applied only when
+the user accepts them).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from django.conf import settings
+from redis.exceptions import RedisError
+
+from chatsite.redis_client import get_redis, keys
+from worker import protocol, transitions
+from worker.protocol import Answer, State, WorkItem
+
+from . import inbox, memory, suggestions, titles
+from .models import Conversation, InboxMessage
+from .prompting import Prompt
+
+log = logging.getLogger("sluice.chat.background")
+
+KIND = "background"
+# How long a task is taken to be in flight (one per conversation or user): long enough for a
+# queue behind busy hours, short enough that a lost one is asked again.
+IN_FLIGHT_SECONDS = 600
+
+
+class Task:
+    SUMMARY = "summary"
+    FOLLOWUPS = "followups"
+    TAGS = "tags"
+
+
+def background_submit(*, user_id: int, purpose: dict, messages: list[dict[str, str]],
+                      max_tokens: int, model: str = "") -> str:  # fmt: skip
+    """Hands a background request to admission; returns its id. Raises RedisError."""
+    k = keys()
+    item = WorkItem(
+        id=protocol.new_request_id(), user_id=str(user_id), conversation_id="",
+        messages=messages, max_tokens=max_tokens, temperature=0.0,
+        prompt_tokens_estimate=sum(memory.estimate_tokens(m["content"]) for m in messages),
+        kind=KIND, model=model, purpose=purpose,
+    )  # fmt: skip
+    stream = k.admit if settings.SLUICE_ADMISSION else k.work_for_model(model)
+    submit_by_ms = protocol.now_ms() + int(settings.REDIS_SOCKET_TIMEOUT * 1000)
+    pipe = get_redis().pipeline(transaction=False)
+    transitions.submitted(pipe, k, item, citations=[], stream=stream, submit_by_ms=submit_by_ms)
+    pipe.execute()
+    log.info("background request %s submitted: %s for user %s", item.id, purpose.get("task"),
+             user_id)  # fmt: skip
+    return item.id
+
+
+def _in_flight_key(task: str, owner: int) -> str:
+    return f"{keys().prefix}:bg:{{{task}:{owner}}}"
+
+
+def _claim(task: str, owner: int) -> bool:
+    """One task of a kind in flight per conversation (or user): True if this caller got it."""
+    return bool(get_redis().set(_in_flight_key(task, owner), "1", nx=True, ex=IN_FLIGHT_SECONDS))
+
+
+def _release(task: str, owner: int) -> None:
+    get_redis().delete(_in_flight_key(task, owner))
+
+
+# -- asking -----------------------------------------------------------------------------------
+
+
+def summary_schedule(*, conversation: Conversation, prompt: Prompt) -> str | None:
+    """Asks for the summary the prompt found due (turns falling out of the window), unless one
+    is already on its way for this conversation. Never raises: the person's question is sent
+    already, and the next one asks again."""
+    if not prompt.to_summarise or not settings.SLUICE_SUMMARIES:
+        return None
+    try:
+        if not _claim(Task.SUMMARY, conversation.id):
+            return None
+        purpose = {"task": Task.SUMMARY, "conversation": conversation.id,
+                   "upto": prompt.to_summarise[-1].id, "from": prompt.summary_upto,
+                   "previous": prompt.summary}  # fmt: skip
+        messages = memory.summary_messages(previous=prompt.summary, turns=prompt.to_summarise)
+        return background_submit(user_id=conversation.owner_id, purpose=purpose,
+                                 messages=messages, max_tokens=memory.SUMMARY_MAX_TOKENS,
+                                 model=conversation.model)  # fmt: skip
+    except RedisError:
+        log.warning("summary of conversation %s not asked: Redis unreachable", conversation.id)
+        return None
+
+
+def answers_recorded(answers: list[Answer]) -> None:
+    """After the recorder's batch: background answers to their handlers; for each finished chat
+    answer, follow-up questions and (every so many questions) tag proposals. Never raises."""
+    try:
+        purposes = _purposes(answers)
+    except RedisError:
+        log.exception("background purposes not read")
+        return
+    for answer, purpose in zip(answers, purposes, strict=True):
+        try:
+            if purpose:
+                _finished(answer, purpose)
+            elif answer.conversation_id and answer.state == State.DONE:
+                _after_answer(answer)
+        except Exception:
+            log.exception("background handling of %s failed", answer.id)
+
+
+def _purposes(answers: list[Answer]) -> list[dict]:
+    pipe = get_redis().pipeline(transaction=False)
+    for answer in answers:
+        pipe.hget(keys().request(answer.id), "purpose")
+    found = []
+    for raw in pipe.execute():
+        try:
+            purpose = json.loads(raw) if raw else {}
+        except ValueError:
+            purpose = {}
+        found.append(purpose if isinstance(purpose, dict) else {})
+    return found
+
+
+def _after_answer(answer: Answer) -> None:
+    user_id, conversation_id = int(answer.user_id), int(answer.conversation_id)
+    model = Conversation.objects.filter(id=conversation_id).values_list("model", flat=True)
+    model = model.first() or ""
+    if settings.SLUICE_FOLLOWUPS and answer.text.strip():
+        question = suggestions.followups_question_for(conversation_id=conversation_id)
+        background_submit(
+            user_id=user_id, model=model,
+            purpose={"task": Task.FOLLOWUPS, "conversation": conversation_id,
+                     "request": answer.id, "question": question[:600]},
+            messages=suggestions.followups_messages(question=question),
+            max_tokens=suggestions.FOLLOWUPS_MAX_TOKENS,
+        )  # fmt: skip
+    every = settings.SLUICE_TAG_PROPOSAL_EVERY
+    if every > 0 and suggestions.questions_asked(user_id=user_id) % every == 0:
+        tags_schedule(user_id=user_id, model=model)
+
+
+def tags_schedule(*, user_id: int, model: str = "") -> str | None:
+    """Asks which of the admin's tags fit the user's recent questions (tags the user has, or
+    was proposed before, are left out); None when there is nothing to ask."""
+    tags = suggestions.tags_open_for(user_id=user_id)
+    messages = suggestions.tags_messages(user_id=user_id, tags=tags)
+    if messages is None or not _claim(Task.TAGS, user_id):
+        return None
+    return background_submit(user_id=user_id, model=model, messages=messages,
+                             purpose={"task": Task.TAGS, "tags": [t.id for t in tags]},
+                             max_tokens=suggestions.TAGS_MAX_TOKENS)  # fmt: skip
+
+
+# -- answers ----------------------------------------------------------------------------------
+
+
+def _finished(answer: Answer, purpose: dict) -> None:
+    task = purpose.get("task")
+    done = answer.state == State.DONE
+    if not done:
+        log.info("background %s %s ended %s: %s", task, answer.id, answer.state, answer.error)
+    if task == Task.SUMMARY:
+        conversation_id = int(purpose["conversation"])
+        if done:
+            stored = memory.summary_store(
+                conversation_id=conversation_id, upto_message_id=int(purpose["upto"]),
+                text=memory.summary_text(previous=purpose.get("previous", ""),
+                                         answer=answer.text),
+                model=_model_of(answer), covered_from=int(purpose["from"]),
+            )  # fmt: skip
+            log.info("summary of conversation %s %s", conversation_id,
+                     "stored" if stored else "not needed any more")  # fmt: skip
+        _release(Task.SUMMARY, conversation_id)
+    elif task == Task.FOLLOWUPS and done:
+        questions = suggestions.followups_parse(answer.text, question=purpose.get("question", ""))
+        conversation_id = int(purpose["conversation"])
+        if questions and suggestions.conversation_exists(conversation_id):
+            inbox.inbox_post(user_id=int(answer.user_id), kind=InboxMessage.Kind.FOLLOWUPS,
+                             text="Suggested follow-up questions",
+                             data={"conversation_id": conversation_id,
+                                   "request_id": purpose.get("request", ""),
+                                   "message_id": suggestions.answer_message_id(
+                                       request_id=purpose.get("request", "")),
+                                   "questions": questions})  # fmt: skip
+    elif task == titles.TASK and done:
+        titles.title_finished(purpose=purpose, answer_text=answer.text)
+    elif task == Task.TAGS:
+        if done:
+            tags = suggestions.tags_open_for(user_id=int(answer.user_id))
+            allowed = [t for t in tags if t.id in set(purpose.get("tags") or [])]
+            named = suggestions.tags_parse(answer.text, tags=allowed)
+            suggestions.tags_propose(user_id=int(answer.user_id), tag_ids=[t.id for t in named])
+        _release(Task.TAGS, int(answer.user_id))
+
+
+def _model_of(answer: Answer) -> str:
+    """The model that wrote the answer, as its worker announces it (its id when unknown)."""
+    try:
+        beat = json.loads(get_redis().get(keys().heartbeat(answer.worker_id)) or "{}")
+    except (RedisError, ValueError):
+        beat = {}
+    model = beat.get("model") if isinstance(beat, dict) else ""
+    return (model or answer.worker_id)[:200]

@@ -1,0 +1,326 @@
+"""The hot tier: what every prompt needs, kept in Redis so the submit path reads no PostgreSQL
+on a warm cache.
+
+Per conversation, a hash (its summary, the turns it pinned, a generation, whether it is filled)
+and a capped list of its latest finished turns, newest first; per user, a hash with the prompt
+profile and the system prompt made from it (by prompting.system_prompt, passed in). All
+expire after HOT_TIER_TTL_SECONDS without use.
+
+Writes go through: a stored turn is pushed onto its conversation's list (only while the list
+is filled: a list is either complete up to its cap or absent), any other change (a deleted or
+edited message, a pin, a new summary, a profile or tag edit) drops what it changed, and a
+deleted conversation drops its keys. A reader that missed reads PostgreSQL and fills the cache
+only if the generation it saw before reading is still current, so a write that landed in
+between can never be overwritten by older data; a turn pushed twice (a fill raced a push) is
+read once, as list entries carry the message id.
+
+HOT_TIER=false turns it off (bench/submit.py measures both): every read then goes to
+PostgreSQL, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import asdict
+
+from django.conf import settings
+from django.db import connection, transaction
+from redis.exceptions import RedisError
+
+from chatsite.redis_client import get_redis, keys
+
+from . import selectors
+from .models import Conversation, Message
+from .selectors import PromptProfile, PromptSources, Turn
+
+log = logging.getLogger("sluice.chat.hot")
+
+DONE = Message.Status.DONE
+ROLES = (Message.Role.USER, Message.Role.ASSISTANT)
+
+# KEYS: conversation hash, turns list. ARGV: ttl, last list index to read. Returns the hash's
+# generation and, when it is filled, its fields and the turns; refreshes both TTLs.
+READ = """
+local conv = redis.call('HMGET', KEYS[1], 'gen', 'filled', 'summary', 'upto', 'pinned')
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+if conv[2] ~= '1' then return {conv[1], false} end
+redis.call('EXPIRE', KEYS[2], ARGV[1])
+return {conv[1], conv[2], conv[3], conv[4], conv[5],
+        redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[2]))}
+"""
+# KEYS: conversation hash, turns list. ARGV: ttl, cap, entries (oldest first).
+PUSH = """
+redis.call('HINCRBY', KEYS[1], 'gen', 1)
+if redis.call('HGET', KEYS[1], 'filled') == '1' then
+  for i = 3, #ARGV do redis.call('LPUSH', KEYS[2], ARGV[i]) end
+  redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[2]) - 1)
+  redis.call('EXPIRE', KEYS[2], ARGV[1])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+"""
+# KEYS: a hash (and its list, if any). ARGV: ttl.
+FORGET = """
+redis.call('HINCRBY', KEYS[1], 'gen', 1)
+redis.call('HDEL', KEYS[1], 'filled', 'system')
+if KEYS[2] then redis.call('DEL', KEYS[2]) end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+"""
+# KEYS: conversation hash, turns list. ARGV: ttl, generation seen, summary, upto, pinned,
+# entries (newest first).
+FILL_CONVERSATION = """
+local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
+if gen ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[2])
+for i = 6, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+redis.call('HSET', KEYS[1], 'gen', gen, 'filled', '1', 'summary', ARGV[3], 'upto', ARGV[4],
+           'pinned', ARGV[5])
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[1])
+return 1
+"""
+# KEYS: profile hash. ARGV: ttl, generation seen, profile JSON, system prompt (if made).
+FILL_PROFILE = """
+local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
+if gen ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'gen', gen, 'filled', '1', 'profile', ARGV[3])
+if ARGV[4] then redis.call('HSET', KEYS[1], 'system', ARGV[4]) end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+
+
+def conversation_key(conversation_id: int | str) -> str:
+    """Hash: a conversation's summary, pinned turns, generation and whether it is filled. It
+    shares its hash tag with the list, so the scripts touching both work in a Redis Cluster."""
+    return f"{keys().prefix}:hot:{{c{conversation_id}}}:conv"
+
+
+def turns_key(conversation_id: int | str) -> str:
+    """List: a conversation's latest finished turns, newest first, capped."""
+    return f"{keys().prefix}:hot:{{c{conversation_id}}}:turns"
+
+
+def profile_key(user_id: int | str) -> str:
+    """Hash: a user's prompt profile and the system prompt made from it."""
+    return f"{keys().prefix}:hot:{{u{user_id}}}:profile"
+
+
+def after_commit(func: Callable[[], None]) -> None:
+    """`func` once the current transaction commits (at once outside one). Under the wrapping
+    transaction of a Django TestCase nothing ever commits: it runs at once, as if the test's
+    writes had committed (Django's durable atomic blocks make the same exception)."""
+    conn = transaction.get_connection()
+    if conn.in_atomic_block and not conn.atomic_blocks[0]._from_testcase:
+        transaction.on_commit(func)
+    else:
+        func()
+
+
+def enabled() -> bool:
+    return settings.HOT_TIER
+
+
+def _ttl() -> int:
+    return settings.HOT_TIER_TTL_SECONDS
+
+
+def _entry(turn: Turn) -> str:
+    return json.dumps([turn.id, turn.role, turn.text, turn.pinned])
+
+
+def _turns(raw: list[str], limit: int) -> list[Turn]:
+    """List entries as turns, newest first, each message once."""
+    seen, turns = set(), []
+    for item in raw:
+        message_id, role, text, pinned = json.loads(item)
+        if message_id not in seen:
+            seen.add(message_id)
+            turns.append(Turn(message_id, role, text, pinned))
+            if len(turns) == limit:
+                break
+    return turns
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def prompt_sources(*, conversation: Conversation, limit: int) -> PromptSources:
+    """selectors.prompt_sources, from Redis when both the conversation and its owner are hot;
+    else from PostgreSQL (one round trip), filling what was missing."""
+    cap = settings.HOT_TIER_TURNS
+    if not enabled() or limit > cap:
+        return selectors.prompt_sources(conversation=conversation, limit=limit)
+
+    conv_key, list_key = conversation_key(conversation.pk), turns_key(conversation.pk)
+    user_key = profile_key(conversation.owner_id)
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        # Room for a turn pushed twice (a fill raced its push): read a few more than needed.
+        pipe.eval(READ, 2, conv_key, list_key, _ttl(), limit + 8)
+        pipe.hmget(user_key, "gen", "filled", "profile")
+        pipe.expire(user_key, _ttl())
+        conv, profile, _ = pipe.execute()
+    except RedisError as exc:
+        log.warning("hot tier unreadable (%s): reading PostgreSQL", exc)
+        return selectors.prompt_sources(conversation=conversation, limit=limit)
+    conv_gen, conv_filled, summary, upto, pinned, raw_turns = (conv + [None] * 6)[:6]
+    profile_gen, profile_filled, profile_json = profile
+    if conv_filled == "1" and profile_filled == "1":
+        return PromptSources(
+            history=_turns(raw_turns, limit), profile=_profile_from(profile_json),
+            summary=summary or "", summary_upto=int(upto or 0),
+            pinned=[Turn(*t) for t in json.loads(pinned or "[]")],
+        )  # fmt: skip
+    sources = selectors.prompt_sources(conversation=conversation, limit=cap)
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        if conv_filled != "1":
+            pinned_json = json.dumps([[t.id, t.role, t.text, t.pinned] for t in sources.pinned])
+            pipe.eval(FILL_CONVERSATION, 2, conv_key, list_key, _ttl(), conv_gen or "0",
+                      sources.summary, sources.summary_upto, pinned_json,
+                      *(_entry(t) for t in sources.history))  # fmt: skip
+        if profile_filled != "1":
+            pipe.eval(FILL_PROFILE, 1, user_key, _ttl(), profile_gen or "0",
+                      _profile_json(sources.profile))  # fmt: skip
+        pipe.execute()
+    except RedisError as exc:
+        log.warning("hot tier not filled: %s", exc)
+    sources.history = sources.history[:limit]
+    return sources
+
+
+def _profile_json(profile: PromptProfile | None) -> str:
+    return json.dumps(asdict(profile) if profile else None)
+
+
+def _profile_from(raw: str | None) -> PromptProfile | None:
+    data = json.loads(raw or "null")
+    return PromptProfile(**data) if data else None
+
+
+def system_prompt_for(user_id: int, *, render: Callable[[PromptProfile | None], str]) -> str:
+    """The user's system prompt (`render` makes it from the profile), from the hot tier when
+    it holds it; else made and kept there."""
+    if not enabled():
+        return render(selectors.prompt_profile(user_id=user_id))
+    key = profile_key(user_id)
+    try:
+        gen, filled, profile_json, system = get_redis().hmget(key, "gen", "filled", "profile",
+                                                             "system")  # fmt: skip
+    except RedisError:
+        return render(selectors.prompt_profile(user_id=user_id))
+    if filled == "1" and system is not None:
+        return system
+    profile = (_profile_from(profile_json) if filled == "1"
+               else selectors.prompt_profile(user_id=user_id))  # fmt: skip
+    system = render(profile)
+    try:
+        get_redis().eval(FILL_PROFILE, 1, key, _ttl(), gen or "0", _profile_json(profile), system)
+    except RedisError as exc:
+        log.warning("hot tier not filled: %s", exc)
+    return system
+
+
+# -- writing through -------------------------------------------------------------------------
+
+
+def turns_stored(turns_by_conversation: dict[int, list[Turn]]) -> None:
+    """New finished turns (oldest first) pushed onto their conversations' lists. Never raises:
+    a Redis that is away then holds a list that the TTL ends (and the generation bump fails
+    too, so no reader fills it with older data either way)."""
+    if not turns_by_conversation or not enabled():
+        return
+    cap = settings.HOT_TIER_TURNS
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for conversation_id, turns in turns_by_conversation.items():
+            pipe.eval(PUSH, 2, conversation_key(conversation_id), turns_key(conversation_id),
+                      _ttl(), cap, *(_entry(t) for t in turns))  # fmt: skip
+        pipe.execute()
+    except RedisError as exc:
+        log.warning("hot tier not written (%s): dropping it", exc)
+        _drop_keys([conversation_key(c) for c in turns_by_conversation]
+                   + [turns_key(c) for c in turns_by_conversation])  # fmt: skip
+
+
+def message_stored(message: Message) -> None:
+    """After services.message_store: the message, if it is a finished turn (once committed:
+    a turn rolled back never reaches a prompt)."""
+    if message.role in ROLES and message.status == DONE and enabled():
+        turn = Turn(message.id, message.role, message.text, False)
+        after_commit(lambda: turns_stored({message.conversation_id: [turn]}))
+
+
+def messages_stored(request_ids: list[str], conversation_ids: list[int]) -> None:
+    """After a batch of answers (services.messages_store, which learns no ids): once
+    committed, the finished ones are read back by request id, but only for conversations
+    whose lists are filled."""
+    if request_ids and enabled():
+        after_commit(lambda: _messages_stored(request_ids, conversation_ids))
+
+
+def _messages_stored(request_ids: list[str], conversation_ids: list[int]) -> None:
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for conversation_id in conversation_ids:
+            pipe.hget(conversation_key(conversation_id), "filled")
+        hot = {c for c, filled in zip(conversation_ids, pipe.execute(), strict=True) if filled}
+    except RedisError:
+        hot = set(conversation_ids)
+    cold = [c for c in conversation_ids if c not in hot]
+    by_conversation: dict[int, list[Turn]] = {c: [] for c in cold}  # a bump of the generation
+    if hot:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id, conversation_id, role, text, pinned FROM {Message._meta.db_table} "
+                "WHERE request_id = ANY(%s) AND status = %s AND conversation_id = ANY(%s) "
+                "ORDER BY created, id", [request_ids, DONE, list(hot)])  # fmt: skip
+            for message_id, conversation_id, role, text, pinned in cursor.fetchall():
+                by_conversation.setdefault(conversation_id, []).append(
+                    Turn(message_id, role, text, pinned)
+                )
+    turns_stored(by_conversation)
+
+
+def conversations_forget(conversation_ids) -> None:
+    """Their turns, summary and pins are dropped (the next prompt refills them)."""
+    _forget([(conversation_key(c), turns_key(c)) for c in set(conversation_ids)])
+
+
+def profiles_forget(user_ids) -> None:
+    _forget([(profile_key(u), None) for u in set(user_ids)])
+
+
+def conversations_drop(conversation_ids) -> None:
+    """A deleted conversation: its keys are gone."""
+    _drop_keys([key for c in set(conversation_ids)
+                for key in (conversation_key(c), turns_key(c))])  # fmt: skip
+
+
+def _forget(pairs: list[tuple[str, str | None]]) -> None:
+    if not pairs:
+        return
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for hash_key, list_key in pairs:
+            if list_key:
+                pipe.eval(FORGET, 2, hash_key, list_key, _ttl())
+            else:
+                pipe.eval(FORGET, 1, hash_key, _ttl())
+        pipe.execute()
+    except RedisError as exc:
+        log.error("hot tier entries not dropped (%s): they expire within %ss", exc, _ttl())
+
+
+def _drop_keys(names: list[str]) -> None:
+    if not names:
+        return
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for name in names:  # one by one: in a cluster they live in different slots
+            pipe.delete(name)
+        pipe.execute()
+    except RedisError as exc:
+        log.error("hot tier keys not deleted (%s): they expire within %ss", exc, _ttl())

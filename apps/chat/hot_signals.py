@@ -1,0 +1,91 @@
+"""Keeps the hot tier (hot.py) in step with ORM writes anywhere in Sluice: a message edited,
+pinned or deleted, a summary written, a profile or tag changed, a conversation deleted. The
+hot path's own writes (services.message_store and messages_store, raw SQL) push their turns
+directly and send no signals.
+
+Each transaction's changes are collected and dropped once, after it commits: deleting a
+conversation of a thousand messages is one Redis round trip, and no reader can refill the
+cache from data that is about to be rolled back or is not yet visible.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
+
+from apps.accounts.models import Profile, Tag
+
+from . import hot
+from .models import Conversation, ConversationSummary, Message
+
+
+def _later(kind: str, ids) -> None:
+    """Collects the change for the current transaction's commit (at once outside one)."""
+    conn = transaction.get_connection()
+    if not conn.in_atomic_block or conn.atomic_blocks[0]._from_testcase:
+        _apply({kind: set(ids)})  # at once: no transaction (or a test's, which never commits)
+        return
+    batch = getattr(conn, "_hot_batch", None)
+    registered = batch is not None and any(
+        entry[1] is batch["flush"] for entry in conn.run_on_commit
+    )
+    if not registered:  # none yet, or its transaction was rolled back with its callback
+        batch = conn._hot_batch = {"conversations": set(), "profiles": set(), "dropped": set()}
+        batch["flush"] = lambda: _apply(conn.__dict__.pop("_hot_batch", batch))
+        transaction.on_commit(batch["flush"])
+    batch[kind].update(ids)
+
+
+def _apply(batch: dict) -> None:
+    dropped = batch.get("dropped", set())
+    hot.conversations_drop(dropped)
+    hot.conversations_forget(batch.get("conversations", set()) - dropped)
+    hot.profiles_forget(batch.get("profiles", set()))
+
+
+def _message_changed(sender, instance: Message, **kwargs) -> None:
+    if kwargs.get("created") is not None and kwargs.get("raw"):
+        return  # fixtures
+    _later("conversations", [instance.conversation_id])
+
+
+def _summary_changed(sender, instance: ConversationSummary, **kwargs) -> None:
+    _later("conversations", [instance.conversation_id])
+
+
+def _conversation_deleted(sender, instance: Conversation, **kwargs) -> None:
+    _later("dropped", [instance.pk])
+
+
+def _profile_changed(sender, instance: Profile, **kwargs) -> None:
+    _later("profiles", [instance.user_id])
+
+
+def _profile_tags_changed(sender, instance, action: str, reverse: bool, pk_set, **kwargs) -> None:
+    if not action.startswith("post_"):
+        return
+    if not reverse:  # profile.tags changed
+        _later("profiles", [instance.user_id])
+    else:  # tag.profiles changed
+        users = Profile.objects.filter(pk__in=pk_set or ()).values_list("user_id", flat=True)
+        _later("profiles", list(users))
+
+
+def _tag_changed(sender, instance: Tag, **kwargs) -> None:
+    """A tag's hint or active flag is in the system prompt of everyone who has it."""
+    _later("profiles", list(instance.profiles.values_list("user_id", flat=True)))
+
+
+def connect() -> None:
+    post_save.connect(_message_changed, sender=Message, dispatch_uid="hot-message-save")
+    post_delete.connect(_message_changed, sender=Message, dispatch_uid="hot-message-delete")
+    post_save.connect(_summary_changed, sender=ConversationSummary, dispatch_uid="hot-summary")
+    post_delete.connect(_summary_changed, sender=ConversationSummary,
+                        dispatch_uid="hot-summary-delete")  # fmt: skip
+    post_delete.connect(_conversation_deleted, sender=Conversation, dispatch_uid="hot-conv")
+    post_save.connect(_profile_changed, sender=Profile, dispatch_uid="hot-profile")
+    post_delete.connect(_profile_changed, sender=Profile, dispatch_uid="hot-profile-delete")
+    m2m_changed.connect(_profile_tags_changed, sender=Profile.tags.through,
+                        dispatch_uid="hot-profile-tags")  # fmt: skip
+    post_save.connect(_tag_changed, sender=Tag, dispatch_uid="hot-tag")
+    pre_delete.connect(_tag_changed, sender=Tag, dispatch_uid="hot-tag-delete")

@@ -1,0 +1,114 @@
+"""Questions that change a conversation's shape: the first one, which creates the conversation
+(so no empty "New chat" is ever stored), and an edited one.
+
+Editing a sent question discards the old branch: the question and every message after it are
+deleted, and the conversation continues from the edited text, as if it had been asked so the
+first time. One linear history keeps prompts, memory and exports simple; the old text is
+gone from the page, from later prompts and from the conversation's summary.
+
+A new chat is named at once from its question; the model's own title follows (titles.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Q
+from django.http import Http404
+from redis.exceptions import RedisError
+
+from apps.accounts.models import User
+
+from . import background, live, services, submission, titles
+from .models import Conversation, ConversationSummary, Message
+
+log = logging.getLogger("sluice.chat.turns")
+
+TITLE_MAX = 60
+
+
+def title_from_question(text: str) -> str:
+    """A short title from the first question: its first line, cut at a word before
+    TITLE_MAX characters, without a trailing question mark or colon."""
+    first = next((line for line in text.splitlines() if line.strip()), text)
+    title = " ".join(first.split())
+    title = re.sub(r"^(please|hi|hello|hey)[,!.]?\s+", "", title, flags=re.IGNORECASE) or title
+    if len(title) > TITLE_MAX:
+        cut = title[:TITLE_MAX].rsplit(" ", 1)[0] or title[:TITLE_MAX]
+        title = cut.rstrip(",;:-") + "…"
+    title = title.rstrip("?:").strip() or services.UNTITLED
+    return title[0].upper() + title[1:]
+
+
+def conversation_start(*, user: User, text: str) -> submission.Submitted:
+    """A new conversation with its first question, answered. Nothing is kept when the question
+    is refused (ValidationError, QueueUnavailable): the conversation goes with it."""
+    services.clean_message_text(text)  # refused before anything is stored
+    conversation = services.conversation_create(owner=user, title=title_from_question(text))
+    try:
+        submitted = submission.request_submit(user=user, conversation=conversation, text=text)
+    except Exception:
+        conversation.delete()
+        raise
+    live.question_published(conversation=conversation, message=submitted.user_message,
+                            request_id=submitted.request_id, new=True)  # fmt: skip
+    if settings.SLUICE_TITLES:
+        title_schedule(conversation=conversation, question=text)
+    return submitted
+
+
+def title_schedule(*, conversation: Conversation, question: str) -> str | None:
+    """Asks the model for the new chat's title (served after people's questions). Never
+    raises: the chat keeps the name from its question."""
+    try:
+        return background.background_submit(
+            user_id=conversation.owner_id, purpose=titles.title_purpose(conversation=conversation),
+            messages=titles.title_messages(question=question), max_tokens=titles.MAX_TOKENS,
+            model=conversation.model)  # fmt: skip
+    except RedisError:
+        log.warning("title of conversation %s not asked: Redis unreachable", conversation.id)
+        return None
+
+
+# What an edit may meet, each said to the user as `refusal_message` words it.
+EDIT_REFUSALS = (Http404, ValidationError, submission.ConversationBusy,
+                 submission.QueueUnavailable)  # fmt: skip
+
+
+def refusal_message(exc: Exception) -> str:
+    if isinstance(exc, Http404):
+        return "That message was not found."
+    if isinstance(exc, ValidationError):
+        return " ".join(exc.messages)
+    return str(exc)
+
+
+def message_edit(
+    *, user: User, conversation: Conversation, message_id: int, text: str
+) -> tuple[submission.Submitted, int]:
+    """Replaces a sent question and what followed it with `text`, and answers it. Returns the
+    submission and the id of the first message removed. Http404 for a message that is not a
+    question of this conversation."""
+    if conversation.owner_id != user.id:
+        raise Http404
+    services.clean_message_text(text)
+    submission.ensure_conversation_free(conversation=conversation)
+    try:
+        edited = conversation.messages.get(id=message_id, role=Message.Role.USER)
+    except (Message.DoesNotExist, ValueError, TypeError):
+        raise Http404 from None
+    with transaction.atomic():
+        conversation.messages.filter(
+            Q(created__gt=edited.created) | Q(created=edited.created, id__gte=edited.id)
+        ).delete()
+        # A summary that covers the discarded turns speaks for them no more (memory.py
+        # writes a new one when the conversation grows long again).
+        ConversationSummary.objects.filter(
+            conversation=conversation, upto_message_id__gte=edited.id
+        ).delete()
+    submitted = submission.request_submit(user=user, conversation=conversation, text=text)
+    return submitted, edited.id

@@ -1,0 +1,227 @@
+"""Conversation memory: the summary stands in for dropped turns, pinned and key-fact turns stay
+in the prompt, and the summary is asked for as a background request whose answer goes to the
+summary (not into the conversation)."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.chat import background, memory
+from apps.chat.models import ConversationSummary, Message
+from apps.chat.prompting import prompt_build
+from apps.chat.recorder import ensure_group, record_pending
+from apps.chat.services import conversation_create, message_create
+from apps.chat.submission import request_submit
+from chatsite.redis_client import get_redis, keys
+from worker.protocol import Answer, State, WorkItem
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def cold(settings):
+    # These tests run inside one transaction, where the hot tier's after-commit updates never
+    # run: prompts come from PostgreSQL here (the hot tier has its own tests).
+    settings.HOT_TIER = False
+
+
+@pytest.fixture
+def small_window(settings):
+    # Room for about a dozen of the turns below: a 30-exchange chat overflows it.
+    settings.MODEL_CONTEXT_TOKENS, settings.MODEL_MAX_TOKENS = 900, 100
+
+
+def long_chat(user, *, exchanges: int = 30):
+    conversation = conversation_create(owner=user)
+    message_create(
+        conversation=conversation,
+        role="user",
+        text="My name is Oriel and my locker code is 4471. What is a sluice?",
+    )
+    message_create(
+        conversation=conversation,
+        role="assistant",
+        request_id="a0",
+        text="Hello Oriel. A sluice is a water channel controlled by a gate.",
+    )
+    for n in range(1, exchanges):
+        message_create(
+            conversation=conversation,
+            role="user",
+            text=f"Tell me about river number {n} and how its banks are shaped.",
+        )
+        message_create(
+            conversation=conversation,
+            role="assistant",
+            request_id=f"a{n}",
+            text=f"River {n} runs past farms and mills; its banks are " + "mud " * 20,
+        )
+    message_create(conversation=conversation, role="user", text="What is my locker code?")
+    return conversation  # fmt: skip
+
+
+def prompt_text(prompt) -> str:
+    return "\n".join(m["content"] for m in prompt.messages)
+
+
+def admitted(kind: str) -> list[WorkItem]:
+    entries = get_redis().xrange(keys().admit)
+    return [item for _, f in entries if (item := WorkItem.from_fields(f)).kind == kind]
+
+
+def test_a_long_chat_keeps_stated_facts_and_asks_for_a_summary_of_what_falls_out(
+    user, small_window
+):
+    conversation = long_chat(user)
+    prompt = prompt_build(conversation=conversation)
+    text = prompt_text(prompt)
+    assert "river number 1 " not in text  # the oldest turns fell out of the window...
+    assert "locker code is 4471" in text  # ...but the fact the user stated stays
+    assert prompt.messages[-1]["content"] == "What is my locker code?"
+    assert prompt.prompt_tokens_estimate <= 900 - 100
+    due = [t.id for t in prompt.to_summarise]
+    assert due and due == sorted(due)  # the oldest turns, in order
+    assert due[0] == conversation.messages.order_by("id").first().id
+
+
+def test_the_summary_replaces_the_turns_it_covers(user, small_window):
+    conversation = long_chat(user)
+    turns = list(conversation.messages.order_by("id"))
+    covered = turns[39]  # the summary speaks for the first 40 messages
+    memory.summary_store(conversation_id=conversation.id, upto_message_id=covered.id,
+                         text="- The user is Oriel.\n- Rivers 1 to 19 were discussed.")  # fmt: skip
+    prompt = prompt_build(conversation=conversation)
+    system, recent = prompt.messages[0]["content"], prompt.messages[1:]
+    assert "What you remember of this conversation so far:" in system
+    assert "Rivers 1 to 19 were discussed." in system
+    covered_texts = {t.text for t in turns[:40]}
+    assert not [m for m in recent if m["content"] in covered_texts]  # no covered turn raw
+    assert recent[-1]["content"] == "What is my locker code?"
+    assert prompt.prompt_tokens_estimate <= 900 - 100
+    # The next summary starts where this one ends: incremental, never the whole history.
+    assert all(t.id > covered.id for t in prompt.to_summarise)
+
+
+def test_a_pinned_answer_stays_in_the_prompt(user, small_window, client_for):
+    conversation = long_chat(user)
+    old_answer = conversation.messages.get(request_id="a2")
+    assert old_answer.text not in prompt_text(prompt_build(conversation=conversation))
+    url = f"/c/{conversation.id}/messages/{old_answer.id}/pin/"
+    response = client_for(user).post(url, {"pinned": "1"}, HTTP_ACCEPT="application/json")
+    assert response.json() == {"id": old_answer.id, "pinned": True}
+    text = prompt_text(prompt_build(conversation=conversation))
+    assert "Assistant (pinned): River 2 runs past farms" in text
+    client_for(user).post(url, {"pinned": "0"})
+    assert "(pinned)" not in prompt_text(prompt_build(conversation=conversation))
+
+
+def test_nobody_pins_another_users_message(user, other_user, client_for):
+    conversation = conversation_create(owner=user)
+    message = message_create(conversation=conversation, role="user", text="Mine.")
+    url = f"/c/{conversation.id}/messages/{message.id}/pin/"
+    assert client_for(other_user).post(url, {"pinned": "1"}).status_code == 404
+    assert client_for(user).post(url, {"pinned": "yes"}).status_code == 400
+    message.refresh_from_db()
+    assert not message.pinned
+
+
+def record_answer(request_id: str, user_id: int, text: str, *, worker_id: str = "w1") -> None:
+    get_redis().xadd(keys().done, Answer(
+        id=request_id, user_id=str(user_id), conversation_id="", state=State.DONE,
+        text=text, worker_id=worker_id,
+    ).to_fields())  # fmt: skip
+    record()
+
+
+def record() -> None:
+    ensure_group()
+    record_pending(consumer="test", block_ms=None)
+
+
+def test_sending_a_question_asks_for_the_summary_and_its_answer_becomes_the_summary(
+    user, small_window, settings
+):
+    settings.SLUICE_ADMISSION = True
+    conversation = long_chat(user)
+    conversation.messages.filter(text="What is my locker code?").delete()
+    request_submit(user=user, conversation=conversation, text="What is my locker code?")
+    request_submit_again = admitted("background")
+    assert len(request_submit_again) == 1
+    item = request_submit_again[0]
+    assert item.purpose["task"] == "summary" and item.conversation_id == ""
+    assert "locker code is 4471" in item.messages[-1]["content"]  # the dropped turns it folds
+    # The person's request holds the conversation; the background one never does.
+    assert get_redis().get(keys().conversation_active(conversation.id)) != item.id
+
+    messages_before = conversation.messages.count()
+    record_answer(item.id, user.id, "- The user is Oriel; locker code 4471.")
+    summary = ConversationSummary.objects.get(conversation=conversation)
+    assert summary.text == "- The user is Oriel; locker code 4471."
+    assert summary.upto_message_id == item.purpose["upto"]
+    assert conversation.messages.count() == messages_before  # no chat message from it
+    assert "locker code 4471" in prompt_build(conversation=conversation).messages[0]["content"]
+
+    # The same answer delivered again changes nothing; a new question asks for the next part.
+    record_answer(item.id, user.id, "- something else")
+    summary.refresh_from_db()
+    assert summary.text == "- The user is Oriel; locker code 4471."
+
+
+def test_only_one_summary_is_in_flight_per_conversation(user, small_window, settings):
+    settings.SLUICE_ADMISSION = True
+    conversation = long_chat(user)
+    prompt = prompt_build(conversation=conversation)
+    first = background.summary_schedule(conversation=conversation, prompt=prompt)
+    assert first is not None
+    assert background.summary_schedule(conversation=conversation, prompt=prompt) is None
+    record_answer(first, user.id, "- notes")
+    # Stored, the summary is where the next one starts: only turns after it are due.
+    later = prompt_build(conversation=conversation)
+    assert later.summary == "- notes" and later.summary_upto == prompt.to_summarise[-1].id
+    assert all(t.id > later.summary_upto for t in later.to_summarise)
+
+
+def test_a_short_chat_is_sent_whole_and_asks_for_no_summary(user):
+    conversation = conversation_create(owner=user)
+    message_create(conversation=conversation, role="user", text="Hi, I'm Ada.")
+    prompt = prompt_build(conversation=conversation)
+    assert prompt.messages[1:] == [{"role": "user", "content": "Hi, I'm Ada."}]
+    assert prompt.to_summarise == []
+
+
+def test_key_facts_are_statements_not_questions():
+    assert memory.fact_sentences("My flight is BA 212. What gate is my flight at?") == [
+        "My flight is BA 212."
+    ]
+    assert memory.fact_sentences("What is the capital of France?") == []
+
+
+def test_a_failed_summary_frees_the_conversation_for_the_next_try(user, small_window, settings):
+    settings.SLUICE_ADMISSION = True
+    conversation = long_chat(user)
+    prompt = prompt_build(conversation=conversation)
+    first = background.summary_schedule(conversation=conversation, prompt=prompt)
+    get_redis().xadd(keys().done, Answer(id=first, user_id=str(user.id), conversation_id="",
+                                         state=State.FAILED, error="shed").to_fields())  # fmt: skip
+    record()
+    assert not ConversationSummary.objects.filter(conversation=conversation).exists()
+    assert background.summary_schedule(conversation=conversation, prompt=prompt) is not None
+    assert Message.objects.filter(request_id=first).count() == 0
+
+
+def test_the_page_shows_what_sluice_remembers(user, client_for):
+    conversation = long_chat(user, exchanges=3)
+    page = client_for(user).get(f"/c/{conversation.id}/").content.decode()
+    assert "What I remember" not in page  # nothing summarised yet
+    assert 'class="link pin-button" aria-pressed="false">Pin<' in page
+    last = conversation.messages.order_by("id").last()
+    memory.summary_store(
+        conversation_id=conversation.id,
+        upto_message_id=last.id - 2,
+        text="- The user is Oriel <b>and</b> likes canals.",
+        model="smollm2",
+    )
+    page = client_for(user).get(f"/c/{conversation.id}/").content.decode()
+    assert "What I remember" in page
+    assert "- The user is Oriel &lt;b&gt;and&lt;/b&gt; likes canals." in page  # text, not HTML
+    assert "written by smollm2" in page

@@ -1,0 +1,193 @@
+"""Redis Cluster: telling a cluster's URL apart, its clients, and transactions split by slot.
+
+A cluster is named by `redis+cluster://host:port,host:port/` (or `rediss+cluster://` for TLS):
+any reachable node will do, the client learns the rest from it. The same code runs on one node
+and on a cluster because every multi-key command and script keeps its keys in one slot:
+
+- a request's keys share its `{request id}` tag, so requests spread across the cluster;
+- the dispatcher's keys share `{adm}`, and the fleet's keys (work streams, heartbeats, the
+  dead-letter stream) carry a tag that hashes to the same slot, so a dispatcher transaction that
+  moves a request from the queue onto a work stream stays in one slot.
+
+What cannot be one slot is a dispatcher transaction that also ends requests: `SlotTransaction`
+runs each slot's share as its own MULTI/EXEC, the dispatcher's slot last (see there why).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote, urlsplit
+
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.cluster import ClusterNode, ClusterPipeline
+from redis.commands.helpers import list_or_args
+from redis.crc import key_slot
+
+CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}  # scheme -> TLS
+# The slot of the dispatcher's `{adm}` keys: the slot whose transaction commits a pass.
+COMMIT_SLOT = key_slot(b"adm")
+
+
+def is_cluster_url(url: str) -> bool:
+    return urlsplit(url).scheme in CLUSTER_SCHEMES
+
+
+def cluster_url(nodes: list[tuple[str, int]]) -> str:
+    return "redis+cluster://" + ",".join(f"{host}:{port}" for host, port in nodes) + "/"
+
+
+def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict]:
+    """The startup nodes `url` names and the options every node connection takes (password,
+    TLS). Raises ValueError for a URL that names no node or a database other than 0."""
+    parts = urlsplit(url)
+    if parts.scheme not in CLUSTER_SCHEMES:
+        raise ValueError(f"not a Redis Cluster URL (redis+cluster://host:port,...): {url!r}")
+    netloc = parts.netloc.rpartition("@")[2]
+    nodes = []
+    for item in filter(None, netloc.split(",")):
+        host, _, port = item.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"Redis Cluster node must be host:port, got {item!r} in {url!r}")
+        nodes.append((host.strip("[]"), int(port)))
+    if not nodes:
+        raise ValueError(f"Redis Cluster URL names no node: {url!r}")
+    if parts.path.strip("/") not in ("", "0"):
+        raise ValueError("a Redis Cluster has only database 0")
+    options: dict = {}
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+    if userinfo:
+        user, _, password = userinfo.partition(":")
+        if user:
+            options["username"] = unquote(user)
+        if password:
+            options["password"] = unquote(password)
+    if CLUSTER_SCHEMES[parts.scheme]:
+        options["ssl"] = True
+    return nodes, options
+
+
+class SluicePipeline(ClusterPipeline):
+    """redis-py's cluster pipeline, split by node, that also queues EVAL (each script's keys
+    name its slot) and a one-slot MGET, as the code written for one node does."""
+
+    def __init__(self, client: SluiceRedisCluster, *, transaction: bool = False) -> None:
+        super().__init__(
+            nodes_manager=client.nodes_manager, commands_parser=client.commands_parser,
+            startup_nodes=client.nodes_manager.startup_nodes,
+            result_callbacks=client.result_callbacks,
+            cluster_response_callbacks=client.cluster_response_callbacks,
+            read_from_replicas=client.read_from_replicas, retry=client.retry,
+            lock=client._lock, transaction=transaction,
+        )  # fmt: skip
+        self.client = client
+
+    def eval(self, script, numkeys, *keys_and_args):
+        return self.execute_command("EVAL", script, numkeys, *keys_and_args)
+
+    def mget(self, keys, *args):
+        return self.execute_command("MGET", *list_or_args(keys, args))
+
+    def delete(self, *names):
+        return self.execute_command("DEL", *names)
+
+    def exists(self, *names):
+        return self.execute_command("EXISTS", *names)
+
+
+class SlotTransaction(SluicePipeline):
+    """`pipeline(transaction=True)` on a cluster. Redis runs a MULTI in one slot only, so the
+    queued commands are grouped by slot and each group runs as its own MULTI/EXEC; replies come
+    back in the order the commands were queued, as from one transaction.
+
+    Groups run in the order their slots first appear, except the dispatcher's own slot, which
+    runs last: a pass first writes what it does to requests (end one, mark it dispatched) and
+    only then takes them off its queue or acknowledges their admission entries. A dispatcher
+    dying between the two leaves work to be done again (a request found ended is skipped),
+    never a request taken off the queue that nobody will finish."""
+
+    def execute(self, raise_on_error: bool = True) -> list:
+        queued = list(self._execution_strategy.command_queue)
+        self.reset()
+        groups: dict[int, list] = {}
+        for command in queued:
+            groups.setdefault(self.client.determine_slot(*command.args), []).append(command)
+        replies: list = [None] * len(queued)
+        for slot in sorted(groups, key=lambda s: s == COMMIT_SLOT):  # stable: first seen first
+            pipe = SluicePipeline(self.client, transaction=True)
+            for command in groups[slot]:
+                pipe.execute_command(*command.args, **command.options)
+            for command, reply in zip(groups[slot], pipe.execute(raise_on_error=False),
+                                      strict=True):  # fmt: skip
+                replies[command.position] = self._parsed(command, reply)
+        if raise_on_error:
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return replies
+
+    def _parsed(self, command, reply):
+        # redis-py's cluster transactions apply only the cluster callbacks, so an HGETALL in
+        # a MULTI comes back as a flat list; the node client's callbacks make it a dict again.
+        name = command.args[0]
+        if isinstance(reply, Exception) or name in self.cluster_response_callbacks:
+            return reply
+        callback = self.client.get_default_node().redis_connection.response_callbacks.get(name)
+        options = {k: v for k, v in command.options.items() if k != "keys"}
+        return callback(reply, **options) if callback else reply
+
+
+class SluiceRedisCluster(redis.RedisCluster):
+    """redis-py's cluster client whose transactions may span slots (see SlotTransaction)."""
+
+    def pipeline(self, transaction=None, shard_hint=None):
+        if shard_hint:
+            raise ValueError("shard_hint has no meaning on a cluster")
+        return SlotTransaction(self) if transaction else SluicePipeline(self)
+
+    def mget(self, keys, *args):
+        # Keys of several slots: one MGET per slot, the values in the order asked.
+        return self.mget_nonatomic(keys, *args)
+
+
+def sync_client(url: str, *, max_connections: int, timeout: float, connect_timeout: float,
+                **options) -> SluiceRedisCluster:  # fmt: skip
+    """A cluster client with at most `max_connections` per node, opened as commands overlap.
+    (redis-py builds its nodes' pools itself: a command past the ceiling fails, it does not
+    wait, so the ceiling must exceed the caller's concurrency.)"""
+    nodes, url_options = parse_cluster_url(url)
+    return SluiceRedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in nodes],
+        max_connections=max_connections,
+        socket_timeout=timeout, socket_connect_timeout=connect_timeout,
+        **url_options, **options,
+    )  # fmt: skip
+
+
+class AsyncSluicePipeline(aioredis.cluster.ClusterPipeline):
+    """The asyncio cluster pipeline, with the queue of commands where a plain pipeline has it
+    (the worker's command batcher slices its replies by it)."""
+
+    @property
+    def command_stack(self) -> list:
+        return self._execution_strategy._command_queue
+
+
+class AsyncSluiceRedisCluster(aioredis.RedisCluster):
+    def pipeline(self, transaction=None, shard_hint=None):
+        if shard_hint:
+            raise ValueError("shard_hint has no meaning on a cluster")
+        return AsyncSluicePipeline(self, transaction)
+
+
+def async_client(url: str, *, socket_timeout: float, connect_timeout: float,
+                 max_connections: int = 2**31, **options) -> AsyncSluiceRedisCluster:  # fmt: skip
+    """An asyncio cluster client. redis-py's asyncio cluster fails a command past
+    `max_connections` per node rather than waiting, so the default leaves it to the caller's
+    own concurrency (a worker's slots) to bound its connections."""
+    nodes, url_options = parse_cluster_url(url)
+    return AsyncSluiceRedisCluster(
+        startup_nodes=[AsyncClusterNode(host, port) for host, port in nodes],
+        socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
+        max_connections=max_connections, **url_options, **options,
+    )  # fmt: skip
