@@ -53,6 +53,9 @@ class Message(models.Model):
     citations = models.JSONField(default=list, blank=True)
     # The user asked to keep this turn in every prompt, however old it is.
     pinned = models.BooleanField(default=False, db_default=False)
+    # Why the answer's text ended ("stop", "length", "loop"; "" before it was recorded), so a
+    # page loaded later can still say that an answer was cut and offer to continue it.
+    finish_reason = models.CharField(max_length=16, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["created", "id"]

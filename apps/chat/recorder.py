@@ -66,6 +66,7 @@ def answer_message(answer: Answer, citations: list) -> services.NewMessage | Non
         status=STATUS_FOR_STATE[answer.state],
         error=answer.error[:300],
         citations=citations_used(citations, answer.text),
+        finish_reason=answer.finish_reason[:16],
     )
 
 

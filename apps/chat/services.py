@@ -75,10 +75,11 @@ def _message_insert_sql() -> str:
     return f"""
         WITH new AS (
             INSERT INTO {Message._meta.db_table} (conversation_id, role, text, created,
-                request_id, prompt_tokens, completion_tokens, status, error, citations)
+                request_id, prompt_tokens, completion_tokens, status, error, citations,
+                finish_reason)
             SELECT %(conversation)s, %(role)s, %(text)s, now(), %(request_id)s,
                 %(prompt_tokens)s, %(completion_tokens)s, %(status)s, %(error)s,
-                %(citations)s::jsonb
+                %(citations)s::jsonb, %(finish_reason)s
             WHERE EXISTS (SELECT 1 FROM {conversations} WHERE id = %(conversation)s)
             ON CONFLICT (request_id) DO NOTHING
             RETURNING id, created
@@ -107,6 +108,7 @@ class NewMessage:
     status: str = Message.Status.DONE
     error: str = ""
     citations: list = field(default_factory=list)
+    finish_reason: str = ""
 
     def params(self) -> dict:
         title = clean_title(self.text)[:60] if self.role == Message.Role.USER else ""
@@ -115,6 +117,7 @@ class NewMessage:
             "request_id": self.request_id, "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens, "status": self.status,
             "error": self.error, "citations": json.dumps(self.citations),
+            "finish_reason": self.finish_reason,
             "untitled": UNTITLED, "title": title,
         }  # fmt: skip
 

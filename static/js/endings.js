@@ -56,15 +56,19 @@
     button.type = "button";
     button.className = "continue-button";
     button.textContent = "Continue";
-    button.addEventListener("click", function () {
-      if (window.sluiceChat && window.sluiceChat.send({ type: "continue" })) {
-        document.querySelectorAll(".continue-button").forEach(function (b) { b.remove(); });
-      }
-    });
     note.appendChild(button);
     const aside = li.querySelector("aside.citations");
     li.insertBefore(note, aside || null);
   }
+
+  // One listener for every Continue: the ones offered live and the one a reloaded page shows
+  // under its latest answer (templates/chat/_ending.html).
+  list.addEventListener("click", function (event) {
+    if (!event.target.closest(".continue-button")) return;
+    if (window.sluiceChat && window.sluiceChat.send({ type: "continue" })) {
+      document.querySelectorAll(".continue-button").forEach(function (b) { b.remove(); });
+    }
+  });
 
   document.addEventListener("sluice:frame", function (event) {
     const frame = event.detail || {};

@@ -47,6 +47,11 @@ def test_reading_phase_and_continue_after_a_capped_answer(
     # 24 tokens cannot describe Europe's rivers: the bubble says why it stopped.
     ending = answers.first.locator(".answer-ending")
     expect(ending).to_contain_text("length limit")
+    # A page loaded later still says so (the ending is stored with the answer), and its
+    # Continue works the same.
+    page.reload()
+    expect(ending).to_contain_text("length limit")
+    page.wait_for_function("window.sluiceChat && window.sluiceChat.open()")
     continue_button = ending.get_by_role("button", name="Continue")
     continue_button.click()
     # The rest comes as the next answer; the offer moves to it (cut again) or goes away.

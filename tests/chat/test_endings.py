@@ -62,6 +62,9 @@ async def test_a_capped_answer_says_so_and_continue_goes_on(
     messages = await sync_to_async(list)(conversation.messages.order_by("created", "id"))
     assert [m.role for m in messages] == ["user", "assistant", "assistant"]
     assert messages[1].text == first[-1]["text"] and messages[2].text == second[-1]["text"]
+    # Why each ended is stored with it, for a page loaded later.
+    assert messages[1].finish_reason == "length"
+    assert messages[2].finish_reason in ("stop", "length", "loop")
     # The instruction was for that request only.
     assert not any(CONTINUE_INSTRUCTION in m.text for m in messages)
 
