@@ -42,19 +42,24 @@ def model_choice(user, conversation: Conversation | None) -> ModelChoice | None:
 
 
 def _page_context(request: HttpRequest, conversation: Conversation | None, **extra) -> dict:
+    # The answer in progress is read before the messages: an answer stored in between is then
+    # among the messages, and is not shown a second time as in progress (the conversation is
+    # released just after its answer is stored).
+    active = submission.active_request_id(conversation=conversation) if conversation else None
+    chat_messages = (
+        list(selectors.message_list_for_conversation(conversation=conversation))
+        if conversation
+        else []
+    )
+    if active and any(m.request_id == active for m in chat_messages):
+        active = None
     context = {
         "model_choice": model_choice(request.user, conversation) if conversation else None,
         "max_chars": settings.CHAT_MESSAGE_MAX_CHARS,
-        "active_request": (
-            submission.active_request_id(conversation=conversation) if conversation else None
-        ),
+        "active_request": active,
         "conversations": selectors.conversation_list_for_user(user=request.user),
         "conversation": conversation,
-        "chat_messages": (
-            selectors.message_list_for_conversation(conversation=conversation)
-            if conversation
-            else []
-        ),
+        "chat_messages": chat_messages,
     }
     context.update(extra)
     return context

@@ -5,6 +5,7 @@ from django.urls import reverse
 
 from apps.chat.models import Conversation, Message
 from apps.chat.services import conversation_create, message_create
+from chatsite.redis_client import get_redis, keys
 
 pytestmark = pytest.mark.django_db
 
@@ -92,3 +93,20 @@ def test_another_users_conversation_is_404_everywhere(
 
 def test_chat_pages_require_login(client):
     assert client.get(reverse("chat:index")).status_code == 302
+
+
+@pytest.mark.parametrize("stored", [False, True])
+def test_an_answer_stored_just_before_its_release_is_shown_once(user, client_for, stored):
+    """Between storing an answer and releasing its conversation the request is still the
+    conversation's active one: a page loaded then shows the stored answer, not a second bubble
+    still waiting for it."""
+    conversation = conversation_create(owner=user)
+    message_create(conversation=conversation, role="user", text="A question")
+    get_redis().set(keys().conversation_active(conversation.id), "req-just-stored", ex=60)
+    if stored:
+        message_create(conversation=conversation, role="assistant", text="The answer",
+                       request_id="req-just-stored")  # fmt: skip
+    page = client_for(user).get(reverse("chat:conversation", args=[conversation.id]))
+    assert page.status_code == 200
+    assert (b'data-request-id="req-just-stored"' in page.content) is not stored
+    assert page.content.count(b"The answer") == (1 if stored else 0)
