@@ -14,6 +14,18 @@ async def collect(hub: OutputHub, stream: str, after: str = "0") -> list[str]:
     return [fields["text"] async for _, fields in hub.events(stream, after=after)]
 
 
+async def connections_named(client, name: str, *, at_least: int, timeout: float = 15) -> list:
+    """The Redis connections whose name starts with `name`, once there are `at_least` of them:
+    the hub connects when its first reader asks, which takes a while on a loaded machine."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        named = [c for c in await client.client_list() if c["name"].startswith(name)]
+        if len(named) >= at_least or loop.time() > deadline:
+            return named
+        await asyncio.sleep(0.05)
+
+
 async def test_many_readers_share_two_connections_and_see_every_entry(redis_prefix):
     client = aioredis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
     name = f"hub-test-{redis_prefix}"
@@ -23,8 +35,7 @@ async def test_many_readers_share_two_connections_and_see_every_entry(redis_pref
     for stream in streams:
         await client.xadd(stream, {"type": "delta", "text": "a"})
     readers = [asyncio.create_task(collect(hub, s)) for s in streams]
-    await asyncio.sleep(0.2)
-    hub_clients = [c for c in await client.client_list() if c["name"].startswith(name)]
+    hub_clients = await connections_named(client, name, at_least=2)
     for stream in streams:
         await client.xadd(stream, {"type": "delta", "text": "b"})
         await client.xadd(stream, {"type": "final", "text": "c"})
