@@ -4,8 +4,9 @@
 
 `request_submit` (the websocket's and the API's entry point) against embedded PostgreSQL and
 Redis under var/bench/submit: wall time, this thread's CPU time and PostgreSQL statements per
-message, with the Redis hot tier off (HOT_TIER=false: history and profile read from
-PostgreSQL) and on (warm: read from Redis), side by side in one run. Nothing is generated (no
+message, with the Redis hot tier off (HOT_TIER=false: history, profile and the corpora the
+user may search read from PostgreSQL) and on (warm: read from Redis; only the question's
+INSERT reaches PostgreSQL), side by side in one run. Nothing is generated (no
 dispatcher or worker runs). Prints figures; asserts nothing.
 """
 

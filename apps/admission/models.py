@@ -11,6 +11,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
+from apps.accounts.querysets import NotifyingManager
+
 positive = [MinValueValidator(1, "Must be at least 1.")]
 
 
@@ -67,6 +69,8 @@ class Plan(models.Model):
         "them, and all-MiniLM-L6-v2 for embeddings). Empty: every model.",
     )  # fmt: skip
 
+    objects = NotifyingManager()  # bulk writes reach the caches (querysets.py)
+
     class Meta:
         ordering = ["-priority_weight", "slug"]
 
@@ -107,6 +111,8 @@ class UserPlan(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="plan_override"
     )
     plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="overrides")
+
+    objects = NotifyingManager()  # bulk writes reach the caches (querysets.py)
 
     def __str__(self) -> str:
         return f"{self.user} → {self.plan}"

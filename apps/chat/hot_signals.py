@@ -6,6 +6,10 @@ directly and send no signals.
 Each transaction's changes are collected and dropped once, after it commits: deleting a
 conversation of a thousand messages is one Redis round trip, and no reader can refill the
 cache from data that is about to be rolled back or is not yet visible.
+
+`QuerySet.update()` and `bulk_create()` send no model signal: these models use the
+NotifyingManager (apps/accounts/querysets.py), whose `pre_update` and `post_bulk_create` are
+heard here like saves of the rows they touch.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
 
 from apps.accounts.models import Profile, Tag
+from apps.accounts.querysets import post_bulk_create, pre_update
 
 from . import hot
 from .models import Conversation, ConversationSummary, Message
@@ -76,6 +81,33 @@ def _tag_changed(sender, instance: Tag, **kwargs) -> None:
     _later("profiles", list(instance.profiles.values_list("user_id", flat=True)))
 
 
+def _messages_updated(sender, queryset, values: dict, **kwargs) -> None:
+    """Messages or summaries changed in bulk: their conversations (before the update, and
+    any it moves them to)."""
+    conversations = set(queryset.values_list("conversation_id", flat=True))
+    moved = values.get("conversation_id", values.get("conversation"))
+    if moved is not None:
+        conversations.add(getattr(moved, "pk", moved))
+    _later("conversations", conversations)
+
+
+def _messages_created(sender, objs, **kwargs) -> None:
+    _later("conversations", {obj.conversation_id for obj in objs})
+
+
+def _profiles_updated(sender, queryset, values: dict, **kwargs) -> None:
+    _later("profiles", list(queryset.values_list("user_id", flat=True)))
+
+
+def _profiles_created(sender, objs, **kwargs) -> None:
+    _later("profiles", [profile.user_id for profile in objs])
+
+
+def _tags_updated(sender, queryset, values: dict, **kwargs) -> None:
+    users = Profile.objects.filter(tags__in=queryset).values_list("user_id", flat=True)
+    _later("profiles", list(users.distinct()))
+
+
 def connect() -> None:
     post_save.connect(_message_changed, sender=Message, dispatch_uid="hot-message-save")
     post_delete.connect(_message_changed, sender=Message, dispatch_uid="hot-message-delete")
@@ -89,3 +121,11 @@ def connect() -> None:
                         dispatch_uid="hot-profile-tags")  # fmt: skip
     post_save.connect(_tag_changed, sender=Tag, dispatch_uid="hot-tag")
     pre_delete.connect(_tag_changed, sender=Tag, dispatch_uid="hot-tag-delete")
+    for model in (Message, ConversationSummary):
+        pre_update.connect(_messages_updated, sender=model,
+                           dispatch_uid=f"hot-{model.__name__}-update")  # fmt: skip
+        post_bulk_create.connect(_messages_created, sender=model,
+                                 dispatch_uid=f"hot-{model.__name__}-bulk")  # fmt: skip
+    pre_update.connect(_profiles_updated, sender=Profile, dispatch_uid="hot-profile-update")
+    post_bulk_create.connect(_profiles_created, sender=Profile, dispatch_uid="hot-profile-bulk")
+    pre_update.connect(_tags_updated, sender=Tag, dispatch_uid="hot-tag-update")

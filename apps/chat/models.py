@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from apps.accounts.querysets import NotifyingManager
+
 
 class Conversation(models.Model):
     owner = models.ForeignKey(
@@ -57,6 +59,8 @@ class Message(models.Model):
     # page loaded later can still say that an answer was cut and offer to continue it.
     finish_reason = models.CharField(max_length=16, blank=True, default="", db_default="")
 
+    objects = NotifyingManager()  # bulk writes reach the caches (querysets.py)
+
     class Meta:
         ordering = ["created", "id"]
         indexes = [models.Index(fields=["conversation", "created"])]
@@ -79,6 +83,8 @@ class ConversationSummary(models.Model):
     upto_message_id = models.BigIntegerField()
     model = models.CharField(max_length=200, blank=True)  # the model that wrote it
     updated = models.DateTimeField(auto_now=True)
+
+    objects = NotifyingManager()  # bulk writes reach the caches (querysets.py)
 
     def __str__(self) -> str:
         return f"summary of {self.conversation_id} up to {self.upto_message_id}"

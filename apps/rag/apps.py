@@ -6,3 +6,8 @@ from django.apps import AppConfig
 class RagConfig(AppConfig):
     name = "apps.rag"
     label = "rag"
+
+    def ready(self) -> None:
+        from . import signals
+
+        signals.connect()  # the searchable-corpora cache follows every write it depends on

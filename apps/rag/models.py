@@ -18,6 +18,8 @@ from django.db import models
 from django.urls import reverse
 from pgvector.django import HnswIndex, VectorField
 
+from apps.accounts.querysets import NotifyingManager
+
 from .embeddings import DIMENSIONS
 
 
@@ -74,6 +76,10 @@ class Corpus(models.Model):
     last_ingest = models.JSONField(default=dict, blank=True, editable=False)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
+
+    # Its services write with QuerySet.update() (counts, versions): the searchable-corpora
+    # cache hears those through this manager (apps/accounts/querysets.py).
+    objects = NotifyingManager()
 
     class Meta:
         ordering = ["name"]

@@ -94,7 +94,7 @@ pool AS (
 vec AS (
     SELECT c.id FROM rag_chunk c
     WHERE c.corpus_id = ANY(%(corpora)s) {filter}
-    ORDER BY c.embedding <=> %(embedding)s::vector {exact}
+    ORDER BY (c.embedding <=> %(embedding)s::vector) {exact}
     LIMIT %(candidates)s
 ),
 txt AS (
@@ -229,7 +229,8 @@ def _run(params, filter_sql, boost_sql, *, exact: bool, ef_search: int) -> list[
     sql = CANDIDATES_SQL.format(
         filter=filter_sql,
         boost=boost_sql,
-        # "+ 0" hides the ORDER BY from the HNSW index: an exact scan.
+        # "+ 0" hides the ORDER BY from the HNSW index: an exact scan. (The distance is in
+        # parentheses: `<=>` binds looser than `+`, which would add 0 to the vector.)
         exact="+ 0" if exact else "",
     )
     connection.ensure_connection()

@@ -1,7 +1,8 @@
 """Reads: which corpora a user may search, and the chunks and documents they may open.
 
 Access is decided here and nowhere else, always in SQL: a user never receives a chunk of a
-corpus that `corpora_for_user` does not return.
+corpus that `corpora_for_user` does not return. The answer to "which corpora may I search",
+asked by every message, is then kept in Redis (corpora_cache.py; signals.py keeps it true).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from django.http import Http404
 from apps.admission.plans import FALLBACK_PLAN, plan_slug_sql
 from apps.admission.selectors import plan_for_user
 
+from . import corpora_cache
 from .models import Chunk, Corpus, Document
 
 
@@ -59,8 +61,18 @@ def _searchable_sql() -> str:
 
 def searchable_corpora_for_user(*, user) -> list[Corpus]:
     """The corpora with passages that `user` may search: `corpora_for_user` narrowed to those
-    with chunks, in one plain SQL statement. Every message sent asks this, and the ORM spends
-    more CPU building the query than PostgreSQL spends answering it. The same rule as
+    with chunks. Every message sent asks this: from the Redis cache (corpora_cache.py) when it
+    holds the user's answer, else `searchable_corpora_from_postgres`."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return []
+    return corpora_cache.searchable(
+        user_id=user.pk, load=lambda: searchable_corpora_from_postgres(user=user)
+    )
+
+
+def searchable_corpora_from_postgres(*, user) -> list[Corpus]:
+    """`searchable_corpora_for_user` read from PostgreSQL, in one plain SQL statement: the ORM
+    spends more CPU building the query than PostgreSQL spends answering it. The same rule as
     `corpora_for_user` (the user's plan by admission's rule, in SQL); a test keeps the two in
     step."""
     if user is None or not user.is_authenticated or not user.is_active:

@@ -107,7 +107,9 @@ def corpus_get_or_create(
 
 
 def corpus_set_relevance_floor(*, corpus: Corpus, floor: float | None) -> None:
-    """The corpus's relevance gate (None: the default); cached results made unreachable."""
+    """The corpus's relevance gate (None: the default); cached results made unreachable.
+    (These `update()`s send no post_save: Corpus's manager tells the corpora cache, whose rows
+    carry the floor and version; see signals.py.)"""
     Corpus.objects.filter(pk=corpus.pk).update(relevance_floor=floor, version=F("version") + 1)
     corpus.relevance_floor = floor
 

@@ -1,0 +1,209 @@
+"""The corpora each user may search, kept in Redis beside the chat's hot tier, so sending a
+message reads no PostgreSQL on a warm cache.
+
+Per user, a hash `…:hot:{u<id>}:corpora` (the hash tag the user's hot-tier profile carries):
+the corpus rows the user may search (JSON), the user's generation, and the shared token it was
+filled under. One string `…:hot:{corpora}:shared` holds the shared token. An entry is good
+while its token is the current one and nobody dropped it since it was read:
+
+- a change that can alter anybody's answer (a shared corpus, its groups, a plan, a group
+  deleted) sets a new shared token: every entry goes stale at once;
+- a change that alters only some users' answers (their group memberships, their own plan,
+  their private corpus) drops just their entries and bumps their generation.
+
+The token is random, not a counter: a token lost to eviction or a restart never comes back
+as a value some old entry still holds. A reader that missed fills its entry only if the user's
+generation is unchanged since it read (a Lua check), and stamps it with the shared token it
+saw *before* reading PostgreSQL, so a change that landed meanwhile leaves it stale, never
+wrong. Changes are applied once their transaction commits (signals.py collects them): before
+that, a reader would refill from the old rows.
+
+HOT_TIER=false, or a Redis that cannot be reached, reads PostgreSQL every time: a submit never
+fails because of this cache.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import date, datetime
+from functools import cache
+
+from django.conf import settings
+from django.db import transaction
+from redis.exceptions import RedisError
+
+from chatsite.redis_client import get_redis, keys
+
+from .models import Corpus
+
+log = logging.getLogger("sluice.rag.corpora_cache")
+
+BATCH_ATTR = "_sluice_batch_{}"  # on the connection: this transaction's collected changes
+
+# KEYS: the user's hash. ARGV: ttl, generation seen, shared token seen, rows JSON.
+FILL = """
+local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
+if gen ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'gen', gen, 'shared', ARGV[3], 'rows', ARGV[4])
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
+# KEYS: the user's hash. ARGV: ttl.
+DROP = """
+redis.call('HINCRBY', KEYS[1], 'gen', 1)
+redis.call('HDEL', KEYS[1], 'shared', 'rows')
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+"""
+
+
+@cache
+def _fields() -> tuple:
+    return tuple(Corpus._meta.concrete_fields)
+
+
+@cache
+def _names() -> list[str]:
+    return [field.attname for field in _fields()]
+
+
+def user_key(user_id: int | str) -> str:
+    return f"{keys().prefix}:hot:{{u{user_id}}}:corpora"
+
+
+def shared_key() -> str:
+    return f"{keys().prefix}:hot:{{corpora}}:shared"
+
+
+def _ttl() -> int:
+    return settings.HOT_TIER_TTL_SECONDS
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def searchable(*, user_id: int, load: Callable[[], list[Corpus]]) -> list[Corpus]:
+    """The user's searchable corpora from Redis when the entry is good; else `load()`
+    (PostgreSQL), kept for next time."""
+    if not settings.HOT_TIER or _changed_in_this_transaction():
+        # A transaction that changed access reads its own view, and keeps it out of the
+        # cache: it may yet be rolled back.
+        return load()
+    key = user_key(user_id)
+    try:
+        pipe = get_redis().pipeline(transaction=False)  # two slots: no MULTI, no Lua
+        pipe.get(shared_key())
+        pipe.hmget(key, "gen", "shared", "rows")
+        pipe.expire(key, _ttl())
+        token, (gen, filled_under, rows), _ = pipe.execute()
+    except RedisError as exc:
+        log.warning("corpora cache unreadable (%s): reading PostgreSQL", exc)
+        return load()
+    if rows is not None and token is not None and filled_under == token:
+        return _decode(rows)
+    try:
+        if token is None:  # first use, or lost: a fresh one, the same for every reader, made
+            # before PostgreSQL is read, so a change committed meanwhile still replaces it
+            get_redis().set(shared_key(), uuid.uuid4().hex, nx=True)
+            token = get_redis().get(shared_key())
+    except RedisError as exc:
+        log.warning("corpora cache unavailable (%s): reading PostgreSQL", exc)
+        return load()
+    corpora = load()
+    try:
+        get_redis().eval(FILL, 1, key, _ttl(), gen or "0", token, _encode(corpora))
+    except RedisError as exc:
+        log.warning("corpora cache not filled: %s", exc)
+    return corpora
+
+
+def _encode(corpora: list[Corpus]) -> str:
+    rows = [[getattr(corpus, name) for name in _names()] for corpus in corpora]
+    return json.dumps(rows, default=_isoformat)
+
+
+def _isoformat(value):
+    if isinstance(value, date | datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _decode(raw: str) -> list[Corpus]:
+    fields, names = _fields(), _names()
+    return [Corpus.from_db("default", names,
+                           [field.to_python(value) for field, value in zip(fields, row,
+                                                                            strict=True)])
+            for row in json.loads(raw)]  # fmt: skip
+
+
+# -- invalidating ----------------------------------------------------------------------------
+
+
+def changed(*, shared: bool = False, users: Iterable[int] = ()) -> None:
+    """Entries that a change in this transaction makes wrong: everybody's (`shared`) or
+    `users`'. Applied once, when the transaction commits (at once outside one)."""
+    users = {int(u) for u in users if u is not None}
+    if not shared and not users:
+        return
+
+    def add(batch: dict) -> None:
+        batch["shared"] = batch["shared"] or shared
+        batch["users"] |= users
+
+    after_commit_collect("corpora", add=add, apply=_apply,
+                         empty=lambda: {"shared": False, "users": set()})  # fmt: skip
+
+
+def after_commit_collect(
+    name: str,
+    *,
+    add: Callable[[dict], None],
+    apply: Callable[[dict], None],
+    empty: Callable[[], dict],
+) -> None:
+    """`add` records a change in the current transaction's batch `name` (`empty()` at first);
+    `apply` receives the batch once, after commit: a transaction that deletes a thousand rows
+    costs one round trip. Outside a transaction, or in a Django TestCase's (which never
+    commits: Django's durable blocks make the same exception), it is applied at once."""
+    conn = transaction.get_connection()
+    if not conn.in_atomic_block or conn.atomic_blocks[0]._from_testcase:
+        batch = empty()
+        add(batch)
+        apply(batch)
+        return
+    attr = BATCH_ATTR.format(name)
+    batch = conn.__dict__.get(attr)
+    # None yet, or its transaction was rolled back with its callback: a fresh batch.
+    if not _registered(conn, batch):
+        batch = empty()
+        batch["_flush"] = lambda: apply(conn.__dict__.pop(attr, batch))
+        conn.__dict__[attr] = batch
+        # robust: a failure here is logged, and never reaches a caller whose write committed
+        transaction.on_commit(batch["_flush"], robust=True)
+    add(batch)
+
+
+def _changed_in_this_transaction() -> bool:
+    conn = transaction.get_connection()
+    batch = conn.__dict__.get(BATCH_ATTR.format("corpora"))
+    return _registered(conn, batch)
+
+
+def _registered(conn, batch: dict | None) -> bool:
+    return (batch is not None and conn.in_atomic_block
+            and any(entry[1] is batch["_flush"] for entry in conn.run_on_commit))  # fmt: skip
+
+
+def _apply(batch: dict) -> None:
+    shared, users = batch["shared"], batch["users"]
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        if shared:
+            pipe.set(shared_key(), uuid.uuid4().hex)
+        for user_id in users:  # one by one: in a cluster they live in different slots
+            pipe.eval(DROP, 1, user_key(user_id), _ttl())
+        pipe.execute()
+    except RedisError as exc:
+        log.error("corpora cache not invalidated (%s): entries expire within %ss", exc, _ttl())
