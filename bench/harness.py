@@ -132,10 +132,12 @@ def sluice(
             env["LOG_LEVEL"] = "WARNING"
             env["RAG_WARM_UP"] = "false"  # no corpora here: the model would only take memory
             # The benches measure the request path against the engine driven directly; work
-            # Sluice starts itself after an answer (follow-up questions, titles, tag proposals)
-            # would be engine load the direct side never gets. A caller may turn it back on.
+            # Sluice starts itself (follow-up questions, titles, tag proposals, and summaries of
+            # the long conversations a bench client builds in a minute) would be engine load
+            # the direct side never gets. A caller may turn it back on.
             for name, off in (("SLUICE_FOLLOWUPS", "false"), ("SLUICE_TITLES", "false"),
-                              ("SLUICE_TAG_PROPOSAL_EVERY", "0")):  # fmt: skip
+                              ("SLUICE_TAG_PROPOSAL_EVERY", "0"),
+                              ("SLUICE_SUMMARIES", "false")):  # fmt: skip
                 env.setdefault(name, off)
             os.environ.update(urls)
             manage(env, "migrate", "--no-input", "-v", "0")

@@ -112,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
         "milliseconds (the first token at once): larger batches, fewer frames to relay",
     )
     add(
+        "--batch-ms-busy",
+        type=float,
+        default=float(env_default("WORKER_BATCH_MS_BUSY", 150)),
+        help="[WORKER_BATCH_MS_BUSY] ... and this often with 64 or more answers running (in "
+        "between, in step with the answers running): under load, fewer frames per answer for "
+        "Redis, the web process and the browser to handle",
+    )
+    add(
         "--model",
         default=env_default("WORKER_MODEL"),
         help="[WORKER_MODEL] model path or id (llamacpp: a GGUF; default the bundled SmolLM2)",
@@ -290,6 +298,7 @@ async def serve(args: argparse.Namespace) -> None:
                 grace_seconds=args.grace,
                 heartbeat_interval=args.heartbeat_interval,
                 batch_interval=args.batch_ms / 1000,
+                batch_busy_interval=args.batch_ms_busy / 1000,
                 answer_timeout=args.answer_timeout,
                 breaker=breaker.settings_from_args(args),
             )

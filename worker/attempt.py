@@ -33,6 +33,8 @@ log = logging.getLogger("sluice.worker")
 
 # Redis errors worth waiting out: the server restarting, loading its data, or briefly away.
 TRANSIENT = (RedisConnectionError, RedisTimeoutError)
+# Tokens gathered before the loop detector reads them (it needs dozens of words to call a loop).
+LOOP_CHECK_TOKENS = 8
 
 
 @dataclass
@@ -137,6 +139,7 @@ class Attempts:
         started = time.perf_counter()
         parts: list[str] = []
         loops = LoopDetector()
+        unchecked: list[str] = []  # text the loop detector has not read yet
         usage = answer.usage
         try:
             async with asyncio.timeout(self.answer_timeout):
@@ -153,10 +156,16 @@ class Attempts:
                         parts.append(output.text)
                         # The first token is written at once, the rest on the writer's clock.
                         await self.output.add(buffer, output.text)
-                        if loops.feed(output.text):  # repeating itself: stopped, and said so
-                            await self.engine.abort(item.id)
-                            answer.finish_reason = "loop"
-                            break
+                        # Read in pieces of a few tokens: a loop spans dozens of words, and
+                        # one look per piece costs a fraction of one per token.
+                        unchecked.append(output.text)
+                        if len(unchecked) >= LOOP_CHECK_TOKENS:
+                            looping = loops.feed("".join(unchecked))
+                            unchecked.clear()
+                            if looping:  # repeating itself: stopped, and said so
+                                await self.engine.abort(item.id)
+                                answer.finish_reason = "loop"
+                                break
                     if buffer.over:  # Stop, or another attempt took over
                         await self.engine.abort(item.id)
                         break

@@ -49,6 +49,7 @@ class CircuitBreaker:
         self.clock = clock
         self.state = CLOSED
         self.outcomes: deque[tuple[float, bool]] = deque()  # (when, failed)
+        self.failures = 0  # failed outcomes in `outcomes`: every answer asks for the rate
         self.opened_at = 0.0
         self.opened = 0  # how many times it has opened
         self.probe: str | None = None  # the request id of the probe in flight
@@ -87,11 +88,12 @@ class CircuitBreaker:
                 self._open(now)
             else:
                 self.state = CLOSED
-                self.outcomes.clear()
+                self._forget_outcomes()
             return
         if self.state != CLOSED:
             return  # answers that were running when it opened: they decide nothing now
         self.outcomes.append((now, failed))
+        self.failures += failed
         self._trim(now)
         if self.error_rate_now() > self.settings.error_rate and (
             len(self.outcomes) >= self.settings.min_answers
@@ -102,7 +104,7 @@ class CircuitBreaker:
         self._trim(self.clock())
         if not self.outcomes:
             return 0.0
-        return sum(failed for _, failed in self.outcomes) / len(self.outcomes)
+        return self.failures / len(self.outcomes)
 
     def snapshot(self) -> dict:
         """What the heartbeat carries (the dispatcher, the ops page and /metrics read it)."""
@@ -114,14 +116,18 @@ class CircuitBreaker:
         self.state = OPEN
         self.opened_at = now
         self.opened += 1
-        self.outcomes.clear()
+        self._forget_outcomes()
         if self.on_open is not None:
             self.on_open()
 
     def _trim(self, now: float) -> None:
         cutoff = now - self.settings.window_seconds
         while self.outcomes and self.outcomes[0][0] < cutoff:
-            self.outcomes.popleft()
+            self.failures -= self.outcomes.popleft()[1]
+
+    def _forget_outcomes(self) -> None:
+        self.outcomes.clear()
+        self.failures = 0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

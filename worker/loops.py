@@ -10,10 +10,6 @@ refrain); the worker then stops the generation and reports finish_reason "loop".
 
 from __future__ import annotations
 
-import re
-
-WORD = re.compile(r"\S+")
-
 
 class LoopDetector:
     """Feed it the answer's text as it streams; `feed` answers True once the answer loops.
@@ -32,12 +28,19 @@ class LoopDetector:
         self._partial = ""  # the last word may continue in the next piece of text
         self.looping = False
         self.period = 0  # the repeated unit's length in words, once looping
+        # Per period p: how many words in a row, ending at the tail, equal the word p before
+        # them. Only periods at which the newest word recurs can be non-zero, so each word
+        # costs a look at its own recent positions, not at every period.
+        self._runs: dict[int, int] = {}
+        self._seen_at: dict[str, list[int]] = {}  # word -> its positions in the last periods
+        self._needed = {p: p * max(min_repeats, -(-min_words // p)) - p
+                        for p in range(1, max_period + 1)}  # fmt: skip
 
     def feed(self, text: str) -> bool:
         if self.looping or not text:
             return self.looping
         joined = self._partial + text
-        pieces = WORD.findall(joined)
+        pieces = joined.split()  # words: runs of non-space
         if not pieces:
             self._partial = ""
             return False
@@ -45,27 +48,23 @@ class LoopDetector:
         complete = not joined[-1].isspace()
         self._partial = pieces.pop() if complete else ""
         for word in pieces:
-            self.words.append(word.lower())
-            if self._tail_repeats():
+            if self._add(word.lower()):
                 self.looping = True
                 break
         return self.looping
 
-    def _tail_repeats(self) -> bool:
-        words = self.words
-        n = len(words)
-        for period in range(1, self.max_period + 1):
-            repeats = max(self.min_repeats, -(-self.min_words // period))
-            span = period * repeats
-            if span > n:
-                # Longer periods need longer spans: none of them fits either.
-                if period * self.min_repeats > n:
-                    break
-                continue
-            if words[-1] != words[-1 - period]:  # cheap rejection first
-                continue
-            tail = words[n - span :]
-            if all(tail[i] == tail[i % period] for i in range(period, span)):
-                self.period = period
-                return True
+    def _add(self, word: str) -> bool:
+        """Appends a word; True when the tail now repeats one unit `needed` times over."""
+        n = len(self.words)
+        self.words.append(word)
+        oldest = n - self.max_period
+        positions = [at for at in self._seen_at.get(word, ()) if at >= oldest]
+        runs = self._runs
+        self._runs = {n - at: runs.get(n - at, 0) + 1 for at in positions}
+        positions.append(n)
+        self._seen_at[word] = positions
+        looping = [p for p, run in self._runs.items() if run >= self._needed[p]]
+        if looping:
+            self.period = min(looping)
+            return True
         return False

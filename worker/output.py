@@ -75,7 +75,11 @@ class OutputWriter:
         batcher: the worker's ordered Redis command batcher.
         keys: stream and key names.
         interval: seconds between writes of gathered text (an answer gets at most about one
-            output-stream entry per interval).
+            output-stream entry per interval) while few answers run.
+        busy_interval: ... the same with `busy_answers` or more running: in between, the
+            interval grows in step with the answers running. Each entry is a frame that Redis,
+            the web process and the browser handle, so under load fewer, larger frames keep
+            the CPU per answer down; with few answers running the text flows finer.
         max_chars: an answer holding this much unwritten text is written at once, without
             waiting for the clock (a fast model's long bursts).
         check_interval: seconds between checks for Stop and for a lost claim; a Stop lands
@@ -88,12 +92,16 @@ class OutputWriter:
         keys: Keys,
         *,
         interval: float = 0.03,
+        busy_interval: float | None = None,
+        busy_answers: int = 64,
         max_chars: int = 64,
         check_interval: float = 0.2,
     ) -> None:
         self.batcher = batcher
         self.keys = keys
         self.interval = interval
+        self.busy_interval = max(interval, busy_interval if busy_interval is not None else interval)
+        self.busy_answers = max(2, busy_answers)
         self.max_chars = max_chars
         self.check_interval = check_interval
         self.buffers: dict[str, OutputBuffer] = {}
@@ -128,8 +136,23 @@ class OutputWriter:
         except RedisError:
             buffer.put_back(batch, text)
             raise
-        if not written:
+        self._written(buffer, written)
+
+    @staticmethod
+    def _written(buffer: OutputBuffer, reply) -> None:
+        """What a delta's reply says about its attempt: still on, stopped, or replaced."""
+        if reply == transitions.NOT_OWNER:
             buffer.lost = True
+        elif reply == transitions.WRITTEN_STOPPED:
+            buffer.cancelled = True
+
+    def interval_now(self) -> float:
+        """The clock's period for the answers running now."""
+        running = len(self.buffers)
+        if running <= 1:
+            return self.interval
+        share = min(1.0, (running - 1) / (self.busy_answers - 1))
+        return self.interval + (self.busy_interval - self.interval) * share
 
     async def close(self, buffer: OutputBuffer) -> None:
         """Stops writing for the buffer; what is left is written by `flush` before the end."""
@@ -144,7 +167,7 @@ class OutputWriter:
 
     async def _run(self) -> None:
         while self.buffers:
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(self.interval_now())
             try:
                 await self.tick()
             except RedisError as exc:  # the text is kept: the next tick sends it again
@@ -156,12 +179,15 @@ class OutputWriter:
 
     async def tick(self) -> None:
         """One clock tick: every buffer's gathered text in one pipeline, and the checks for
-        Stop and for a lost claim when they are due."""
+        Stop and for a lost claim when they are due (a delta's reply answers both for its
+        answer, so only the answers with nothing to write this tick are asked)."""
         due = [(buffer, *buffer.take()) for buffer in self.buffers.values()
                if buffer.pending and buffer.started and not buffer.lost]  # fmt: skip
         now = time.monotonic()
         check = now - self._last_check >= self.check_interval
-        watched = [b for b in self.buffers.values() if not b.over] if check else []
+        writing = {id(buffer) for buffer, _, _ in due}
+        watched = [b for b in self.buffers.values() if not b.over and id(b) not in writing
+                   ] if check else []  # fmt: skip
         if not due and not watched:
             return
         if check:
@@ -183,8 +209,7 @@ class OutputWriter:
         if not isinstance(replies, list):
             replies = [replies]
         for (buffer, _, _), written in zip(due, replies, strict=False):
-            if not written:
-                buffer.lost = True
+            self._written(buffer, written)
         checks = replies[len(due) :]
         for buffer, stopped, owner in zip(watched, checks[0::2], checks[1::2], strict=True):
             buffer.cancelled = buffer.cancelled or bool(stopped)

@@ -52,6 +52,7 @@ class Worker:
         slots: concurrent answers; defaults to the engine's capacity.
         batch_interval: an answer's tokens are written to its output stream about this often
             (the first token at once); all answers on one clock (`output.OutputWriter`).
+        batch_busy_interval: ... and this often when many answers run (OutputWriter).
         batch_chars: an answer's gathered text is written early once it is this long.
         heartbeat_interval: seconds between heartbeats; the key lives three intervals.
         claim_idle_ms: work pending this long on a worker whose heartbeat is gone is re-run.
@@ -73,6 +74,7 @@ class Worker:
         model: str = "",
         slots: int | None = None,
         batch_interval: float = 0.03,
+        batch_busy_interval: float | None = None,
         batch_chars: int = 1024,
         heartbeat_interval: float = 2.0,
         claim_idle_ms: int = 10_000,
@@ -98,7 +100,8 @@ class Worker:
         self.last_beat: dict | None = None  # what the metrics endpoint's gauges read
         self.batcher = CommandBatcher(redis_client)
         self.output = OutputWriter(self.batcher, keys, interval=batch_interval,
-                                   max_chars=batch_chars, check_interval=CHECK_SECONDS)  # fmt: skip
+                                   busy_interval=batch_busy_interval, max_chars=batch_chars,
+                                   check_interval=CHECK_SECONDS)  # fmt: skip
         self.attempts = Attempts(
             batcher=self.batcher, keys=keys, engine=engine, output=self.output,
             worker_id=self.worker_id, stats=self.stats, max_attempts=max_attempts,

@@ -53,15 +53,18 @@ return {1, attempt}
 """
 )
 
-# KEYS: request hash, output stream. ARGV: token, output maxlen, text, batch number
+# KEYS: request hash, output stream, cancel flag. ARGV: token, output maxlen, text, batch number
 # A batch resent after a lost reply (Redis restarted) is written once: its number is not above
-# the last one written.
+# the last one written. The reply also says whether the user pressed Stop, so a streaming
+# answer needs no separate check for it.
 DELTA = """
 local owner, last = unpack(redis.call('HMGET', KEYS[1], 'owner', 'seq'))
 if owner ~= ARGV[1] then return 0 end
-if tonumber(ARGV[4]) <= (tonumber(last) or 0) then return 1 end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'type', 'delta', 'text', ARGV[3])
-redis.call('HSET', KEYS[1], 'seq', ARGV[4])
+if tonumber(ARGV[4]) > (tonumber(last) or 0) then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'type', 'delta', 'text', ARGV[3])
+  redis.call('HSET', KEYS[1], 'seq', ARGV[4])
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then return 2 end
 return 1
 """
 
@@ -97,8 +100,11 @@ redis.call('EXPIRE', KEYS[2], ARGV[3])
 return 1
 """
 
-# Replies of `finish` and `delta`.
+# Replies of `finish`.
 ENDED_NOW, ALREADY_ENDED, LOST = 1, 0, -1
+# Replies of `delta`: written (or written before), another attempt owns the request, written
+# but the user pressed Stop.
+WRITTEN, NOT_OWNER, WRITTEN_STOPPED = 1, 0, 2
 # Replies of `start`, first element.
 STARTED, START_ENDED, START_STOPPED, START_EXHAUSTED = 1, 0, 2, 3
 
@@ -189,10 +195,10 @@ def start_result(reply) -> Start:
 
 def delta(pipe, keys: Keys, request_id: str, *, token: str, text: str, batch: int) -> None:
     """Batch number `batch` (1, 2, ...) of the answer's text, written only while `token` owns
-    the request, and once: the reply is 1, or 0 when another attempt took over (the caller
-    has lost its claim)."""
-    pipe.eval(DELTA, 2, keys.request(request_id), keys.output(request_id), token,
-              protocol.OUTPUT_MAXLEN, text, batch)  # fmt: skip
+    the request, and once: the reply is WRITTEN, WRITTEN_STOPPED (the user pressed Stop), or
+    NOT_OWNER when another attempt took over (the caller has lost its claim)."""
+    pipe.eval(DELTA, 3, keys.request(request_id), keys.output(request_id),
+              keys.cancel(request_id), token, protocol.OUTPUT_MAXLEN, text, batch)  # fmt: skip
 
 
 def finish(pipe, keys: Keys, answer: Answer, *, token: str = "") -> None:

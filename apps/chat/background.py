@@ -135,9 +135,13 @@ def _purposes(answers: list[Answer]) -> list[dict]:
 
 def _after_answer(answer: Answer) -> None:
     user_id, conversation_id = int(answer.user_id), int(answer.conversation_id)
+    followups = settings.SLUICE_FOLLOWUPS and answer.text.strip()
+    every = settings.SLUICE_TAG_PROPOSAL_EVERY
+    if not followups and every <= 0:
+        return  # both off: no reads at all, this runs for every answer
     model = Conversation.objects.filter(id=conversation_id).values_list("model", flat=True)
     model = model.first() or ""
-    if settings.SLUICE_FOLLOWUPS and answer.text.strip():
+    if followups:
         question = suggestions.followups_question_for(conversation_id=conversation_id)
         background_submit(
             user_id=user_id, model=model,
@@ -146,7 +150,6 @@ def _after_answer(answer: Answer) -> None:
             messages=suggestions.followups_messages(question=question),
             max_tokens=suggestions.FOLLOWUPS_MAX_TOKENS,
         )  # fmt: skip
-    every = settings.SLUICE_TAG_PROPOSAL_EVERY
     if every > 0 and suggestions.questions_asked(user_id=user_id) % every == 0:
         tags_schedule(user_id=user_id, model=model)
 

@@ -36,6 +36,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from apps.accounts.sessions import SessionCheck, events_last_id, session_digest
 from chatsite.redis_client import keys
+from worker import protocol
 
 from . import continuation, live, selectors, submission, turns
 from .account_watch import get_account_watch
@@ -163,8 +164,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if not isinstance(text, str):
             await self._refuse("Type a message first.")
             return
+        request_id = protocol.new_request_id()
+        # Followed before the question is published to the user's tabs, so that this socket
+        # takes the event as its own whenever it arrives.
+        self.following = request_id
         try:
-            submitted = await self._submit(text)
+            submitted = await self._submit(text, request_id)
         except ValidationError as exc:
             await self._error(" ".join(exc.messages))
             return
@@ -174,7 +179,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except submission.QueueUnavailable as exc:
             await self._send({"type": "error", "message": str(exc), "draft": text})
             return
-        await self._asked(submitted)
+        await self._asked(submitted, published=True)
 
     async def _on_edit(self, frame: dict) -> None:
         text, message_id = frame.get("text"), frame.get("message_id")
@@ -191,13 +196,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self._send({"type": "truncate", "from_message_id": removed})
         await self._asked(submitted, replaces=removed)
 
-    async def _asked(self, submitted: submission.Submitted, **extra) -> None:
+    async def _asked(self, submitted: submission.Submitted, published=False, **extra) -> None:
         """Shows the question, follows its answer, then tells the user's other tabs (once
-        this socket follows the answer, so that it knows the event as its own)."""
+        this socket follows the answer, so that it knows the event as its own), unless the
+        submit told them already."""
         message = submitted.user_message
         await self._send({"type": "user_message", "id": message.id,
                           "html": linebreaks(escape(message.text))})  # fmt: skip
         await self._started(submitted.request_id)
+        if published:
+            return
         await db_call(live.question_published)(
             conversation=self.conversation, message=submitted.user_message,
             request_id=submitted.request_id, **extra)  # fmt: skip
@@ -358,9 +366,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
         return conversation, active, events_after
 
     @db_call
-    def _submit(self, text: str) -> submission.Submitted:
+    def _submit(self, text: str, request_id: str) -> submission.Submitted:
+        """Sends the question and tells the user's other tabs, in one trip through the pool."""
         self._require_session()
-        return submission.request_submit(user=self.user, conversation=self.conversation, text=text)
+        submitted = submission.request_submit(user=self.user, conversation=self.conversation,
+                                              text=text, request_id=request_id)  # fmt: skip
+        live.question_published(conversation=self.conversation, message=submitted.user_message,
+                                request_id=submitted.request_id)  # fmt: skip
+        return submitted
 
     @db_call
     def _stop(self, requested) -> bool:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from redis.exceptions import RedisError
 
 from chatsite.redis_client import get_redis, keys
@@ -253,35 +253,15 @@ def message_stored(message: Message) -> None:
         after_commit(lambda: turns_stored({message.conversation_id: [turn]}))
 
 
-def messages_stored(request_ids: list[str], conversation_ids: list[int]) -> None:
-    """After a batch of answers (services.messages_store, which learns no ids): once
-    committed, the finished ones are read back by request id, but only for conversations
-    whose lists are filled."""
-    if request_ids and enabled():
-        after_commit(lambda: _messages_stored(request_ids, conversation_ids))
-
-
-def _messages_stored(request_ids: list[str], conversation_ids: list[int]) -> None:
-    try:
-        pipe = get_redis().pipeline(transaction=False)
-        for conversation_id in conversation_ids:
-            pipe.hget(conversation_key(conversation_id), "filled")
-        hot = {c for c, filled in zip(conversation_ids, pipe.execute(), strict=True) if filled}
-    except RedisError:
-        hot = set(conversation_ids)
-    cold = [c for c in conversation_ids if c not in hot]
-    by_conversation: dict[int, list[Turn]] = {c: [] for c in cold}  # a bump of the generation
-    if hot:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT id, conversation_id, role, text, pinned FROM {Message._meta.db_table} "
-                "WHERE request_id = ANY(%s) AND status = %s AND conversation_id = ANY(%s) "
-                "ORDER BY created, id", [request_ids, DONE, list(hot)])  # fmt: skip
-            for message_id, conversation_id, role, text, pinned in cursor.fetchall():
-                by_conversation.setdefault(conversation_id, []).append(
-                    Turn(message_id, role, text, pinned)
-                )
-    turns_stored(by_conversation)
+def messages_stored(turns: list[tuple[int, Turn]]) -> None:
+    """After a batch of answers (services.messages_store): (conversation id, turn) of each
+    stored message, pushed once committed, when it is a finished turn."""
+    by_conversation: dict[int, list[Turn]] = {}
+    for conversation_id, turn in turns:
+        if turn.role in ROLES:
+            by_conversation.setdefault(conversation_id, []).append(turn)
+    if by_conversation and enabled():
+        after_commit(lambda: turns_stored(by_conversation))
 
 
 def conversations_forget(conversation_ids) -> None:

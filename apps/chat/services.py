@@ -170,10 +170,22 @@ def message_store(new: NewMessage) -> Message | None:
 
 def messages_store(messages: list[NewMessage]) -> None:
     """Several messages in one round trip (psycopg pipelines executemany): the recorder's
-    batches of answers."""
-    if messages:
-        with connection.cursor() as cursor:
-            cursor.executemany(_message_insert_sql(), [new.params() for new in messages])
-        finished = [m for m in messages if m.status == Message.Status.DONE and m.request_id]
-        hot.messages_stored([m.request_id for m in finished],
-                            list({m.conversation.pk for m in finished}))  # fmt: skip
+    batches of answers. Each insert's RETURNING row gives the new message's id, so the hot
+    tier gets the finished turns without reading them back."""
+    if not messages:
+        return
+    # psycopg's own cursor: Django's wrapper has no way to ask executemany for the rows.
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        raw = cursor.cursor
+        raw.executemany(_message_insert_sql(), [new.params() for new in messages],
+                        returning=True)  # fmt: skip
+        ids = []
+        for _ in messages:
+            row = raw.fetchone()  # none: stored before, or its conversation is gone
+            ids.append(row[0] if row else None)
+            raw.nextset()
+    hot.messages_stored([
+        (new.conversation.pk, hot.Turn(message_id, new.role, new.text, False))
+        for new, message_id in zip(messages, ids, strict=True)
+        if message_id is not None and new.status == Message.Status.DONE
+    ])  # fmt: skip

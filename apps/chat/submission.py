@@ -98,20 +98,22 @@ def request_submit(
     kind: str = "chat",
     model: str | None = None,
     instruction: str = "",
+    request_id: str | None = None,
 ) -> Submitted:
     """Stores the user's message (unless regenerating: text None), builds the prompt and hands
     the request to admission. `model`: the model to answer with, remembered as the
     conversation's (None: the conversation's own). `instruction`: a last user turn for this
     request only, never stored (continuation.py's "continue"). Raises ValidationError for bad text,
     ConversationBusy when the conversation is still answering, QueueUnavailable when Redis
-    cannot be reached."""
+    cannot be reached. `request_id`: the id to give the request (None: a new one), for a
+    caller that must know it before the request exists."""
     if conversation.owner_id != user.id:
         raise Http404
     ensure_conversation_free(conversation=conversation)
     if model is not None and model != conversation.model:
         services.conversation_set_model(conversation=conversation, model=model)
     ensure_model_served(model=conversation.model)
-    request_id = protocol.new_request_id()
+    request_id = request_id or protocol.new_request_id()
     user_message = None
     if text is not None:
         user_message = services.message_create(

@@ -159,6 +159,9 @@ async def test_other_tabs_see_questions_edits_titles_and_deletions(user, client_
         update = await _next(tab_a, "conversation")
         assert (update["action"], update["id"], update["current"]) == (
             "question", elsewhere.id, False)  # fmt: skip
+        # ... and the tab that sent it shows its question once, not again from the event.
+        await _next(tab_c, "user_message")
+        assert not {"conversation", "user_message"} & await _frame_types(tab_c, wait=1.5)
 
         # A rename and a deletion made by a plain page reach every tab.
         client = await sync_to_async(client_for)(user)

@@ -54,3 +54,34 @@ def test_any_unit_repeated_long_enough_is_found(unit, piece):
     repeats = max(3, -(-30 // len(unit))) + 1
     text = "start " + " ".join(unit * repeats) + " "
     assert fed(text, piece=piece).looping
+
+
+def tail_repeats(words: list[str], *, min_words=30, min_repeats=3, max_period=40) -> int:
+    """The definition, checked the slow way: the smallest period whose unit, repeated enough
+    times to span `min_words`, makes up the tail (0: none)."""
+    for period in range(1, max_period + 1):
+        span = period * max(min_repeats, -(-min_words // period))
+        tail = words[len(words) - span :]
+        if span <= len(words) and all(tail[i] == tail[i % period] for i in range(period, span)):
+            return period
+    return 0
+
+
+@given(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=120),
+       st.integers(min_value=2, max_value=12), st.integers(min_value=2, max_value=4),
+       st.integers(min_value=1, max_value=8))  # fmt: skip
+def test_the_detector_stops_where_the_definition_first_holds(words, min_words, min_repeats,
+                                                             max_period):  # fmt: skip
+    options = dict(min_words=min_words, min_repeats=min_repeats, max_period=max_period)
+    expected_at, expected_period = None, 0
+    for n in range(1, len(words) + 1):
+        expected_period = tail_repeats(words[:n], **options)
+        if expected_period:
+            expected_at = n
+            break
+    detector = fed(" ".join(words) + " ", **options)
+    if expected_at is None:
+        assert not detector.looping
+    else:
+        assert detector.looping
+        assert (len(detector.words), detector.period) == (expected_at, expected_period)

@@ -137,3 +137,34 @@ async def test_text_that_could_not_be_written_is_kept_and_sent_once(make_writer,
     await writer.flush(answer)
     await writer.flush(answer)  # nothing left: writes nothing
     assert await deltas(counting.client, writer.keys.output("r1")) == ["a", "xb"]
+
+
+async def test_a_stop_is_seen_in_the_reply_to_the_answers_next_delta(make_writer, counting):
+    writer = make_writer(interval=0.01, check_interval=3600)  # no separate check in this test
+    stopped = await open_started(writer, "stopped")
+    running = await open_started(writer, "running")
+    for answer in (stopped, running):
+        await writer.add(answer, "first ")
+    await counting.client.set(writer.keys.cancel("stopped"), "1")
+    for _ in range(100):
+        for answer in (stopped, running):
+            await writer.add(answer, "more ")
+        if stopped.cancelled:
+            break
+        await asyncio.sleep(0.01)
+    assert stopped.cancelled and not stopped.lost
+    assert not running.cancelled and not running.lost
+    # The text written with the reply is kept: Stop ends the answer after what was generated.
+    assert "more " in await deltas(counting.client, writer.keys.output("stopped"))
+
+
+async def test_the_clock_slows_in_step_with_the_answers_running(make_writer):
+    writer = make_writer(interval=0.05, busy_interval=0.15, busy_answers=5)
+    assert writer.interval_now() == pytest.approx(0.05)
+    for n in range(3):
+        writer.open(f"r{n}", "t")
+    assert writer.interval_now() == pytest.approx(0.1)  # 3 of 5: half way
+    for n in range(3, 9):
+        writer.open(f"r{n}", "t")
+    assert writer.interval_now() == pytest.approx(0.15)  # busy: no slower than this
+    assert make_writer(interval=0.05).interval_now() == pytest.approx(0.05)  # not asked for
