@@ -19,6 +19,7 @@ The answer recorder (apps/chat) is not called from here: the process that runs t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -141,6 +142,7 @@ class Dispatcher:
                 self.recorder_pass(self)
             if self._every("reconcile", o.reconcile_interval):
                 self.reconcile.find_lost()
+            self.reconcile.save_learning()
             if self._every("positions", o.position_interval):
                 self.positions.tell()
             if self._every("degradation", o.degradation_interval):
@@ -184,7 +186,11 @@ class Dispatcher:
         return self.degradation
 
     def release_lease(self) -> None:
-        """On a clean stop: the standby need not wait for the lease to expire."""
+        """On a clean stop: the standby need not wait for the lease to expire, and finds
+        everything this holder learned."""
+        if self.active:
+            with contextlib.suppress(redis.RedisError):
+                self.reconcile.save_learning(force=True)
         self.lease.give_up()
         self.active = False
 

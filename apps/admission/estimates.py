@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ MIN_SAMPLES = 30
 USER_RATE = 0.25  # how far one answer moves its user's lean (in log tokens)
 PLAN_RATE = 0.05  # and its plan's
 ERRORS_KEPT = 1000
+SAVE_SECONDS = 1.0  # what was learned is written to Redis at most this often
 QUESTION_CHARS = 2000  # what the text features read of the question (its start)
 # Words and phrases that ask for a long answer, or a short one (matched on the lowered text).
 LONG_WORDS = frozenset("explain describe write essay story list steps code implement compare "
@@ -140,6 +142,7 @@ class Estimator:
         self.errors: deque[tuple[float, float]] = deque(maxlen=ERRORS_KEPT)
         self._dirty_users: set[str] = set()
         self._new_errors: list[tuple[float, float]] = []
+        self._saved_at = float("-inf")
 
     # -- predicting ------------------------------------------------------------------------------
 
@@ -206,10 +209,18 @@ class Estimator:
 
     # -- Redis -----------------------------------------------------------------------------------
 
-    def save(self, pipe) -> None:
-        """Writes what changed since the last save (on the caller's pipeline)."""
-        if not (self._new_errors or self._dirty_users):
+    def due(self) -> bool:
+        """Something learned is unsaved, and the last save is SAVE_SECONDS old."""
+        unsaved = self._new_errors or self._dirty_users
+        return bool(unsaved) and time.monotonic() - self._saved_at >= SAVE_SECONDS
+
+    def save(self, pipe, *, force: bool = False) -> None:
+        """Writes what changed since the last save (on the caller's pipeline) when it is due,
+        or at once with `force` (a lease given up): the model and the error figures are
+        rewritten whole, and the recorder settles a batch of answers many times a second."""
+        if not (self._new_errors or self._dirty_users) or not (force or self.due()):
             return
+        self._saved_at = time.monotonic()
         k = self.keys
         model = {"a": self.a, "b": self.b, "n": self.samples, "plans": self.plans}
         pipe.set(k.estimates("model"), json.dumps(model), ex=ADMISSION_STATE_TTL_SECONDS)

@@ -119,6 +119,15 @@ class Reconcile:
                                     dispatched_ms=_int(dispatched) or None)  # fmt: skip
         self.buckets.adjust(refunds, now_ms=self.bucket_now())
 
+    def save_learning(self, *, force: bool = False) -> None:
+        """What the estimator learned and `settle` has not written yet (it writes at most once
+        a second): called on every pass, and with `force` when the lease is given up."""
+        if force or self.estimator.due():
+            pipe = self.client.pipeline(transaction=False)
+            self.estimator.save(pipe, force=force)
+            if len(pipe):
+                pipe.execute()
+
     # -- lost requests ---------------------------------------------------------------------------
 
     def find_lost(self) -> int:

@@ -72,6 +72,8 @@ def conversation_delete(*, conversation: Conversation) -> None:
 @cache
 def _message_insert_sql() -> str:
     conversations = Conversation._meta.db_table
+    # A question touches its conversation (the sidebar's order, the title); its answer, a
+    # second later, does not rewrite the row again.
     return f"""
         WITH new AS (
             INSERT INTO {Message._meta.db_table} (conversation_id, role, text, created,
@@ -88,7 +90,7 @@ def _message_insert_sql() -> str:
             SET updated = now(),
                 title = CASE WHEN title = %(untitled)s AND %(title)s::text <> ''
                              THEN %(title)s ELSE title END
-            WHERE id = %(conversation)s AND EXISTS (SELECT 1 FROM new)
+            WHERE id = %(conversation)s AND %(role)s = 'user' AND EXISTS (SELECT 1 FROM new)
             RETURNING title
         )
         SELECT new.id, new.created, (SELECT title FROM touched) FROM new

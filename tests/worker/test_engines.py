@@ -11,6 +11,7 @@ import pytest
 
 from worker.engines import create_engine
 from worker.engines.base import GenerationRequest
+from worker.engines.openai import sse_data
 
 QUESTION = [{"role": "user", "content": "What colour is the sky on a clear day?"}]
 
@@ -119,3 +120,21 @@ async def test_openai_engine_reports_upstream_errors(upstream):
 def test_unknown_engines_are_refused_by_name():
     with pytest.raises(ValueError, match="unknown engine 'gpt9'"):
         create_engine("gpt9")
+
+
+class _Pieces:
+    """An SSE body handed over in arbitrary pieces, as aiohttp's `iter_any` does."""
+
+    def __init__(self, body: bytes, cuts: list[int]) -> None:
+        self.pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+
+    async def iter_any(self):
+        for piece in self.pieces:
+            yield piece
+
+
+async def test_sse_payloads_are_read_whole_however_the_body_is_cut():
+    body = b'data: {"a": 1}\n\n: keep-alive\n\ndata: {"b": "x\\ny"}\n\ndata: [DONE]'
+    for cuts in ([], [1], [5, 6, 7], list(range(1, len(body)))):
+        read = [data async for data in sse_data(_Pieces(body, cuts))]
+        assert read == ['{"a": 1}', '{"b": "x\\ny"}', "[DONE]"], cuts

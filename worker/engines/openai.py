@@ -88,15 +88,11 @@ class OpenAIEngine:
             if response.status >= 400:
                 detail = (await response.read()).decode(errors="replace")[:200]
                 raise RuntimeError(f"upstream answered {response.status}: {detail}")
-            async for raw in response.content:
-                line = raw.decode()
+            async for data in sse_data(response.content):
                 if request.id in self._aborted:
                     self._aborted.discard(request.id)
                     yield EngineOutput("", prompt_tokens, completion_tokens, "abort")
                     return
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
                 if data == "[DONE]":
                     break
                 chunk = json.loads(data)
@@ -112,3 +108,17 @@ class OpenAIEngine:
                         yield EngineOutput(text, prompt_tokens, completion_tokens,
                                            choice.get("finish_reason"))  # fmt: skip
         yield EngineOutput("", prompt_tokens, completion_tokens, finish or "stop")
+
+
+async def sse_data(content) -> AsyncIterator[str]:
+    """The `data:` payloads of an SSE body, read in whatever pieces the network hands over:
+    one await per read rather than per line (a streamed answer is two lines per token)."""
+    rest = b""
+    async for piece in content.iter_any():
+        lines = (rest + piece).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if line.startswith(b"data:"):
+                yield line[5:].strip().decode()
+    if rest.startswith(b"data:"):  # a last line without its newline
+        yield rest[5:].strip().decode()
