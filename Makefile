@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # instructions (AMX, AVX-512) that a virtual machine's kernel does not enable.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: run test test-faults test-cluster lint format bench install clean test-vllm install-vllm
+.PHONY: run run-fleet test test-faults test-cluster lint format bench install clean test-vllm install-vllm
 
 $(STAMP): pyproject.toml
 	@echo "[sluice] creating $(VENV) and installing the project (the first time compiles llama.cpp, about 5 minutes)"
@@ -20,6 +20,11 @@ install: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/python -m chatsite.stack run
+
+# docs/deploy.md's topology on one box: a 3-master Redis Cluster, 3 web processes behind a
+# round-robin proxy on SLUICE_PORT (8000), 2 dispatchers, a worker on each of two "machines".
+run-fleet: $(STAMP)
+	$(BIN)/python -m chatsite.fleet
 
 test: $(STAMP)
 	$(BIN)/python -m chatsite.stack test --ignore=tests/faults $(PYTEST_ARGS)
@@ -34,9 +39,14 @@ test-faults: $(STAMP)
 # SSE resume and the cluster's own tests; then, on a fresh cluster, a master killed under load.
 CLUSTER_TESTS ?= tests/admission tests/chat/test_request_path.py \
 	tests/chat/test_api.py::test_submit_then_stream_and_resume_with_last_event_id \
-	tests/cluster/test_hub.py tests/cluster/test_topology.py
+	tests/cluster/test_hub.py tests/cluster/test_topology.py tests/cluster/test_resharding.py
+# The fault suite's process faults on the cluster (see that file for which, and why not the rest),
+# and `make run-fleet`'s runner started, asked through its proxy and stopped by Ctrl-C.
+CLUSTER_FAULT_TESTS ?= tests/cluster/test_faults.py
+CLUSTER_FLEET_TESTS ?= tests/cluster/test_fleet.py
 test-cluster: $(STAMP)
 	$(BIN)/python -m chatsite.cluster test -q -p no:cacheprovider $(or $(PYTEST_ARGS),$(CLUSTER_TESTS))
+	$(BIN)/python -m chatsite.cluster test -q -p no:cacheprovider $(CLUSTER_FAULT_TESTS) $(CLUSTER_FLEET_TESTS)
 	$(BIN)/python -m chatsite.cluster test -q -p no:cacheprovider tests/cluster/test_failover.py
 
 lint: $(STAMP)

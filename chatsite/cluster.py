@@ -144,6 +144,60 @@ class LocalCluster:
         say("Redis Cluster stopped")
 
 
+class SlotMove:
+    """Moves one slot from the master that owns it to another master, in the steps
+    `redis-cli --cluster reshard` takes, so that a caller can act between them:
+
+    `begin`: the target IMPORTING, the source MIGRATING (keys still served by the source; a key
+    not there is answered ASK); `migrate_keys`: MIGRATE of every key, a batch at a time (now the
+    source answers ASK for them); `finish`: SETSLOT NODE on the target, the source, then the
+    other masters (each answers MOVED from then on). `client` is a redis-py cluster client."""
+
+    def __init__(self, client, slot: int, target_port: int | None = None) -> None:
+        import redis
+
+        self.slot = slot
+        client.nodes_manager.initialize()
+        masters = client.get_primaries()
+        source = client.nodes_manager.get_node_from_slot(slot)
+        target = next(n for n in masters if n.name != source.name
+                      and (target_port is None or n.port == target_port))  # fmt: skip
+        self.source = redis.Redis(source.host, source.port, decode_responses=True)
+        self.target = redis.Redis(target.host, target.port, decode_responses=True)
+        self.source_name, self.target_name = source.name, target.name
+        self.target_address = (target.host, target.port)
+        self.others = [redis.Redis(n.host, n.port, decode_responses=True)
+                       for n in masters if n.name not in (source.name, target.name)]  # fmt: skip
+        self.source_id = self.source.execute_command("CLUSTER MYID")
+        self.target_id = self.target.execute_command("CLUSTER MYID")
+
+    def begin(self) -> None:
+        self.target.execute_command("CLUSTER SETSLOT", self.slot, "IMPORTING", self.source_id)
+        self.source.execute_command("CLUSTER SETSLOT", self.slot, "MIGRATING", self.target_id)
+
+    def migrate_keys(self, batch: int = 100) -> int:
+        host, port = self.target_address
+        moved = 0
+        while keys := self.source.execute_command("CLUSTER GETKEYSINSLOT", self.slot, batch):
+            self.source.execute_command("MIGRATE", host, port, "", 0, 10_000, "KEYS", *keys)
+            moved += len(keys)
+        return moved
+
+    def finish(self) -> None:
+        for node in (self.target, self.source, *self.others):
+            node.execute_command("CLUSTER SETSLOT", self.slot, "NODE", self.target_id)
+
+    def run(self) -> int:
+        self.begin()
+        moved = self.migrate_keys()
+        self.finish()
+        return moved
+
+    def close(self) -> None:
+        for node in (self.target, self.source, *self.others):
+            node.close()
+
+
 def cluster_port(taken: set[int]) -> int:
     """A free loopback port whose cluster bus port (10000 higher) is free too; Redis refuses
     ports above 55535 for that reason."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import os
+import threading
 
 import redis
 from django.conf import settings
@@ -11,7 +11,10 @@ from django.conf import settings
 from worker import cluster
 from worker.protocol import Keys
 
-CLUSTER_POOL_CEILING = 32
+# Connections per cluster node for a process's commands: its threads and, in a web process, the
+# output hub's reads share them; past them a command waits for a free one (worker/cluster.py's
+# NodePool). With the hub's one listener per node, a web process holds three per node.
+CLUSTER_CONNECTIONS_PER_NODE = 2
 
 
 def is_cluster() -> bool:
@@ -19,19 +22,34 @@ def is_cluster() -> bool:
     return cluster.is_cluster_url(settings.REDIS_URL)
 
 
-@functools.cache
+_client: redis.Redis | None = None
+_creating = threading.Lock()
+
+
 def get_redis() -> redis.Redis:
+    """The process's client, built once: threads asking first at the same moment would each
+    build one, with connections of its own."""
+    global _client
+    if _client is None:
+        with _creating:
+            if _client is None:
+                _client = _new_client()
+    return _client
+
+
+def cluster_client(url: str, *, client_name: str):
+    """A cluster client for `url`, CLUSTER_CONNECTIONS_PER_NODE per node (callers wait for a
+    free one). Transactions are split by slot, pipelines by node (worker/cluster.py)."""
+    return cluster.sync_client(
+        url, decode_responses=True, max_connections=CLUSTER_CONNECTIONS_PER_NODE,
+        timeout=settings.REDIS_SOCKET_TIMEOUT, connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
+        client_name=client_name,
+    )  # fmt: skip
+
+
+def _new_client() -> redis.Redis:
     if is_cluster():
-        # Transactions are split by slot (worker/cluster.py). redis-py's cluster client cannot
-        # make a caller wait for a free connection: past the ceiling a command fails, and the
-        # client takes the failure for a lost node. So the ceiling per node sits above the
-        # process's threads (WEB_DB_THREADS); connections open only as commands overlap.
-        return cluster.sync_client(
-            settings.REDIS_URL, decode_responses=True,
-            max_connections=max(settings.REDIS_POOL_SIZE, CLUSTER_POOL_CEILING),
-            timeout=settings.REDIS_SOCKET_TIMEOUT, connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
-            client_name=f"sluice-{os.getpid()}",
-        )  # fmt: skip
+        return cluster_client(settings.REDIS_URL, client_name=f"sluice-{os.getpid()}")
     # A small blocking pool: Redis connections per process stay fixed however many requests
     # run at once (callers wait for a free connection). Timeouts: a frozen or unreachable Redis
     # fails a command within seconds instead of hanging the request that sent it. Named, so

@@ -15,14 +15,18 @@ runs each slot's share as its own MULTI/EXEC, the dispatcher's slot last (see th
 
 from __future__ import annotations
 
+import collections
+import threading
+from queue import Empty
 from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
-from redis.cluster import ClusterNode, ClusterPipeline
+from redis.cluster import ClusterNode, ClusterPipeline, PipelineStrategy, RedisClusterException
 from redis.commands.helpers import list_or_args
 from redis.crc import key_slot
+from redis.utils import str_if_bytes
 
 CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}  # scheme -> TLS
 # The slot of the dispatcher's `{adm}` keys: the slot whose transaction commits a pass.
@@ -67,7 +71,23 @@ def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict]:
     return nodes, options
 
 
-class SluicePipeline(ClusterPipeline):
+class StreamReadSlots:
+    """The slot of an XREAD or XREADGROUP found from its own arguments. redis-py asks a node
+    (COMMAND GETKEYS) for every command whose keys move, a round trip and, inside a pipeline
+    that already holds a connection, a second connection."""
+
+    def determine_slot(self, *args) -> int:
+        if args and str_if_bytes(args[0]).upper() in ("XREAD", "XREADGROUP"):
+            words = [str_if_bytes(a).upper() if isinstance(a, str | bytes) else a for a in args]
+            if "STREAMS" in words:
+                rest = args[words.index("STREAMS") + 1 :]
+                slots = {self.keyslot(key) for key in rest[: len(rest) // 2]}
+                if len(slots) == 1:
+                    return slots.pop()
+        return super().determine_slot(*args)
+
+
+class SluicePipeline(StreamReadSlots, ClusterPipeline):
     """redis-py's cluster pipeline, split by node, that also queues EVAL (each script's keys
     name its slot) and a one-slot MGET, as the code written for one node does."""
 
@@ -93,6 +113,46 @@ class SluicePipeline(ClusterPipeline):
 
     def exists(self, *names):
         return self.execute_command("EXISTS", *names)
+
+    def execute(self, raise_on_error: bool = True) -> list:
+        """One node's commands at a time: redis-py's pipeline takes a connection on every node
+        it touches before it sends anything, and two threads each holding one node and waiting
+        for the other's would wait for ever once a node's connections are bounded (NodePool)."""
+        if not isinstance(self._execution_strategy, PipelineStrategy):  # a MULTI: one slot
+            return super().execute(raise_on_error=raise_on_error)
+        queued = list(self._execution_strategy.command_queue)
+        groups = self._by_node(queued)
+        if len(groups) < 2:
+            return super().execute(raise_on_error=raise_on_error)
+        self.reset()
+        replies: list = [None] * len(queued)
+        for commands in groups:
+            pipe = SluicePipeline(self.client)
+            for command in commands:
+                pipe.execute_command(*command.args, **command.options)
+            for command, reply in zip(commands, ClusterPipeline.execute(pipe, False),
+                                      strict=True):  # fmt: skip
+                replies[command.position] = reply
+        if raise_on_error:
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return replies
+
+    def _by_node(self, queued: list) -> list[list]:
+        """The queued commands grouped by the node that owns their slot now (a keyless command
+        or one with its own target goes with the first group: redis-py routes it)."""
+        groups: dict[str, list] = {}
+        for command in queued:
+            try:
+                if "target_nodes" in command.options:
+                    raise RedisClusterException("targeted")
+                slot = self.client.determine_slot(*command.args)
+                name = self.client.nodes_manager.get_node_from_slot(slot).name
+            except (RedisClusterException, IndexError, KeyError):
+                name = next(iter(groups), "")
+            groups.setdefault(name, []).append(command)
+        return list(groups.values())
 
 
 class SlotTransaction(SluicePipeline):
@@ -137,7 +197,7 @@ class SlotTransaction(SluicePipeline):
         return callback(reply, **options) if callback else reply
 
 
-class SluiceRedisCluster(redis.RedisCluster):
+class SluiceRedisCluster(StreamReadSlots, redis.RedisCluster):
     """redis-py's cluster client whose transactions may span slots (see SlotTransaction)."""
 
     def pipeline(self, transaction=None, shard_hint=None):
@@ -150,18 +210,99 @@ class SluiceRedisCluster(redis.RedisCluster):
         return self.mget_nonatomic(keys, *args)
 
 
+class NodePool(redis.BlockingConnectionPool):
+    """At most `max_connections` to one node, opened as commands overlap; a caller past them
+    waits for a free one (redis-py's own cluster pool fails it instead).
+
+    A thread that already holds a connection of a NodePool never waits: redis-py's recovery
+    (rereading the slot map after MOVED or a lost node) asks for a second connection while it
+    holds the first, and two threads doing that at once would each wait for the other's. It
+    gets a free connection, or one past the bound that is closed when released. Pipelines
+    take one node at a time (SluicePipeline.execute) and stream reads name their own slot
+    (StreamReadSlots), so under plain load this does not happen: only while the cluster changes,
+    or for a command whose keys redis-py must ask a node for."""
+
+    _held = threading.local()  # connections of any NodePool the current thread holds
+
+    def __init__(self, *, wait_timeout: float = 30, **options) -> None:
+        super().__init__(timeout=wait_timeout, **options)
+
+    def get_connection(self, *args, **options):
+        held = getattr(self._held, "count", 0)
+        try:
+            connection = super().get_connection() if not held else self._free_or_extra()
+        except BaseException:
+            self._held.count = held
+            raise
+        self._held.count = held + 1
+        return connection
+
+    def release(self, connection) -> None:
+        self._held.count = max(0, getattr(self._held, "count", 1) - 1)
+        self._put_back(connection)
+
+    def _free_or_extra(self):
+        self._checkpid()
+        try:
+            connection = self.pool.get_nowait()
+        except Empty:
+            connection = self.connection_class(**self.connection_kwargs)
+            connection.sluice_extra = True
+        if connection is None:
+            connection = self.make_connection()
+        try:
+            connection.connect()
+            if connection.can_read():  # a reply nobody read: start afresh
+                connection.disconnect()
+                connection.connect()
+        except BaseException:
+            self._put_back(connection)
+            raise
+        return connection
+
+    def _put_back(self, connection) -> None:
+        if getattr(connection, "sluice_extra", False):
+            connection.disconnect()
+        else:
+            super().release(connection)
+
+
+class _NodePoolFactory:
+    """What redis-py's NodesManager calls to build a node's pool (`connection_pool_class`)."""
+
+    def __init__(self, per_node: int, wait_timeout: float) -> None:
+        self.per_node, self.wait_timeout = per_node, wait_timeout
+
+    def __call__(self, **options) -> NodePool:
+        options.pop("max_connections", None)
+        if options.pop("ssl", False):  # the URL's TLS, as redis-py's node clients take it
+            options["connection_class"] = redis.SSLConnection
+        return NodePool(max_connections=self.per_node, wait_timeout=self.wait_timeout,
+                        **options)  # fmt: skip
+
+
 def sync_client(url: str, *, max_connections: int, timeout: float, connect_timeout: float,
                 **options) -> SluiceRedisCluster:  # fmt: skip
-    """A cluster client with at most `max_connections` per node, opened as commands overlap.
-    (redis-py builds its nodes' pools itself: a command past the ceiling fails, it does not
-    wait, so the ceiling must exceed the caller's concurrency.)"""
+    """A cluster client with at most `max_connections` per node, opened as commands overlap;
+    past them a command waits for a free connection (NodePool)."""
     nodes, url_options = parse_cluster_url(url)
-    return SluiceRedisCluster(
+    client = SluiceRedisCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in nodes],
         max_connections=max_connections,
         socket_timeout=timeout, socket_connect_timeout=connect_timeout,
         **url_options, **options,
     )  # fmt: skip
+    # redis-py builds node pools of its own class unless it was given a URL: from here on every
+    # node's pool is a NodePool (the first CLUSTER SLOTS' connections are closed already).
+    manager = client.nodes_manager
+    manager.connection_pool_class = _NodePoolFactory(max_connections, max(30, 3 * timeout))
+    manager.from_url = True
+    for node in [*manager.nodes_cache.values(), *manager.startup_nodes.values()]:
+        if node.redis_connection is not None:
+            node.redis_connection.close()
+            node.redis_connection = None
+    manager.create_redis_connections(list(manager.nodes_cache.values()))
+    return client
 
 
 class AsyncSluicePipeline(aioredis.cluster.ClusterPipeline):
@@ -173,11 +314,29 @@ class AsyncSluicePipeline(aioredis.cluster.ClusterPipeline):
         return self._execution_strategy._command_queue
 
 
+class _LastFreeFirst(collections.deque):
+    """A node's free connections, the one released last handed out first."""
+
+    def popleft(self):
+        return self.pop()
+
+
 class AsyncSluiceRedisCluster(aioredis.RedisCluster):
     def pipeline(self, transaction=None, shard_hint=None):
         if shard_hint:
             raise ValueError("shard_hint has no meaning on a cluster")
         return AsyncSluicePipeline(self, transaction)
+
+    async def _execute_command(self, target_node, *args, **kwargs):
+        # On ASK (a slot half migrated) redis-py sends ASKING and then the command, each on a
+        # connection taken from the node's free list, oldest first: with two free, the command
+        # goes without ASKING, is sent back with MOVED, and the loop ends "TTL exhausted". Free
+        # connections handed out newest first make the command follow ASKING on its connection
+        # (nothing else runs on the loop between the two).
+        for node in self.nodes_manager.nodes_cache.values():
+            if type(node._free) is collections.deque:
+                node._free = _LastFreeFirst(node._free)
+        return await super()._execute_command(target_node, *args, **kwargs)
 
 
 def async_client(url: str, *, socket_timeout: float, connect_timeout: float,

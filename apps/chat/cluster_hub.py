@@ -8,26 +8,33 @@ which streams changed: nodes publish keyspace events for stream commands
 (`notify-keyspace-events` with K and t; the hub turns them on when a node has them off), and the
 hub keeps, per node, one pub/sub connection subscribed to the events of the watched streams that
 node owns. A notified stream is read with a non-blocking XREAD from its cursor, the streams of
-one slot in one XREAD and all slots in one pipelined round trip per node.
+one slot in one XREAD and a node's slots in one pipelined round trip.
 
-Connections per node: one listener plus at most two for reads (a gate admits two commands at a
-time), whatever the number of open chats. Streams are grouped by the node that owns their slot;
-every `block_ms` the hub reads every watched stream anyway (an event lost while a listener
-reconnected costs at most that long) and regroups them by the cluster's current slot map, which
-redis-py refreshes on MOVED and on a failed node, so a resharded slot or a promoted replica moves
-its streams' subscriptions to the new owner.
+Connections per node: one listener, plus the reads, which go through the process's own command
+client (chatsite/redis_client.py: at most two connections per node, shared with the process's
+threads; a command past them waits) on a small thread pool. So a web process holds at most three
+connections per node, whatever the number of open chats.
+
+Streams are grouped by the node that owns their slot; every `block_ms` the hub reads every
+watched stream anyway (an event lost while a listener reconnected costs at most that long) and
+regroups them by the cluster's current slot map, which redis-py refreshes on MOVED and on a failed
+node, so a resharded slot or a promoted replica moves its streams' subscriptions to the new owner.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import redis.asyncio as aioredis
 from django.conf import settings
 from redis.exceptions import RedisError
 
+from chatsite.redis_client import CLUSTER_CONNECTIONS_PER_NODE, cluster_client, get_redis
 from worker import cluster
 
 from .hub_base import Entry, SubscriberHub
@@ -36,7 +43,14 @@ log = logging.getLogger("sluice.hub")
 
 KEYSPACE = "__keyspace@0__:"
 COUNT = 500  # entries per stream per read; a stream with more is read again at once
-CONTROL_CONNECTIONS = 2
+# Threads that run the hub's reads on the command client: as many as its connections per node.
+READ_THREADS = CLUSTER_CONNECTIONS_PER_NODE
+
+
+@functools.cache
+def _read_threads() -> ThreadPoolExecutor:
+    """One pool for every hub of the process (tests start one hub per event loop)."""
+    return ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="sluice-hub")
 
 
 class NodeListener:
@@ -133,8 +147,8 @@ class ClusterOutputHub(SubscriberHub):
         self.redis_url = redis_url
         self.name = name
         self.block_ms = block_ms
-        self._control: aioredis.RedisCluster | None = None
-        self._gate: asyncio.Semaphore | None = None
+        self._control = None
+        self._creating = threading.Lock()
         self._owner: dict[str, str] = {}  # stream -> the node ("host:port") it is watched on
         self._listeners: dict[str, NodeListener] = {}
         self._dirty: set[str] = set()
@@ -144,53 +158,39 @@ class ClusterOutputHub(SubscriberHub):
         self._task: asyncio.Task | None = None
 
     @property
-    def control(self) -> aioredis.RedisCluster:
-        """Cluster client for reads; at most CONTROL_CONNECTIONS per node (see `_gated`)."""
+    def control(self) -> cluster.SluiceRedisCluster:
+        """The process's cluster client (its connections shared with the process's threads),
+        or one of its own for a hub of another cluster."""
         if self._control is None:
-            self._control = cluster.async_client(
-                # The gate keeps its commands to CONTROL_CONNECTIONS; the ceiling sits above
-                # it because redis-py fails (and rereads the topology) past it, never waits.
-                self.redis_url, decode_responses=True, max_connections=CONTROL_CONNECTIONS + 2,
-                socket_timeout=settings.REDIS_SOCKET_TIMEOUT,
-                connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
-                client_name=f"{self.name}-control",
-            )  # fmt: skip
-            self._gate = asyncio.Semaphore(CONTROL_CONNECTIONS)
-            self._refreshing = asyncio.Lock()
+            with self._creating:  # two read threads may ask first at once
+                if self._control is None:
+                    self._control = self._new_client()
         return self._control
 
-    async def _gated(self, call):
-        control = self.control
-        if control._initialize:  # redis-py's flag: no slot map yet
-            await self._refresh_topology()
-        async with self._gate:
-            return await call(control)
+    def _new_client(self) -> cluster.SluiceRedisCluster:
+        if self.redis_url == settings.REDIS_URL:
+            return get_redis()
+        return cluster_client(self.redis_url, client_name=f"{self.name}-control")
+
+    async def _call(self, call):
+        """`call(client)` on the read threads: the client blocks (and connects when first
+        used: that happens on a read thread too, never on the event loop)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            _read_threads(), lambda: call(self.control)
+        )
+
+    async def _ready(self) -> cluster.SluiceRedisCluster:
+        if self._control is None:
+            await self._call(lambda client: None)
+        return self._control
 
     async def _refresh_topology(self) -> None:
-        """Rereads the slot map with every permit of the gate held: redis-py drops the
-        connections of nodes that left, which must not be carrying a command then."""
-        control = self.control
-        async with self._refreshing:  # one refresh at a time takes the permits, no deadlock
-            for _ in range(CONTROL_CONNECTIONS):
-                await self._gate.acquire()
-            try:
-                if control._initialize:
-                    await control.initialize()
-                else:
-                    await control.nodes_manager.initialize()
-                # The startup nodes' own connections (the first CLUSTER SLOTS) are not the
-                # nodes' pools it uses from now on: closed, not kept as extra connections.
-                cache = control.nodes_manager.nodes_cache
-                for name, node in control.nodes_manager.startup_nodes.items():
-                    if cache.get(name) is not node:
-                        await node.disconnect()
-            finally:
-                for _ in range(CONTROL_CONNECTIONS):
-                    self._gate.release()
+        """Rereads the slot map (redis-py drops the pools of nodes that left)."""
+        await self._call(lambda client: client.nodes_manager.initialize())
 
     async def _backlog(self, stream: str, last: str) -> list[Entry]:
         low = f"({last}" if last != "0" else "-"
-        return await self._gated(lambda control: control.xrange(stream, min=low))
+        return await self._call(lambda client: client.xrange(stream, min=low))
 
     # -- which node each stream is watched on ---------------------------------------------------
 
@@ -230,6 +230,7 @@ class ClusterOutputHub(SubscriberHub):
         that own no watched stream any longer (a failed master), so connections stay fixed."""
         if refresh:
             await self._refresh_topology()
+        await self._ready()
         for stream in list(self._cursors):
             self._place(stream)
         for node, listener in list(self._listeners.items()):
@@ -246,14 +247,14 @@ class ClusterOutputHub(SubscriberHub):
         target = self.control.get_node(node_name=node)
         try:
             current = (
-                await self._gated(
+                await self._call(
                     lambda c: c.config_get("notify-keyspace-events", target_nodes=target)
                 )
             ).get("notify-keyspace-events", "")
             has_streams = "t" in current or "A" in current
             if "K" not in current or not has_streams:
                 wanted = "".join(sorted(set(current) | {"K", "t"}))
-                await self._gated(
+                await self._call(
                     lambda c: c.config_set("notify-keyspace-events", wanted, target_nodes=target)
                 )
             self._checked_events.add(node)
@@ -272,8 +273,7 @@ class ClusterOutputHub(SubscriberHub):
 
     async def _place_new(self) -> None:
         if any(stream not in self._owner for stream in self._cursors):
-            if self.control._initialize:
-                await self._refresh_topology()
+            await self._ready()
             for stream in list(self._cursors):
                 if stream not in self._owner:
                     self._place(stream)
@@ -318,6 +318,17 @@ class ClusterOutputHub(SubscriberHub):
                 self._deliver(stream, entries)
                 if len(entries) >= COUNT:
                     self._dirty.add(stream)  # more where these came from
+            self._follow_moved(streams)
+
+    def _follow_moved(self, streams) -> None:
+        """A read that met MOVED (a slot resharded away) has updated the slot map: the
+        streams' subscriptions follow it now rather than at the next full read."""
+        try:
+            for stream in streams:
+                if stream in self._cursors:
+                    self._place(stream)
+        except RedisError:
+            self.topology_changed()  # a slot nobody serves (mid-failover): regroup later
 
     async def _read(self, streams: dict[str, str]) -> list[tuple[str, list[Entry]]]:
         """A non-blocking XREAD per slot, all in one pipeline (a round trip per node)."""
@@ -325,14 +336,14 @@ class ClusterOutputHub(SubscriberHub):
         for stream, last in streams.items():
             by_slot.setdefault(self.control.keyslot(stream), {})[stream] = last
 
-        async def read(control):
+        def read(control):
             pipe = control.pipeline(transaction=False)
             for group in by_slot.values():
                 pipe.xread(group, count=COUNT)
-            return await pipe.execute()
+            return pipe.execute()
 
         results = []
-        for reply in await self._gated(read):
+        for reply in await self._call(read):
             for stream, entries in reply or []:
                 results.append((stream, [(entry_id, fields) for entry_id, fields in entries]))
         return results

@@ -78,3 +78,17 @@ def answer_text(frames: list[dict]) -> str:
         elif frame["type"] == "delta":
             text += frame["text"]
     return text
+
+
+@pytest.fixture
+def chat(user):
+    """A conversation of four turns, its owner with a profile: what the hot-tier tests warm."""
+    from apps.accounts.models import Profile
+    from apps.chat.services import conversation_create, message_create
+
+    Profile.objects.update_or_create(user=user, defaults={"display_name": "Alice"})
+    conversation = conversation_create(owner=user, title="Rivers")
+    for n in range(4):
+        message_create(conversation=conversation, role="user" if n % 2 == 0 else "assistant",
+                       text=f"turn {n}", request_id=None if n % 2 == 0 else f"r{n}")  # fmt: skip
+    return conversation

@@ -13,7 +13,6 @@ from apps.chat.models import Conversation
 from apps.chat.prompting import HISTORY_TURNS_MAX, system_prompt, system_prompt_for
 from apps.chat.services import (
     NewMessage,
-    conversation_create,
     conversation_delete,
     message_create,
     messages_store,
@@ -21,16 +20,6 @@ from apps.chat.services import (
 from chatsite.redis_client import get_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def chat(user):
-    Profile.objects.update_or_create(user=user, defaults={"display_name": "Alice"})
-    conversation = conversation_create(owner=user, title="Rivers")
-    for n in range(4):
-        message_create(conversation=conversation, role="user" if n % 2 == 0 else "assistant",
-                       text=f"turn {n}", request_id=None if n % 2 == 0 else f"r{n}")  # fmt: skip
-    return conversation
 
 
 REAL_PROMPT_SOURCES = selectors.prompt_sources

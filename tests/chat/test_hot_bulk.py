@@ -9,19 +9,8 @@ from apps.accounts.models import Profile, Tag
 from apps.chat import hot
 from apps.chat.models import ConversationSummary, Message
 from apps.chat.prompting import HISTORY_TURNS_MAX, system_prompt_for
-from apps.chat.services import conversation_create, message_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def chat(user):
-    Profile.objects.update_or_create(user=user, defaults={"display_name": "Alice"})
-    conversation = conversation_create(owner=user, title="Rivers")
-    for n in range(4):
-        message_create(conversation=conversation, role="user" if n % 2 == 0 else "assistant",
-                       text=f"turn {n}", request_id=None if n % 2 == 0 else f"r{n}")  # fmt: skip
-    return conversation
 
 
 def warm(conversation):
