@@ -14,9 +14,9 @@ heard here like saves of the rows they touch.
 
 from __future__ import annotations
 
-from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete
 
+from apps.accounts.commits import after_commit_collect
 from apps.accounts.models import Profile, Tag
 from apps.accounts.querysets import post_bulk_create, pre_update
 
@@ -26,19 +26,10 @@ from .models import Conversation, ConversationSummary, Message
 
 def _later(kind: str, ids) -> None:
     """Collects the change for the current transaction's commit (at once outside one)."""
-    conn = transaction.get_connection()
-    if not conn.in_atomic_block or conn.atomic_blocks[0]._from_testcase:
-        _apply({kind: set(ids)})  # at once: no transaction (or a test's, which never commits)
-        return
-    batch = getattr(conn, "_hot_batch", None)
-    registered = batch is not None and any(
-        entry[1] is batch["flush"] for entry in conn.run_on_commit
-    )
-    if not registered:  # none yet, or its transaction was rolled back with its callback
-        batch = conn._hot_batch = {"conversations": set(), "profiles": set(), "dropped": set()}
-        batch["flush"] = lambda: _apply(conn.__dict__.pop("_hot_batch", batch))
-        transaction.on_commit(batch["flush"])
-    batch[kind].update(ids)
+    ids = set(ids)
+    after_commit_collect("hot", add=lambda batch: batch[kind].update(ids), apply=_apply,
+                         empty=lambda: {"conversations": set(), "profiles": set(),
+                                        "dropped": set()})  # fmt: skip
 
 
 def _apply(batch: dict) -> None:

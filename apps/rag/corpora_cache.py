@@ -32,16 +32,14 @@ from datetime import date, datetime
 from functools import cache
 
 from django.conf import settings
-from django.db import transaction
 from redis.exceptions import RedisError
 
+from apps.accounts.commits import after_commit_collect, batch_pending
 from chatsite.redis_client import get_redis, keys
 
 from .models import Corpus
 
 log = logging.getLogger("sluice.rag.corpora_cache")
-
-BATCH_ATTR = "_sluice_batch_{}"  # on the connection: this transaction's collected changes
 
 # KEYS: the user's hash. ARGV: ttl, generation seen, shared token seen, rows JSON.
 FILL = """
@@ -156,44 +154,8 @@ def changed(*, shared: bool = False, users: Iterable[int] = ()) -> None:
                          empty=lambda: {"shared": False, "users": set()})  # fmt: skip
 
 
-def after_commit_collect(
-    name: str,
-    *,
-    add: Callable[[dict], None],
-    apply: Callable[[dict], None],
-    empty: Callable[[], dict],
-) -> None:
-    """`add` records a change in the current transaction's batch `name` (`empty()` at first);
-    `apply` receives the batch once, after commit: a transaction that deletes a thousand rows
-    costs one round trip. Outside a transaction, or in a Django TestCase's (which never
-    commits: Django's durable blocks make the same exception), it is applied at once."""
-    conn = transaction.get_connection()
-    if not conn.in_atomic_block or conn.atomic_blocks[0]._from_testcase:
-        batch = empty()
-        add(batch)
-        apply(batch)
-        return
-    attr = BATCH_ATTR.format(name)
-    batch = conn.__dict__.get(attr)
-    # None yet, or its transaction was rolled back with its callback: a fresh batch.
-    if not _registered(conn, batch):
-        batch = empty()
-        batch["_flush"] = lambda: apply(conn.__dict__.pop(attr, batch))
-        conn.__dict__[attr] = batch
-        # robust: a failure here is logged, and never reaches a caller whose write committed
-        transaction.on_commit(batch["_flush"], robust=True)
-    add(batch)
-
-
 def _changed_in_this_transaction() -> bool:
-    conn = transaction.get_connection()
-    batch = conn.__dict__.get(BATCH_ATTR.format("corpora"))
-    return _registered(conn, batch)
-
-
-def _registered(conn, batch: dict | None) -> bool:
-    return (batch is not None and conn.in_atomic_block
-            and any(entry[1] is batch["_flush"] for entry in conn.run_on_commit))  # fmt: skip
+    return batch_pending("corpora")
 
 
 def _apply(batch: dict) -> None:

@@ -22,6 +22,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
+from apps.accounts.commits import after_commit_collect
 from apps.accounts.querysets import post_bulk_create, pre_update
 from apps.admission.models import Plan, UserPlan
 
@@ -97,7 +98,7 @@ def _user_plans_created(sender, objs, **kwargs) -> None:
 
 def _document_deleted(sender, instance: Document, **kwargs) -> None:
     corpus_id = instance.corpus_id
-    corpora_cache.after_commit_collect(
+    after_commit_collect(
         "recount", add=lambda batch: batch["corpora"].add(corpus_id), apply=_recount,
         empty=lambda: {"corpora": set()},
     )  # fmt: skip
