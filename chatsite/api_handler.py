@@ -6,10 +6,19 @@ async view. The site's pages need sessions, CSRF, messages and the rest; a reque
 an API key needs none of them. So `/v1/` gets a handler of its own whose middleware runs on the
 event loop: the security headers (pure header logic, called directly), the request counter,
 and the outage answer. A page request still goes through the site's full chain.
+
+Django also gives every ASGI request a thread-sensitive context of its own, so the request's
+synchronous work runs on a thread made for it, and ended (by yet another thread) after it: two
+threads started and stopped per request. An API request's only such work is Django's request
+signals (the views are async, their database work goes to apps/chat/offload.py's pool), so API
+requests share one long-lived thread for it instead.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
+from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.middleware.security import SecurityMiddleware
@@ -34,6 +43,16 @@ class DirectSecurityMiddleware(SecurityMiddleware):
 
 
 class ApiHandler(ASGIHandler):
+    def __init__(self) -> None:
+        super().__init__()
+        # One call at a time on one thread, as a thread-sensitive context requires.
+        self.signals_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-api")
+
+    async def __call__(self, scope, receive, send):
+        # Entered first, Django's own context inside it reuses this one's thread.
+        async with ThreadSensitiveContext(executor=self.signals_thread):
+            await super().__call__(scope, receive, send)
+
     def load_middleware(self, is_async: bool = False) -> None:
         site_middleware = settings.MIDDLEWARE
         settings.MIDDLEWARE = API_MIDDLEWARE  # read once, here, as the chain is built

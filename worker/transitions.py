@@ -151,6 +151,19 @@ def stopped(pipe, keys: Keys, request_id: str) -> None:
     pipe.expire(keys.cancels, protocol.ADMISSION_STATE_TTL_SECONDS)
 
 
+# KEYS: request hash. Never creates the hash: one that expired stays gone.
+STORED = """
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'stored', '1') end
+return 0
+"""
+
+
+def answer_stored(pipe, keys: Keys, request_id: str) -> None:
+    """The web stored the ended request's answer itself (the next question came before the
+    recorder did): the recorder then skips its own insert of it."""
+    pipe.eval(STORED, 1, keys.request(request_id))
+
+
 # -- the dispatcher ---------------------------------------------------------------------------
 
 

@@ -101,15 +101,12 @@ def summary_schedule(*, conversation: Conversation, prompt: Prompt) -> str | Non
         return None
 
 
-def answers_recorded(answers: list[Answer]) -> None:
+def answers_recorded(answers: list[Answer], *, requests: list[dict]) -> None:
     """After the recorder's batch: background answers to their handlers; for each finished chat
-    answer, follow-up questions and (every so many questions) tag proposals. Never raises."""
-    try:
-        purposes = _purposes(answers)
-    except RedisError:
-        log.exception("background purposes not read")
-        return
-    for answer, purpose in zip(answers, purposes, strict=True):
+    answer, follow-up questions and (every so many questions) tag proposals. `requests`: each
+    answer's request fields, as the recorder read them (its "purpose"). Never raises."""
+    for answer, fields in zip(answers, requests, strict=True):
+        purpose = _purpose(fields.get("purpose"))
         try:
             if purpose:
                 _finished(answer, purpose)
@@ -119,18 +116,12 @@ def answers_recorded(answers: list[Answer]) -> None:
             log.exception("background handling of %s failed", answer.id)
 
 
-def _purposes(answers: list[Answer]) -> list[dict]:
-    pipe = get_redis().pipeline(transaction=False)
-    for answer in answers:
-        pipe.hget(keys().request(answer.id), "purpose")
-    found = []
-    for raw in pipe.execute():
-        try:
-            purpose = json.loads(raw) if raw else {}
-        except ValueError:
-            purpose = {}
-        found.append(purpose if isinstance(purpose, dict) else {})
-    return found
+def _purpose(raw: str | None) -> dict:
+    try:
+        purpose = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return purpose if isinstance(purpose, dict) else {}
 
 
 def _after_answer(answer: Answer) -> None:

@@ -164,12 +164,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if not isinstance(text, str):
             await self._refuse("Type a message first.")
             return
-        request_id = protocol.new_request_id()
+        request_id, previous = protocol.new_request_id(), self.following
         # Followed before the question is published to the user's tabs, so that this socket
         # takes the event as its own whenever it arrives.
         self.following = request_id
         try:
-            submitted = await self._submit(text, request_id)
+            submitted = await self._submit(text, request_id, previous)
         except ValidationError as exc:
             await self._error(" ".join(exc.messages))
             return
@@ -366,14 +366,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
         return conversation, active, events_after
 
     @db_call
-    def _submit(self, text: str, request_id: str) -> submission.Submitted:
-        """Sends the question and tells the user's other tabs, in one trip through the pool."""
+    def _submit(self, text: str, request_id: str, previous: str | None) -> submission.Submitted:
+        """Sends the question and tells the user's other tabs, in one trip through the pool.
+        `previous`: the answer this socket followed last, which the submit settles first if
+        it has ended."""
         self._require_session()
-        submitted = submission.request_submit(user=self.user, conversation=self.conversation,
-                                              text=text, request_id=request_id)  # fmt: skip
-        live.question_published(conversation=self.conversation, message=submitted.user_message,
-                                request_id=submitted.request_id)  # fmt: skip
-        return submitted
+        return submission.request_submit(user=self.user, conversation=self.conversation,
+                                         text=text, request_id=request_id, expected=previous,
+                                         announce=True)  # fmt: skip
 
     @db_call
     def _stop(self, requested) -> bool:

@@ -131,10 +131,10 @@ def _entry(turn: Turn) -> str:
 
 
 def _turns(raw: list[str], limit: int) -> list[Turn]:
-    """List entries as turns, newest first, each message once."""
+    """List entries as turns, newest first, each message once. A long conversation's hundred
+    entries are decoded in one call, not one each."""
     seen, turns = set(), []
-    for item in raw:
-        message_id, role, text, pinned = json.loads(item)
+    for message_id, role, text, pinned in json.loads(f"[{','.join(raw)}]"):
         if message_id not in seen:
             seen.add(message_id)
             turns.append(Turn(message_id, role, text, pinned))
@@ -146,24 +146,34 @@ def _turns(raw: list[str], limit: int) -> list[Turn]:
 # -- reading ---------------------------------------------------------------------------------
 
 
-def prompt_sources(*, conversation: Conversation, limit: int) -> PromptSources:
+def prompt_sources(
+    *, conversation: Conversation, limit: int, pushed: Turn | None = None
+) -> PromptSources:
     """selectors.prompt_sources, from Redis when both the conversation and its owner are hot;
-    else from PostgreSQL (one round trip), filling what was missing."""
+    else from PostgreSQL (one round trip), filling what was missing. `pushed`: a turn of this
+    conversation just committed (the question being asked), pushed in the same round trip,
+    before the read."""
     cap = settings.HOT_TIER_TURNS
     if not enabled() or limit > cap:
+        if pushed is not None:
+            turns_stored({conversation.pk: [pushed]})
         return selectors.prompt_sources(conversation=conversation, limit=limit)
 
     conv_key, list_key = conversation_key(conversation.pk), turns_key(conversation.pk)
     user_key = profile_key(conversation.owner_id)
     try:
         pipe = get_redis().pipeline(transaction=False)
+        if pushed is not None:
+            _push(pipe, conversation.pk, [pushed])
         # Room for a turn pushed twice (a fill raced its push): read a few more than needed.
         pipe.eval(READ, 2, conv_key, list_key, _ttl(), limit + 8)
         pipe.hmget(user_key, "gen", "filled", "profile")
         pipe.expire(user_key, _ttl())
-        conv, profile, _ = pipe.execute()
+        conv, profile, _ = pipe.execute()[-3:]
     except RedisError as exc:
         log.warning("hot tier unreadable (%s): reading PostgreSQL", exc)
+        if pushed is not None:  # perhaps not pushed: what it holds must go (turns_stored)
+            _drop_keys([conv_key, list_key])
         return selectors.prompt_sources(conversation=conversation, limit=limit)
     conv_gen, conv_filled, summary, upto, pinned, raw_turns = (conv + [None] * 6)[:6]
     profile_gen, profile_filled, profile_json = profile
@@ -232,25 +242,55 @@ def turns_stored(turns_by_conversation: dict[int, list[Turn]]) -> None:
     too, so no reader fills it with older data either way)."""
     if not turns_by_conversation or not enabled():
         return
-    cap = settings.HOT_TIER_TURNS
     try:
         pipe = get_redis().pipeline(transaction=False)
         for conversation_id, turns in turns_by_conversation.items():
-            pipe.eval(PUSH, 2, conversation_key(conversation_id), turns_key(conversation_id),
-                      _ttl(), cap, *(_entry(t) for t in turns))  # fmt: skip
+            _push(pipe, conversation_id, turns)
         pipe.execute()
     except RedisError as exc:
         log.warning("hot tier not written (%s): dropping it", exc)
-        _drop_keys([conversation_key(c) for c in turns_by_conversation]
-                   + [turns_key(c) for c in turns_by_conversation])  # fmt: skip
+        turns_unwritten(turns_by_conversation)
+
+
+def turns_push(pipe, turns_by_conversation: dict[int, list[Turn]]) -> None:
+    """`turns_stored` queued on the caller's pipeline, for turns committed already. A caller
+    whose pipeline fails calls `turns_unwritten`."""
+    if enabled():
+        for conversation_id, turns in turns_by_conversation.items():
+            _push(pipe, conversation_id, turns)
+
+
+def turns_unwritten(turns_by_conversation: dict[int, list[Turn]]) -> None:
+    """Pushes that may have failed: those conversations' entries are dropped (a reader
+    refills them from PostgreSQL)."""
+    _drop_keys([conversation_key(c) for c in turns_by_conversation]
+               + [turns_key(c) for c in turns_by_conversation])  # fmt: skip
+
+
+def _push(pipe, conversation_id: int, turns: list[Turn]) -> None:
+    pipe.eval(PUSH, 2, conversation_key(conversation_id), turns_key(conversation_id), _ttl(),
+              settings.HOT_TIER_TURNS, *(_entry(t) for t in turns))  # fmt: skip
+
+
+def turn_of(message: Message) -> Turn | None:
+    """The message as a prompt's turn; None unless it is a finished turn and the tier is on."""
+    if message.role in ROLES and message.status == DONE and enabled():
+        return Turn(message.id, message.role, message.text, False)
+    return None
 
 
 def message_stored(message: Message) -> None:
     """After services.message_store: the message, if it is a finished turn (once committed:
     a turn rolled back never reaches a prompt)."""
-    if message.role in ROLES and message.status == DONE and enabled():
-        turn = Turn(message.id, message.role, message.text, False)
+    turn = turn_of(message)
+    if turn is not None:
         after_commit(lambda: turns_stored({message.conversation_id: [turn]}))
+
+
+def pushes_now() -> bool:
+    """Whether a message stored now is committed at once (no transaction is open), so that
+    its caller may push it itself, in a round trip of its own choosing."""
+    return not transaction.get_connection().in_atomic_block
 
 
 def messages_stored(turns: list[tuple[int, Turn]]) -> None:

@@ -32,6 +32,18 @@ __all__ = ["Entry", "OutputHub", "Subscription", "XreadPacker", "get_hub", "stre
 
 log = logging.getLogger("sluice.hub")
 
+# Following this many streams, a read that found entries is followed by a short pause before
+# the next: a worker writes every running answer's text in one burst per tick, and a read sent
+# mid-burst takes a few of its entries where one sent a moment later takes them all. A read
+# costs the web and Redis in proportion to the streams it names, so under load fewer, fuller
+# reads are what is cheap; with few chats open every entry is read at once.
+BUSY_STREAMS = 16
+BUSY_PAUSE_SECONDS = 0.003
+# A new stream ends a blocked read only once it has waited this long: a busy hub's read returns
+# by itself sooner, and the stream's first entries reach its subscriber meanwhile through the
+# subscriber's own catch-up read (hub_base.py).
+UNBLOCK_GRACE_SECONDS = 0.005
+
 
 class OutputHub(SubscriberHub):
     def __init__(self, redis_url: str, *, name: str = "sluice-hub", block_ms: int = 5000) -> None:
@@ -45,6 +57,7 @@ class OutputHub(SubscriberHub):
         self._task: asyncio.Task | None = None
         self._wake = asyncio.Event()
         self._blocked = False
+        self._reads = 0  # reads sent so far: tells a blocked read from the next one
         self._unblocking: asyncio.Task | None = None
         self._packer = XreadPacker()
 
@@ -78,9 +91,14 @@ class OutputHub(SubscriberHub):
             self._unblocking = asyncio.get_running_loop().create_task(self._unblock())
 
     async def _unblock(self) -> None:
-        """Ends the blocking XREAD now so the next one includes the new stream. Retried: the
-        read may not have reached Redis yet, and then UNBLOCK finds nothing to end."""
+        """Ends the blocking XREAD (unless it ends by itself within the grace) so the next one
+        includes the new stream. Retried: the read may not have reached Redis yet, and then
+        UNBLOCK finds nothing to end."""
+        read = self._reads
         try:
+            await asyncio.sleep(UNBLOCK_GRACE_SECONDS)
+            if self._reads != read:
+                return  # that read ended: the next one names the new stream
             for _ in range(200):
                 if not self._blocked or self._reader_id is None:
                     return  # between reads: the next read sees the new stream anyway
@@ -129,6 +147,7 @@ class OutputHub(SubscriberHub):
                     continue
                 self._wake.clear()
                 self._blocked = True
+                self._reads += 1
                 try:
                     response = await self._xread(streams)
                 finally:
@@ -142,6 +161,8 @@ class OutputHub(SubscriberHub):
                 continue
             for stream, entries in response or []:
                 self._deliver(stream, entries)
+            if response and len(streams) >= BUSY_STREAMS:
+                await asyncio.sleep(BUSY_PAUSE_SECONDS)
 
 
 class XreadPacker:

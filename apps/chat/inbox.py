@@ -144,26 +144,27 @@ def announcement_send(*, text: str, plan: Plan | None = None, author: User | Non
 # -- "your answer is ready" ------------------------------------------------------------------
 
 
-def answers_ready_post(answers: list) -> None:
+def answers_ready_post(answers: list, *, requests: list[dict]) -> None:
     """After the recorder stored a batch: an inbox message for each answer that took long
     (ANSWER_READY_SECONDS from question to end, or a `long` request). The page shows it only
-    when its user is not looking at that conversation. Never raises: the recorder goes on."""
+    when its user is not looking at that conversation. `requests`: each answer's request
+    fields, as the recorder read them ("created_ms", "kind"). Never raises: the recorder goes
+    on."""
     try:
-        _answers_ready_post(answers)
+        _answers_ready_post(answers, requests)
     except Exception:
         log.exception("answer-ready messages not posted")
 
 
-def _answers_ready_post(answers: list) -> None:
-    done = [a for a in answers if a.conversation_id and a.state == State.DONE]
+def _answers_ready_post(answers: list, requests: list[dict]) -> None:
+    done = [(a, fields) for a, fields in zip(answers, requests, strict=True)
+            if a.conversation_id and a.state == State.DONE]  # fmt: skip
     if not done:
         return
-    pipe = get_redis().pipeline(transaction=False)
-    for answer in done:
-        pipe.hmget(keys().request(answer.id), "created_ms", "kind")
     now_ms = timezone.now().timestamp() * 1000
     slow = []
-    for answer, (created_ms, kind) in zip(done, pipe.execute(), strict=True):
+    for answer, fields in done:
+        created_ms, kind = fields.get("created_ms"), fields.get("kind")
         took = (now_ms - int(created_ms)) / 1000 if created_ms else 0.0
         if kind == "background":
             continue  # work Sluice started itself: nobody waits for it

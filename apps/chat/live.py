@@ -34,21 +34,49 @@ class Action:
 def _publish(user_id: int, action: str, conversation_id: int, **fields) -> None:
     """Never raises: the other tabs miss the change (a reload shows it) while Redis is away,
     and what the user did still stands."""
-    event = {"user": str(user_id), "type": EVENT_TYPE, "action": action,
-             "conversation": str(conversation_id)}  # fmt: skip
-    event.update({name: str(value) for name, value in fields.items() if value is not None})
     try:
-        get_redis().xadd(keys().account_events, event, maxlen=EVENTS_MAXLEN, approximate=True)
+        _event(get_redis(), user_id, action, conversation_id, **fields)
     except RedisError as exc:
         log.warning("chat event %s for user %s not published: %s", action, user_id, exc)
 
 
+def _event(client, user_id: int, action: str, conversation_id: int, **fields) -> None:
+    """Adds the event on `client`: a Redis client, or a pipeline that sends it later."""
+    event = {"user": str(user_id), "type": EVENT_TYPE, "action": action,
+             "conversation": str(conversation_id)}  # fmt: skip
+    event.update({name: str(value) for name, value in fields.items() if value is not None})
+    client.xadd(keys().account_events, event, maxlen=EVENTS_MAXLEN, approximate=True)
+
+
 def question_published(*, conversation: Conversation, message: Message | None, request_id: str,
                        replaces: int | None = None, new: bool = False) -> None:  # fmt: skip
-    _publish(conversation.owner_id, Action.QUESTION, conversation.id, title=conversation.title,
-             request_id=request_id, message=message.id if message else None,
-             text=message.text if message else None, replaces=replaces,
-             new="1" if new else None)  # fmt: skip
+    _publish(
+        conversation.owner_id,
+        Action.QUESTION,
+        conversation.id,
+        **_question_fields(conversation, message, request_id, replaces=replaces, new=new),
+    )
+
+
+def question_event(pipe, *, conversation: Conversation, message: Message | None,
+                   request_id: str) -> None:  # fmt: skip
+    """`question_published` queued on a pipeline: sent in the same round trip as the request
+    (submission.request_submit's `announce`)."""
+    _event(
+        pipe,
+        conversation.owner_id,
+        Action.QUESTION,
+        conversation.id,
+        **_question_fields(conversation, message, request_id),
+    )
+
+
+def _question_fields(conversation: Conversation, message: Message | None, request_id: str, *,
+                     replaces: int | None = None, new: bool = False) -> dict:  # fmt: skip
+    return {"title": conversation.title, "request_id": request_id,
+            "message": message.id if message else None,
+            "text": message.text if message else None, "replaces": replaces,
+            "new": "1" if new else None}  # fmt: skip
 
 
 def title_published(*, conversation: Conversation) -> None:

@@ -7,9 +7,12 @@ from apps.accounts.querysets import NotifyingManager
 
 
 class Conversation(models.Model):
+    # No index of its own: the sidebar's index below leads with it (every question rewrites
+    # the row, and so every index of it).
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
-    )
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations",
+        db_index=False,
+    )  # fmt: skip
     title = models.CharField(max_length=120, default="New chat")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -36,15 +39,16 @@ class Message(models.Model):
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Stopped"
 
+    # No index of its own: the (conversation, created) index below leads with it.
     conversation = models.ForeignKey(
-        Conversation, on_delete=models.CASCADE, related_name="messages"
+        Conversation, on_delete=models.CASCADE, related_name="messages", db_index=False
     )
     role = models.CharField(max_length=10, choices=Role.choices)
     text = models.TextField()
     created = models.DateTimeField(auto_now_add=True)
-    # The generation that produced this (assistant) message. Unique, so a request delivered
-    # twice can never store two answers.
-    request_id = models.CharField(max_length=64, unique=True, null=True, blank=True)
+    # The generation that produced this (assistant) message. Unique (Meta.constraints), so a
+    # request delivered twice can never store two answers; NULL for questions, which have none.
+    request_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     completion_tokens = models.PositiveIntegerField(null=True, blank=True)
     # An answer that failed or was stopped is kept (with what text there was) so the user sees
@@ -64,6 +68,11 @@ class Message(models.Model):
     class Meta:
         ordering = ["created", "id"]
         indexes = [models.Index(fields=["conversation", "created"])]
+        # A constraint rather than unique=True, which adds a second index for LIKE queries
+        # on the column that nothing asks and every message pays for.
+        constraints = [
+            models.UniqueConstraint(fields=["request_id"], name="chat_message_one_per_request")
+        ]
 
     def __str__(self) -> str:
         return f"{self.role}: {self.text[:40]}"

@@ -57,12 +57,17 @@ def system_prompt(profile: PromptProfile | None) -> str:
 
 
 def prompt_build(
-    *, conversation: Conversation, extra_system: str = "", max_tokens: int | None = None
+    *,
+    conversation: Conversation,
+    extra_system: str = "",
+    max_tokens: int | None = None,
+    pushed: Turn | None = None,
 ) -> Prompt:
     """The system prompt, what the conversation remembers of older turns (summary, pinned and
-    key-fact turns), then as many of the latest turns as the context window holds."""
+    key-fact turns), then as many of the latest turns as the context window holds. `pushed`:
+    the question just stored, for the hot tier to take in the read's own round trip."""
     max_tokens = max_tokens or settings.MODEL_MAX_TOKENS
-    sources = prompt_sources(conversation=conversation, limit=HISTORY_TURNS_MAX)
+    sources = prompt_sources(conversation=conversation, limit=HISTORY_TURNS_MAX, pushed=pushed)
     system = system_prompt(sources.profile)
     if extra_system:
         system = f"{system}\n\n{extra_system}"

@@ -15,13 +15,14 @@ import socket
 from collections.abc import Callable
 
 from django.db import DataError, IntegrityError, connection, transaction
+from redis.exceptions import RedisError
 
 from apps.rag.prompting import citations_used
 from chatsite.redis_client import get_redis, keys
 from worker import protocol, transitions
 from worker.protocol import Answer, EventType, State
 
-from . import background, inbox, services
+from . import background, hot, inbox, services
 from .models import Conversation, Message
 
 log = logging.getLogger("sluice.recorder")
@@ -70,12 +71,27 @@ def answer_message(answer: Answer, citations: list) -> services.NewMessage | Non
     )
 
 
-def answers_citations(answers: list[Answer]) -> list[list]:
-    """Citations the web attached to each request when it was submitted: one round trip."""
+# What the recorder reads of each request's hash, for the whole batch in one round trip:
+# the citations the web attached, when and as what it was submitted (the inbox's "your answer is
+# ready"), the purpose of Sluice's own background requests, and whether the web stored the
+# answer already.
+REQUEST_FIELDS = ("citations", "created_ms", "kind", "purpose", "stored")
+
+
+def requests_read(answers: list[Answer]) -> list[dict[str, str | None]]:
     pipe = get_redis().pipeline(transaction=False)
     for answer in answers:
-        pipe.hget(keys().request(answer.id), "citations")
-    return [json.loads(raw) if raw else [] for raw in pipe.execute()]
+        pipe.hmget(keys().request(answer.id), REQUEST_FIELDS)
+    return [dict(zip(REQUEST_FIELDS, row, strict=True)) for row in pipe.execute()]
+
+
+def answers_citations(answers: list[Answer]) -> list[list]:
+    """Citations the web attached to each request when it was submitted: one round trip."""
+    return [_citations(fields["citations"]) for fields in requests_read(answers)]
+
+
+def _citations(raw: str | None) -> list:
+    return json.loads(raw) if raw else []
 
 
 # Deletes the key only while it still holds this request: no race with a new question that
@@ -86,39 +102,80 @@ return 0
 """
 
 
-def release_conversations(answers: list[Answer]) -> None:
-    """Lets each conversation take its next question (only if this request still holds it)."""
+def release_conversations(answers: list[Answer], pipe=None) -> None:
+    """Lets each conversation take its next question (only if this request still holds it).
+    Queued on `pipe` when given (the caller executes it), else sent at once."""
     held = [answer for answer in answers if answer.conversation_id]
     if not held:
         return
-    pipe = get_redis().pipeline(transaction=False)
+    own = pipe is None
+    pipe = get_redis().pipeline(transaction=False) if own else pipe
     for answer in held:
         active = keys().conversation_active(answer.conversation_id)
         pipe.eval(RELEASE_IF_HELD, 1, active, answer.id)
-    pipe.execute()
+    if own:
+        pipe.execute()
 
 
-def request_settle(*, request_id: str, conversation: Conversation) -> bool:
-    """True when the request has ended: its answer is then stored (once) and the conversation
-    released. False while it is still queued or generating."""
-    pipe = get_redis().pipeline(transaction=False)
+def settle_read(pipe, request_id: str) -> None:
+    """Queues what `request_settle` reads of a request, for a caller that sends it along with
+    its own commands."""
     pipe.xrevrange(keys().output(request_id), count=1)
     pipe.hget(keys().request(request_id), "citations")
     pipe.exists(keys().request(request_id))
-    entries, cited, known = pipe.execute()
+
+
+def request_settle(*, request_id: str, conversation: Conversation, read=None) -> bool:
+    """True when the request has ended: its answer is then stored (once) and the conversation
+    released. False while it is still queued or generating. `read`: the replies to
+    `settle_read` when the caller sent it already."""
+    if read is None:
+        pipe = get_redis().pipeline(transaction=False)
+        settle_read(pipe, request_id)
+        read = pipe.execute()
+    entries, cited, known = read
     ended = bool(entries) and entries[0][1].get("type") == EventType.FINAL
     answer = Answer(id=request_id, user_id=str(conversation.owner_id),
                     conversation_id=str(conversation.id), state=State.CANCELLED)  # fmt: skip
+    pipe = get_redis().pipeline(transaction=False)
+    pushed: dict[int, list[hot.Turn]] = {}
     if ended:
         answer = protocol.answer_from_final(
             request_id, entries[0][1], user_id=answer.user_id,
             conversation_id=answer.conversation_id,
         )  # fmt: skip
-        answer_store(answer=answer, citations=json.loads(cited) if cited else [])
+        if _stored_here(answer, _citations(cited), pushed):
+            transitions.answer_stored(pipe, keys(), request_id)
+        # Its push onto the hot tier rides with the release.
+        hot.turns_push(pipe, pushed)
     elif known:
         return False
     # Ended, or forgotten (its state expired): either way nothing runs it any more.
-    release_conversations([answer])
+    release_conversations([answer], pipe)
+    try:
+        pipe.execute()
+    except RedisError:
+        hot.turns_unwritten(pushed)
+        raise
+    return True
+
+
+def _stored_here(answer: Answer, citations: list, pushed: dict[int, list]) -> bool:
+    """Stores the settled answer, adding its turn to `pushed` for the caller to push when it
+    was committed at once; False when it cannot be stored (the recorder then finds the same
+    and dead-letters its record, with the reason)."""
+    new = answer_message(answer, citations)
+    if new is None:
+        return True  # nothing to keep, as the recorder will find too
+    push_later = hot.pushes_now()
+    try:
+        message = _store_one(new, hot_push=not push_later)
+    except UNSTORABLE as exc:
+        log.error("answer %s cannot be stored: %s", answer.id, exc)
+        return False
+    turn = hot.turn_of(message) if push_later and message is not None else None
+    if turn is not None:
+        pushed[message.conversation_id] = [turn]
     return True
 
 
@@ -167,21 +224,26 @@ def _record_batch(
     if not entries:
         return 0
     parsed, rejected = _parsed(entries)
+    answers = [answer for _, answer in parsed]
+    requests = requests_read(answers) if parsed else []
     if parsed:
-        answers = [answer for _, answer in parsed]
-        cited = zip(answers, answers_citations(answers), strict=True)
-        messages = [(entry_id, answer_message(a, citations)) for (entry_id, _), (a, citations)
-                    in zip(parsed, cited, strict=True)]  # fmt: skip
+        # An answer the web stored already (request_settle) is not inserted again.
+        messages = [(entry_id, answer_message(answer, _citations(fields["citations"])))
+                    for (entry_id, answer), fields in zip(parsed, requests, strict=True)
+                    if fields["stored"] != "1"]  # fmt: skip
         rejected += _store([(i, m) for i, m in messages if m is not None])
-        # Even an answer that could not be kept ends its turn and settles its charge.
-        release_conversations(answers)
-        inbox.answers_ready_post(answers)
+        inbox.answers_ready_post(answers, requests=requests)
         # Background answers go to their task instead of the conversation; chat answers may
         # ask for follow-ups.
-        background.answers_recorded(answers)
+        background.answers_recorded(answers, requests=requests)
         if on_recorded:
             on_recorded(answers)
     pipe = get_redis().pipeline(transaction=False)
+    # Even an answer that could not be kept ends its turn and settles its charge; the
+    # conversations are released in the acknowledgement's round trip (but for those the web
+    # settled, which it released itself).
+    release_conversations([answer for answer, fields in zip(answers, requests, strict=True)
+                           if fields["stored"] != "1"], pipe)  # fmt: skip
     fields_of = dict(entries)
     for entry_id, reason in rejected:
         log.error("dead-lettering answer record %s: %s", entry_id, reason)
@@ -198,12 +260,17 @@ def _store(messages: list[tuple[str, services.NewMessage]]) -> list[tuple[str, s
     """The batch in one round trip; if one answer cannot be stored (its conversation deleted
     that instant, a figure out of range), the others one by one, so one bad record never holds
     back the rest, nor comes back forever. Returns (entry id, reason) of those not stored."""
+    if len(messages) <= 1:  # one statement is atomic on its own: no BEGIN and COMMIT trips
+        return _store_each(messages)
     try:
         with transaction.atomic():  # all or none, so the fallback below starts clean
             services.messages_store([m for _, m in messages])
         return []
     except UNSTORABLE:
-        pass
+        return _store_each(messages)
+
+
+def _store_each(messages: list[tuple[str, services.NewMessage]]) -> list[tuple[str, str]]:
     failed = []
     for entry_id, message in messages:
         try:
@@ -213,11 +280,11 @@ def _store(messages: list[tuple[str, services.NewMessage]]) -> list[tuple[str, s
     return failed
 
 
-def _store_one(message: services.NewMessage) -> Message | None:
+def _store_one(message: services.NewMessage, *, hot_push: bool = True) -> Message | None:
     if not connection.in_atomic_block:  # one statement: atomic on its own
-        return services.message_store(message)
+        return services.message_store(message, hot_push=hot_push)
     with transaction.atomic():  # a savepoint, so a failure leaves the caller's open
-        return services.message_store(message)
+        return services.message_store(message, hot_push=hot_push)
 
 
 def _parsed(entries: list[tuple[str, dict | None]]) -> tuple[list, list[tuple[str, str]]]:

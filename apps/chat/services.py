@@ -135,20 +135,22 @@ def message_create(
     status: str = Message.Status.DONE,
     error: str = "",
     citations: list | None = None,
+    hot_push: bool = True,
 ) -> Message | None:
     """Stores a message and touches its conversation (a new chat takes its title from its
     first question). None when a message with this request id exists already (an answer is
-    stored once, however often its completion is delivered) or the conversation is gone."""
+    stored once, however often its completion is delivered) or the conversation is gone.
+    `hot_push` False: the caller pushes the turn onto the hot tier itself (hot.turn_of)."""
     if role == Message.Role.USER:
         text = clean_message_text(text)
     return message_store(NewMessage(
         conversation=conversation, role=role, text=text, request_id=request_id,
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, status=status,
         error=error, citations=citations or [],
-    ))  # fmt: skip
+    ), hot_push=hot_push)  # fmt: skip
 
 
-def message_store(new: NewMessage) -> Message | None:
+def message_store(new: NewMessage, *, hot_push: bool = True) -> Message | None:
     """`message_create` without the text's validation: one SQL statement, as every question
     and every answer passes here (no transaction, no savepoint, no IntegrityError round trip,
     no ORM query building)."""
@@ -166,7 +168,8 @@ def message_store(new: NewMessage) -> Message | None:
         completion_tokens=new.completion_tokens, status=new.status, error=new.error,
         citations=new.citations,
     )  # fmt: skip
-    hot.message_stored(message)
+    if hot_push:
+        hot.message_stored(message)
     return message
 
 

@@ -7,8 +7,11 @@ keyed by the request id.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.http import Http404
@@ -23,7 +26,7 @@ from chatsite.redis_client import get_redis, keys
 from worker import protocol, transitions
 from worker.protocol import Keys, WorkItem
 
-from . import background, recorder, services
+from . import background, hot, live, recorder, services
 from .models import Conversation, Message
 from .prompting import prompt_build
 
@@ -62,14 +65,22 @@ def active_request_id(*, conversation: Conversation) -> str | None:
     return get_redis().get(keys().conversation_active(conversation.id))
 
 
-def ensure_conversation_free(*, conversation: Conversation) -> None:
+def ensure_conversation_free(*, conversation: Conversation, expected: str | None = None) -> None:
     """Raises ConversationBusy while an answer is generating, QueueUnavailable when Redis
     cannot say. An answer that has ended but that the recorder has not stored yet is stored
     here (idempotently), so a question sent right after an answer never waits for the
-    recorder and its prompt includes that answer."""
+    recorder and its prompt includes that answer. `expected`: the request the caller last
+    followed in this conversation (a websocket's previous question), whose end is then read
+    in the same round trip as the conversation's active request."""
     try:
-        active = active_request_id(conversation=conversation)
-        if active and not recorder.request_settle(request_id=active, conversation=conversation):
+        pipe = get_redis().pipeline(transaction=False)
+        pipe.get(keys().conversation_active(conversation.id))
+        if expected:
+            recorder.settle_read(pipe, expected)
+        active, *read = pipe.execute()
+        read = read if active and active == expected else None
+        if active and not recorder.request_settle(request_id=active, conversation=conversation,
+                                                  read=read):  # fmt: skip
             raise ConversationBusy("Wait for the current answer to finish, or stop it.")
     except RedisError as exc:
         raise QueueUnavailable from exc
@@ -99,6 +110,8 @@ def request_submit(
     model: str | None = None,
     instruction: str = "",
     request_id: str | None = None,
+    expected: str | None = None,
+    announce: bool = False,
 ) -> Submitted:
     """Stores the user's message (unless regenerating: text None), builds the prompt and hands
     the request to admission. `model`: the model to answer with, remembered as the
@@ -106,25 +119,33 @@ def request_submit(
     request only, never stored (continuation.py's "continue"). Raises ValidationError for bad text,
     ConversationBusy when the conversation is still answering, QueueUnavailable when Redis
     cannot be reached. `request_id`: the id to give the request (None: a new one), for a
-    caller that must know it before the request exists."""
+    caller that must know it before the request exists. `expected`: see
+    ensure_conversation_free. `announce`: the question is published to the user's other tabs
+    too (live.question_published), in the request's own round trip."""
     if conversation.owner_id != user.id:
         raise Http404
-    ensure_conversation_free(conversation=conversation)
+    ensure_conversation_free(conversation=conversation, expected=expected)
     if model is not None and model != conversation.model:
         services.conversation_set_model(conversation=conversation, model=model)
     ensure_model_served(model=conversation.model)
     request_id = request_id or protocol.new_request_id()
-    user_message = None
+    user_message = pushed = None
+    # Committed at once (no caller's transaction): the question's push onto the hot tier then
+    # rides with the prompt's read, one round trip for both.
+    push_with_read = hot.pushes_now()
     if text is not None:
-        user_message = services.message_create(
-            conversation=conversation, role=Message.Role.USER, text=text
-        )
+        user_message = services.message_create(conversation=conversation,
+                                                role=Message.Role.USER, text=text,
+                                                hot_push=not push_with_read)  # fmt: skip
+        if push_with_read and user_message is not None:
+            pushed = hot.turn_of(user_message)
     # Outside a transaction: plain reads need no BEGIN and COMMIT round trips, and the
     # question is committed already (it is taken back below if the request cannot be sent).
     try:
         question = text if text is not None else last_question(conversation=conversation)
         passages = passages_for(user=user, question=question)
-        prompt = prompt_build(conversation=conversation, extra_system=passages_block(passages))
+        prompt = prompt_build(conversation=conversation, extra_system=passages_block(passages),
+                              pushed=pushed)  # fmt: skip
         if instruction:  # after the history, so the cached prefix of the turns still holds
             prompt.messages.append({"role": "user", "content": instruction})
     except Exception:
@@ -144,8 +165,13 @@ def request_submit(
     )
     # Published after the question is committed, so a worker never answers a question that was
     # rolled back; if Redis is down the question is taken back, so nothing half-sent remains.
+    announcement = None
+    if announce:
+        announcement = functools.partial(live.question_event, conversation=conversation,
+                                         message=user_message, request_id=request_id)  # fmt: skip
     try:
-        request_publish(item=item, citations=citations_from(passages, question=question))
+        request_publish(item=item, citations=citations_from(passages, question=question),
+                        also=announcement)  # fmt: skip
     except RedisError as exc:
         if user_message is not None:
             user_message.delete()
@@ -170,10 +196,13 @@ def passages_for(*, user: User, question: str) -> list:
         return []
 
 
-def request_publish(*, item: WorkItem, citations: list | None = None) -> None:
+def request_publish(
+    *, item: WorkItem, citations: list | None = None, also: Callable[[Any], None] | None = None
+) -> None:
     """Hands the request to admission. Past the Redis client's timeout the caller reports a
     failure; Redis may still run the commands later (it was frozen), so the entry says by when
-    it counts and the dispatcher withdraws it after that."""
+    it counts and the dispatcher withdraws it after that. `also` queues more commands on the
+    same pipeline (the tabs' event): their failure is not the request's, so it is not raised."""
     k = keys()
     # Set by Sluice from what the request is (the dispatcher adds "long" by the plan's size).
     item.kind = web_kind(requested=item.kind)
@@ -182,7 +211,17 @@ def request_publish(*, item: WorkItem, citations: list | None = None) -> None:
     transitions.submitted(pipe, k, item, citations=citations or [],
                           stream=submit_stream(k, model=item.model),
                           submit_by_ms=submit_by_ms)  # fmt: skip
-    pipe.execute()
+    own = len(pipe)
+    if also is not None:
+        also(pipe)
+    replies = pipe.execute(raise_on_error=False)
+    failed = [reply for reply in replies[:own] if isinstance(reply, Exception)]
+    if failed:
+        raise failed[0]
+    for reply in replies[own:]:
+        if isinstance(reply, Exception):
+            log.warning("request %s: the event for the user's other tabs failed: %s", item.id,
+                        reply)  # fmt: skip
     log.info("request %s submitted: %s by user %s in conversation %s, about %d prompt tokens",
              item.id, item.kind, item.user_id, item.conversation_id,
              item.prompt_tokens_estimate)  # fmt: skip

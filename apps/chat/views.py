@@ -151,10 +151,8 @@ def message_send(request: HttpRequest, id: int) -> HttpResponse:
     text = request.POST.get("text", "")
     error = None
     try:
-        submitted = submission.request_submit(user=request.user, conversation=conversation,
-                                              text=text)  # fmt: skip
-        live.question_published(conversation=conversation, message=submitted.user_message,
-                                request_id=submitted.request_id)  # fmt: skip
+        submission.request_submit(user=request.user, conversation=conversation, text=text,
+                                  announce=True)  # fmt: skip
         text = ""
     except ValidationError as exc:
         error = " ".join(exc.messages)

@@ -79,6 +79,29 @@ def test_new_turns_are_written_through_single_and_batched(chat):
     assert warm == from_postgres(chat)
 
 
+def test_a_question_pushed_with_the_read_is_in_that_prompt_and_the_next(chat):
+    """The submit path stores its question without a push and hands the turn to the prompt's
+    read, which pushes it first in the same round trip."""
+    sources(chat)
+    question = message_create(conversation=chat, role="user", text="a question", hot_push=False)
+    got = hot.prompt_sources(conversation=chat, limit=HISTORY_TURNS_MAX,
+                             pushed=hot.turn_of(question))  # fmt: skip
+    assert texts(got)[:2] == ["a question", "turn 3"]
+    again, queries = sources(chat)
+    assert queries == 0 and again == got == from_postgres(chat)
+
+
+def test_a_question_pushed_on_a_cold_cache_is_read_from_postgresql_once(chat):
+    question = message_create(conversation=chat, role="user", text="a question", hot_push=False)
+    before = postgres_reads["count"]
+    got = hot.prompt_sources(conversation=chat, limit=HISTORY_TURNS_MAX,
+                             pushed=hot.turn_of(question))  # fmt: skip
+    assert postgres_reads["count"] == before + 1  # not filled yet: the push waits for a fill
+    assert texts(got)[0] == "a question"
+    warm, queries = sources(chat)
+    assert queries == 0 and texts(warm).count("a question") == 1
+
+
 def test_deletes_edits_pins_and_summaries_drop_the_cached_turns(chat):
     sources(chat)
     chat.messages.filter(text="turn 3").delete()  # e.g. regenerate drops the last answer

@@ -4,13 +4,15 @@ puts what it cannot read or store in the dead-letter stream without stopping."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from apps.chat import recorder
+from apps.chat import recorder, submission
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
 from chatsite.redis_client import get_redis, keys
-from worker import protocol
-from worker.protocol import Answer, State, Usage
+from worker import protocol, transitions
+from worker.protocol import Answer, State, Usage, WorkItem
 
 pytestmark = pytest.mark.django_db
 
@@ -127,3 +129,55 @@ def test_a_malformed_record_is_dead_lettered_and_the_rest_stored(user):
     assert sorted(d["request_id"] for d in dead) == ["m", "x"]
     assert all(d["reason"].startswith("malformed") for d in dead)
     assert recorder.record_pending(consumer="c1", block_ms=10) == 0
+
+
+def ended_request(conversation, request_id: str) -> Answer:
+    """A question's request, submitted and ended (as the dispatcher ends one), whose answer
+    record the recorder has not read yet."""
+    item = WorkItem(id=request_id, user_id=str(conversation.owner_id),
+                    conversation_id=str(conversation.id),
+                    messages=[{"role": "user", "content": "What colour is the sky?"}])  # fmt: skip
+    answer = answer_for(conversation, request_id=request_id)
+    pipe = get_redis().pipeline(transaction=False)
+    transitions.submitted(pipe, keys(), item, citations=[], stream=keys().admit,
+                          submit_by_ms=protocol.now_ms() + 5000)  # fmt: skip
+    transitions.finish(pipe, keys(), answer)
+    pipe.execute()
+    return answer
+
+
+@pytest.mark.parametrize("expected", ["r5", "another", None])
+def test_the_next_question_settles_an_ended_answer_and_the_recorder_does_not_insert_it_again(
+    user, expected
+):
+    """The web stores an ended answer itself when the next question comes first, reading its
+    end along with the conversation's active request when it names the request it followed
+    (or not, or a wrong one: then in a second round trip)."""
+    conversation = conversation_create(owner=user)
+    answer = ended_request(conversation, "r5")
+    recorder.ensure_group()
+    get_redis().xadd(keys().done, answer.to_fields())
+
+    submission.ensure_conversation_free(conversation=conversation, expected=expected)
+
+    stored = Message.objects.get(request_id="r5")
+    assert (stored.role, stored.text) == ("assistant", "Blue.")
+    assert submission.active_request_id(conversation=conversation) is None
+    with CaptureQueriesContext(connection) as queries:
+        assert recorder.record_pending(consumer="c1", block_ms=10) == 1
+    assert not [q for q in queries.captured_queries if "INSERT" in q["sql"]]
+    assert Message.objects.filter(conversation=conversation).count() == 1
+    assert get_redis().xpending(keys().done, protocol.RECORDER_GROUP)["pending"] == 0
+
+
+def test_an_answer_still_generating_keeps_the_conversation_busy(user):
+    conversation = conversation_create(owner=user)
+    item = WorkItem(id="r6", user_id=str(user.id), conversation_id=str(conversation.id),
+                    messages=[{"role": "user", "content": "Hi"}])  # fmt: skip
+    pipe = get_redis().pipeline(transaction=False)
+    transitions.submitted(pipe, keys(), item, citations=[], stream=keys().admit,
+                          submit_by_ms=protocol.now_ms() + 5000)  # fmt: skip
+    pipe.execute()
+    with pytest.raises(submission.ConversationBusy):
+        submission.ensure_conversation_free(conversation=conversation, expected="r6")
+    assert not Message.objects.filter(request_id="r6").exists()
