@@ -3,9 +3,12 @@
 Blocking reads cannot share a connection, so one blocking XREAD per open chat would multiply
 Redis connections by the number of chats. Instead a single task runs one XREAD over every
 stream some subscriber watches, on one dedicated connection, and fans entries out to in-process
-queues. A new subscription interrupts the blocking read at once (CLIENT UNBLOCK from the control
-connection), so it adds no latency. Total: the reader and at most two control connections per
-process, whatever the number of open chats.
+queues. A new subscription interrupts the blocking read (CLIENT UNBLOCK from the control
+connection) unless it returns by itself within a few milliseconds; the subscriber's catch-up
+read shows the stream's first entries meanwhile, so it adds no latency. Under load the reads
+are paced, a few milliseconds apart, so that each takes a whole burst of the workers' writes.
+Total: the reader and at most two control connections per process, whatever the number of open
+chats.
 
 Subscribing, catching up and handing entries over is hub_base.py's, shared with the hub for a
 Redis Cluster (cluster_hub.py: one listener per node); `get_hub` picks the one REDIS_URL needs.
