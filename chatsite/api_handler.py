@@ -11,7 +11,8 @@ Django also gives every ASGI request a thread-sensitive context of its own, so t
 synchronous work runs on a thread made for it, and ended (by yet another thread) after it: two
 threads started and stopped per request. An API request's only such work is Django's request
 signals (the views are async, their database work goes to apps/chat/offload.py's pool), so API
-requests share one long-lived thread for it instead.
+requests share one long-lived thread for it instead. (Page requests keep a thread each, lent
+from threads that earlier requests used: chatsite/request_threads.py.)
 """
 
 from __future__ import annotations
