@@ -111,11 +111,16 @@ def after_commit(func: Callable[[], None]) -> None:
     """`func` once the current transaction commits (at once outside one). Under the wrapping
     transaction of a Django TestCase nothing ever commits: it runs at once, as if the test's
     writes had committed (Django's durable atomic blocks make the same exception)."""
-    conn = transaction.get_connection()
-    if conn.in_atomic_block and not conn.atomic_blocks[0]._from_testcase:
+    if _commit_pending():
         transaction.on_commit(func)
     else:
         func()
+
+
+def _commit_pending() -> bool:
+    """Whether a write made now waits for a transaction's commit (see `after_commit`)."""
+    conn = transaction.get_connection()
+    return conn.in_atomic_block and not conn.atomic_blocks[0]._from_testcase
 
 
 def enabled() -> bool:
@@ -288,9 +293,9 @@ def message_stored(message: Message) -> None:
 
 
 def pushes_now() -> bool:
-    """Whether a message stored now is committed at once (no transaction is open), so that
-    its caller may push it itself, in a round trip of its own choosing."""
-    return not transaction.get_connection().in_atomic_block
+    """Whether a message stored now counts as committed at once (as for `after_commit`), so
+    that its caller may push it itself, in a round trip of its own choosing."""
+    return not _commit_pending()
 
 
 def messages_stored(turns: list[tuple[int, Turn]]) -> None:

@@ -135,6 +135,9 @@ def request_settle(*, request_id: str, conversation: Conversation, read=None) ->
         read = pipe.execute()
     entries, cited, known = read
     ended = bool(entries) and entries[0][1].get("type") == EventType.FINAL
+    if known and not ended:
+        return False
+    # Ended, or forgotten (its state expired): either way nothing runs it any more.
     answer = Answer(id=request_id, user_id=str(conversation.owner_id),
                     conversation_id=str(conversation.id), state=State.CANCELLED)  # fmt: skip
     pipe = get_redis().pipeline(transaction=False)
@@ -148,9 +151,6 @@ def request_settle(*, request_id: str, conversation: Conversation, read=None) ->
             transitions.answer_stored(pipe, keys(), request_id)
         # Its push onto the hot tier rides with the release.
         hot.turns_push(pipe, pushed)
-    elif known:
-        return False
-    # Ended, or forgotten (its state expired): either way nothing runs it any more.
     release_conversations([answer], pipe)
     try:
         pipe.execute()
