@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+from dataclasses import dataclass
 from importlib import import_module
 
 from django.conf import settings
@@ -66,19 +67,40 @@ def events_last_id() -> str:
     return newest[0][0] if newest else "0"
 
 
+class SessionEnded(Exception):
+    """The login session behind a socket no longer stands (logout, password change,
+    deactivation, expiry)."""
+
+
+@dataclass(frozen=True)
+class SqlCondition:
+    """A condition for a statement's WHERE clause, with its named parameters."""
+
+    sql: str
+    params: dict
+
+
 class SessionCheck:
     """Whether one socket's session still logs in its user, as Django's own check on each
     request would find: the session exists and has not expired, it belongs to that user through
     a configured backend, the user is active, and the session was made with the user's current
     password. The session is decoded once (its auth fields change only with a new key); each
-    later check is one indexed query with database-backed sessions."""
+    later check is one indexed query with database-backed sessions, or no query of its own
+    where the write it guards carries it (`condition`)."""
 
     def __init__(self, *, session_key: str | None, user_id: int) -> None:
         self.session_key = session_key
         self.user_id = user_id
         self._auth_hash: str | None = None  # from the session, once it was decoded and valid
+        self._password: str | None = None  # the password hash the last passed check matched
+
+    def require(self) -> None:
+        """Raises SessionEnded unless the session stands."""
+        if not self.current():
+            raise SessionEnded
 
     def current(self) -> bool:
+        self._password = None  # set again below only if this check passes
         if not self.session_key:
             return False
         if settings.SESSION_ENGINE not in _DATABASE_ENGINES:
@@ -94,7 +116,22 @@ class SessionCheck:
         if self._auth_hash is None:
             if not self._decoded_current(_session_store_class()().decode(session_data)):
                 return False
-        return _hash_matches(self._auth_hash, password)
+        matches = _hash_matches(self._auth_hash, password)
+        self._password = password if matches else None
+        return matches
+
+    def condition(self) -> SqlCondition | None:
+        """This check as an SQL condition, for a write that must happen only while the session
+        stands: the write then checks it in its own statement, one round trip for both. True
+        exactly when `current()` would be: the session's own fields were checked once already,
+        and its auth hash matched the password hash read then, so an unchanged password hash
+        gives the same answer. None until a check has passed, or when sessions are not kept in
+        the database (the caller then calls `require()` first)."""
+        if self._password is None or settings.SESSION_ENGINE not in _DATABASE_ENGINES:
+            return None
+        return SqlCondition(_condition_sql(), {"session_key": self.session_key,
+                                               "session_user": self.user_id,
+                                               "session_password": self._password})  # fmt: skip
 
     def _decoded_current(self, data: dict) -> bool:
         """Checks the session's own fields and remembers its auth hash."""
@@ -121,6 +158,16 @@ def _check_sql() -> str:
     return (f"SELECT u.password, u.is_active, s.session_data FROM {users} u "
             f"LEFT JOIN {sessions} s ON s.session_key = %s AND s.expire_date > now() "
             "WHERE u.id = %s")  # fmt: skip
+
+
+@functools.cache
+def _condition_sql() -> str:
+    users = get_user_model()._meta.db_table
+    sessions = Session._meta.db_table
+    return (f"EXISTS (SELECT 1 FROM {users} u JOIN {sessions} s "
+            "ON s.session_key = %(session_key)s AND s.expire_date > now() "
+            "WHERE u.id = %(session_user)s AND u.is_active "
+            "AND u.password = %(session_password)s)")  # fmt: skip
 
 
 def _hash_matches(session_hash: str | None, password: str) -> bool:

@@ -34,7 +34,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from apps.accounts.sessions import SessionCheck, events_last_id, session_digest
+from apps.accounts.sessions import SessionCheck, SessionEnded, events_last_id, session_digest
 from chatsite.redis_client import keys
 from worker import protocol
 
@@ -53,11 +53,6 @@ SESSION_ENDED_CODE = 4401
 # socket stays open, as an HTTP request gets a 503 (chatsite/errors.py).
 OUTAGES = (OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutError)
 OUTAGE_MESSAGE = "Sluice cannot reach its database or queue right now. Please try again shortly."
-
-
-class SessionEnded(Exception):
-    """The login session behind the socket no longer stands (logout, password change,
-    deactivation, expiry)."""
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
@@ -178,6 +173,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         except submission.QueueUnavailable as exc:
             await self._send({"type": "error", "message": str(exc), "draft": text})
+            return
+        except Http404:
+            await self._error("This conversation no longer exists.")
             return
         await self._asked(submitted, published=True)
 
@@ -335,8 +333,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     def _require_session(self) -> None:
         """Raises SessionEnded unless the socket's session still stands. In a pool thread."""
-        if not self.session.current():
-            raise SessionEnded
+        self.session.require()
 
     def _in_session(self, func, /, *args, **kwargs):
         """`func` after the session check, in the same trip through the pool."""
@@ -369,11 +366,21 @@ class ChatConsumer(AsyncWebsocketConsumer):
     def _submit(self, text: str, request_id: str, previous: str | None) -> submission.Submitted:
         """Sends the question and tells the user's other tabs, in one trip through the pool.
         `previous`: the answer this socket followed last, which the submit settles first if
-        it has ended."""
-        self._require_session()
-        return submission.request_submit(user=self.user, conversation=self.conversation,
-                                         text=text, request_id=request_id, expected=previous,
-                                         announce=True)  # fmt: skip
+        it has ended. The session is checked by the question's own insert (one statement for
+        both, the busiest frame's saving); a check of its own runs only when the submit fails
+        (the question refused, or not stored), so that an ended session hears only that."""
+        condition = self.session.condition()
+        if condition is None:
+            self._require_session()
+        try:
+            return submission.request_submit(user=self.user, conversation=self.conversation,
+                                             text=text, request_id=request_id,
+                                             expected=previous, announce=True,
+                                             only_if=condition)  # fmt: skip
+        except Exception:
+            if condition is not None:
+                self._require_session()
+            raise
 
     @db_call
     def _stop(self, requested) -> bool:

@@ -15,7 +15,13 @@ import logging
 from channels.generic.websocket import AsyncWebsocketConsumer
 from redis.exceptions import RedisError
 
-from apps.accounts.sessions import AccountEvent, SessionCheck, events_last_id, session_digest
+from apps.accounts.sessions import (
+    AccountEvent,
+    SessionCheck,
+    SessionEnded,
+    events_last_id,
+    session_digest,
+)
 
 from . import inbox
 from .account_watch import AccountWatch, get_account_watch
@@ -33,10 +39,6 @@ class InboxWatch(AccountWatch):
 
     def stream_name(self) -> str:
         return inbox.inbox_events_key()
-
-
-class SessionEnded(Exception):
-    pass
 
 
 class InboxConsumer(AsyncWebsocketConsumer):
@@ -155,8 +157,7 @@ class InboxConsumer(AsyncWebsocketConsumer):
     # -- database --------------------------------------------------------------------------------
 
     def _require_session(self) -> None:
-        if not self.session.current():
-            raise SessionEnded
+        self.session.require()
 
     @db_call
     def _open(self):

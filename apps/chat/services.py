@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 
 from apps.accounts.models import User
+from apps.accounts.sessions import SqlCondition
 
 from . import erase, hot
 from .models import Conversation, Message
@@ -70,7 +71,8 @@ def conversation_delete(*, conversation: Conversation) -> None:
 
 
 @cache
-def _message_insert_sql() -> str:
+def _message_insert_sql(only_if: str = "") -> str:
+    """The insert, stored only while `only_if` (SQL) holds too, when given."""
     conversations = Conversation._meta.db_table
     # A question touches its conversation (the sidebar's order, the title); its answer, a
     # second later, does not rewrite the row again.
@@ -83,6 +85,7 @@ def _message_insert_sql() -> str:
                 %(prompt_tokens)s, %(completion_tokens)s, %(status)s, %(error)s,
                 %(citations)s::jsonb, %(finish_reason)s
             WHERE EXISTS (SELECT 1 FROM {conversations} WHERE id = %(conversation)s)
+                {f"AND {only_if}" if only_if else ""}
             ON CONFLICT (request_id) DO NOTHING
             RETURNING id, created
         ), touched AS (
@@ -136,26 +139,34 @@ def message_create(
     error: str = "",
     citations: list | None = None,
     hot_push: bool = True,
+    only_if: SqlCondition | None = None,
 ) -> Message | None:
     """Stores a message and touches its conversation (a new chat takes its title from its
     first question). None when a message with this request id exists already (an answer is
-    stored once, however often its completion is delivered) or the conversation is gone.
-    `hot_push` False: the caller pushes the turn onto the hot tier itself (hot.turn_of)."""
+    stored once, however often its completion is delivered), the conversation is gone, or
+    `only_if` (a condition the insert checks in the same statement, such as the sender's login
+    session: SessionCheck.condition) does not hold. `hot_push` False: the caller pushes the
+    turn onto the hot tier itself (hot.turn_of)."""
     if role == Message.Role.USER:
         text = clean_message_text(text)
     return message_store(NewMessage(
         conversation=conversation, role=role, text=text, request_id=request_id,
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, status=status,
         error=error, citations=citations or [],
-    ), hot_push=hot_push)  # fmt: skip
+    ), hot_push=hot_push, only_if=only_if)  # fmt: skip
 
 
-def message_store(new: NewMessage, *, hot_push: bool = True) -> Message | None:
+def message_store(
+    new: NewMessage, *, hot_push: bool = True, only_if: SqlCondition | None = None
+) -> Message | None:
     """`message_create` without the text's validation: one SQL statement, as every question
     and every answer passes here (no transaction, no savepoint, no IntegrityError round trip,
     no ORM query building)."""
+    params = new.params()
+    if only_if is not None:
+        params.update(only_if.params)
     with connection.cursor() as cursor:
-        cursor.execute(_message_insert_sql(), new.params())
+        cursor.execute(_message_insert_sql(only_if.sql if only_if else ""), params)
         row = cursor.fetchone()
     if row is None:
         return None

@@ -18,6 +18,7 @@ from django.http import Http404
 from redis.exceptions import RedisError
 
 from apps.accounts.models import User
+from apps.accounts.sessions import SqlCondition
 from apps.admission.kinds import web_kind
 from apps.admission.selectors import model_fleet
 from apps.rag.prompting import citations_from, passages_block
@@ -47,6 +48,11 @@ class ConversationBusy(Exception):
 class ModelUnavailable(ConversationBusy):
     """No live worker serves the conversation's model right now: the question is not sent
     (it would only wait in line for a worker that is not there)."""
+
+
+class QuestionNotStored(Http404):
+    """The question's insert stored nothing: its conversation was deleted meanwhile, or the
+    condition the caller gave it (`only_if`) no longer held. Nothing was sent."""
 
 
 class QueueUnavailable(Exception):
@@ -112,6 +118,7 @@ def request_submit(
     request_id: str | None = None,
     expected: str | None = None,
     announce: bool = False,
+    only_if: SqlCondition | None = None,
 ) -> Submitted:
     """Stores the user's message (unless regenerating: text None), builds the prompt and hands
     the request to admission. `model`: the model to answer with, remembered as the
@@ -121,9 +128,15 @@ def request_submit(
     cannot be reached. `request_id`: the id to give the request (None: a new one), for a
     caller that must know it before the request exists. `expected`: see
     ensure_conversation_free. `announce`: the question is published to the user's other tabs
-    too (live.question_published), in the request's own round trip."""
+    too (live.question_published), in the request's own round trip. `only_if`: a condition the
+    question's insert checks in the same statement (the sender's login session,
+    SessionCheck.condition); QuestionNotStored when it fails. Before that insert, only reads
+    are made, and an answer that has ended is stored (as the recorder would store it anyway);
+    so a question with `only_if` cannot change the conversation's model."""
     if conversation.owner_id != user.id:
         raise Http404
+    if only_if is not None and (text is None or model is not None):
+        raise ValueError("only_if guards a new question's insert, with the conversation's model")
     ensure_conversation_free(conversation=conversation, expected=expected)
     if model is not None and model != conversation.model:
         services.conversation_set_model(conversation=conversation, model=model)
@@ -136,8 +149,11 @@ def request_submit(
     if text is not None:
         user_message = services.message_create(conversation=conversation,
                                                 role=Message.Role.USER, text=text,
-                                                hot_push=not push_with_read)  # fmt: skip
-        if push_with_read and user_message is not None:
+                                                hot_push=not push_with_read,
+                                                only_if=only_if)  # fmt: skip
+        if user_message is None:
+            raise QuestionNotStored
+        if push_with_read:
             pushed = hot.turn_of(user_message)
     # Outside a transaction: plain reads need no BEGIN and COMMIT round trips, and the
     # question is committed already (it is taken back below if the request cannot be sent).

@@ -105,3 +105,18 @@ async def test_when_redis_is_unreachable_sending_fails_closed_and_keeps_the_draf
     assert "cannot take new questions right now" in frame["message"]
     assert frame["draft"] == "are you there?"
     assert not await sync_to_async(Message.objects.exists)()
+
+
+async def test_a_question_to_a_conversation_deleted_meanwhile_gets_a_clear_error(user):
+    """Deleted from another process while the socket is open: the question's insert finds no
+    conversation, so nothing is stored or sent, and the socket says why."""
+    from apps.chat.models import Conversation
+
+    conversation = await sync_to_async(conversation_create)(owner=user)
+    async with chat_socket(user, conversation.id) as (ws, ok, _):
+        assert ok
+        await sync_to_async(Conversation.objects.filter(pk=conversation.pk).delete)()
+        message = await _error_for(ws, json.dumps({"type": "send", "text": "anyone?"}))
+        assert "no longer exists" in message
+        assert "Unknown action" in await _error_for(ws, json.dumps({"type": "?"}))  # still open
+    assert not await sync_to_async(Message.objects.exists)()

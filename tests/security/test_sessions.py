@@ -9,14 +9,17 @@ import json
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.contrib.auth.hashers import make_password
 from django.contrib.sessions.models import Session
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from apps.accounts.models import User
 from apps.accounts.services import user_create
+from apps.accounts.sessions import SessionCheck
 from apps.chat.models import Message
-from apps.chat.services import conversation_create
+from apps.chat.services import conversation_create, message_create
 
 from .conftest import closed_with, form_data, logged_in, websocket
 
@@ -81,6 +84,54 @@ async def test_every_frame_rechecks_the_session_even_when_no_event_came(user, ch
         await ws.send_to(text_data=json.dumps({"type": "send", "text": "from a dead session"}))
         assert await ws.receive_output(timeout=10) == {"type": "websocket.close", "code": 4401}
     assert not await sync_to_async(Message.objects.exists)()
+
+
+def end_without_event(how: str, *, user_id: int, session_key: str) -> None:
+    """Ends the session as a shell or another process could, with no account event."""
+    if how == "session deleted":
+        Session.objects.filter(session_key=session_key).delete()
+    elif how == "session expired":
+        Session.objects.filter(session_key=session_key).update(expire_date=timezone.now())
+    elif how == "password changed":
+        User.objects.filter(pk=user_id).update(password=make_password(NEW_PASSWORD))
+    elif how == "user deactivated":
+        User.objects.filter(pk=user_id).update(is_active=False)
+    else:
+        raise ValueError(how)
+
+
+@pytest.mark.parametrize("how", ["session expired", "password changed", "user deactivated"])
+async def test_a_question_is_not_stored_once_the_session_ended_silently(user, chat_path, how):
+    """A question's session check rides in its insert (the socket checked the session in full
+    when it opened): every way a session ends with no event to tell the socket still stops
+    the question there."""
+    _, key = await sync_to_async(logged_in)(user)
+    async with websocket(chat_path, session_key=key) as (ws, ok, _):
+        assert ok
+        await sync_to_async(end_without_event)(how, user_id=user.pk, session_key=key)
+        await ws.send_to(text_data=json.dumps({"type": "send", "text": "after it ended"}))
+        assert await ws.receive_output(timeout=10) == {"type": "websocket.close", "code": 4401}
+    assert not await sync_to_async(Message.objects.exists)()
+
+
+@pytest.mark.parametrize("how", ["session deleted", "session expired", "password changed",
+                                 "user deactivated", None])  # fmt: skip
+def test_the_insert_condition_agrees_with_the_full_check(user, how):
+    """SessionCheck.condition, checked by the insert, says what SessionCheck.current says."""
+    _, key = logged_in(user)
+    conversation = conversation_create(owner=user)
+    check = SessionCheck(session_key=key, user_id=user.pk)
+    assert check.condition() is None  # nothing to compare with before a full check
+    assert check.current()
+    condition = check.condition()
+    if how is not None:
+        end_without_event(how, user_id=user.pk, session_key=key)
+    stored = message_create(conversation=conversation, role=Message.Role.USER, text="hello",
+                            only_if=condition)  # fmt: skip
+    assert (stored is not None) is (how is None)
+    assert check.current() is (how is None)
+    if how is not None:
+        assert check.condition() is None  # a failed check leaves nothing to compare with
 
 
 async def test_a_password_changed_on_the_site_closes_the_users_other_sessions(user, chat_path):
