@@ -58,7 +58,12 @@ class LoopDetector:
         n = len(self.words)
         self.words.append(word)
         oldest = n - self.max_period
-        positions = [at for at in self._seen_at.get(word, ()) if at >= oldest]
+        seen = self._seen_at.get(word)
+        if seen is None or seen[-1] < oldest:  # most words: none of the last periods' words
+            self._runs = {}
+            self._seen_at[word] = [n]
+            return False
+        positions = [at for at in seen if at >= oldest]
         runs = self._runs
         self._runs = {n - at: runs.get(n - at, 0) + 1 for at in positions}
         positions.append(n)
