@@ -67,6 +67,10 @@ class Options:
     degradation_interval: float = 2.0
     fleet_interval: float = 0.5  # heartbeats reread at most this often (workers beat every 2 s)
     reconcile_interval: float = 5.0  # lost requests looked for
+    # While new requests keep arriving and none waits for a slot, finished answers are stored
+    # at most this often: each recorder pass writes to PostgreSQL, and new requests read in
+    # the meantime would wait behind it (see `step`).
+    record_interval: float = 0.05
     lost_grace: float = 15.0  # seconds after dispatch before a request is checked at all
 
 
@@ -137,8 +141,13 @@ class Dispatcher:
                 self.sweep.run(level=self.degradation)
             self.release.run()
             # After the release: a request just admitted goes out before this pass stores the
-            # answers that finished meanwhile (the next pass sees the slots they freed).
-            if self.recorder_pass:
+            # answers that finished meanwhile (the next pass sees the slots they freed). While
+            # requests keep arriving, answers are stored in fewer, larger batches, so arrivals
+            # do not wait behind PostgreSQL; every pass, though, when a request waits for the
+            # slots that the answers' settling frees.
+            if self.recorder_pass and (
+                not decided or len(self.line) or self._every("record", o.record_interval)
+            ):
                 self.recorder_pass(self)
             if self._every("reconcile", o.reconcile_interval):
                 self.reconcile.find_lost()

@@ -66,3 +66,29 @@ def test_the_backlog_is_read_after_each_load_and_after_a_failed_pass(user):
     dispatcher.settle = settled.extend
     assert recorder_pass(dispatcher) == 2  # so the next pass recovers both
     assert [a.id for a in settled][-2:] == ["c", "d"]
+
+
+def test_while_requests_arrive_answers_are_stored_in_fewer_passes(make_dispatcher, user):
+    """A pass that admitted new requests, none of them left waiting, runs the recorder at most
+    every `record_interval`: new requests never wait behind its PostgreSQL writes. A pass with
+    nothing new runs it, and so does every pass while a request waits for a slot (settling
+    the answers frees the slots)."""
+    from tests.admission.conftest import give_the_fleet_slots, publish
+
+    dispatcher = make_dispatcher(record_interval=3600)
+    recorded = []
+    real_pass = dispatcher.recorder_pass
+    dispatcher.recorder_pass = lambda d: recorded.append(len(d.line)) or real_pass(d)
+    give_the_fleet_slots(2)
+
+    publish(user.pk)
+    dispatcher.step()
+    assert len(recorded) == 1  # the first pass: due
+    publish(user.pk)
+    dispatcher.step()
+    assert len(recorded) == 1  # admitted, nothing waits: not due yet
+    dispatcher.step()
+    assert len(recorded) == 2  # nothing new
+    publish(user.pk)  # both slots are taken: this one waits in line
+    dispatcher.step()
+    assert recorded[-1] == 1 and len(recorded) == 3
