@@ -54,15 +54,26 @@ def frame_for_event(request_id: str, entry_id: str, fields: dict[str, str]) -> d
 def frames_for_batch(request_id: str, entries: list[tuple[str, dict[str, str]]]) -> list[dict]:
     """Frames for entries read together, consecutive deltas merged into one frame (carrying
     the last one's id, so a resume continues after all of them): a page that fell behind, or
-    a busy web process, sends one frame where the worker wrote several."""
+    a busy web process, sends one frame where the worker wrote several. A status that only
+    names a state ("dispatched") is dropped when a later status or the attempt's start comes
+    in the same batch: the page would replace it at once."""
     frames: list[dict] = []
     for entry_id, fields in entries:
         frame = frame_for_event(request_id, entry_id, fields)
         if frame is None:
             continue
-        if frame["type"] == "delta" and frames and frames[-1]["type"] == "delta":
-            frames[-1]["text"] += frame["text"]
-            frames[-1]["event_id"] = entry_id
-        else:
-            frames.append(frame)
+        last = frames[-1] if frames else None
+        if last is not None and frame["type"] == "delta" and last["type"] == "delta":
+            last["text"] += frame["text"]
+            last["event_id"] = entry_id
+            continue
+        if last is not None and frame["type"] in ("status", "start") and _superseded(last):
+            frames.pop()
+        frames.append(frame)
     return frames
+
+
+def _superseded(frame: dict) -> bool:
+    """A status frame whose whole news is its state: no position, reason or citations."""
+    return frame["type"] == "status" and frame.keys() <= {"type", "state", "request_id",
+                                                          "event_id"}  # fmt: skip
