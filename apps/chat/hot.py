@@ -24,6 +24,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import asdict
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -152,14 +153,22 @@ def _turns(raw: list[str], limit: int) -> list[Turn]:
 
 
 def prompt_sources(
-    *, conversation: Conversation, limit: int, pushed: Turn | None = None
+    *,
+    conversation: Conversation,
+    limit: int,
+    pushed: Turn | None = None,
+    also: Callable[[Any], None] | None = None,
 ) -> PromptSources:
     """selectors.prompt_sources, from Redis when both the conversation and its owner are hot;
     else from PostgreSQL (one round trip), filling what was missing. `pushed`: a turn of this
     conversation just committed (the question being asked), pushed in the same round trip,
-    before the read."""
+    before the read. `also`: queues more writes for that round trip, before the push (the
+    previous answer's, recorder.Settled.queue): best effort, as a failed pipeline drops this
+    conversation's entries, and whatever else `also` writes is written again by its owner."""
     cap = settings.HOT_TIER_TURNS
     if not enabled() or limit > cap:
+        if also is not None:
+            _write_alone(also, conversation_id=conversation.pk)
         if pushed is not None:
             turns_stored({conversation.pk: [pushed]})
         return selectors.prompt_sources(conversation=conversation, limit=limit)
@@ -168,6 +177,8 @@ def prompt_sources(
     user_key = profile_key(conversation.owner_id)
     try:
         pipe = get_redis().pipeline(transaction=False)
+        if also is not None:
+            also(pipe)
         if pushed is not None:
             _push(pipe, conversation.pk, [pushed])
         # Room for a turn pushed twice (a fill raced its push): read a few more than needed.
@@ -177,7 +188,7 @@ def prompt_sources(
         conv, profile, _ = pipe.execute()[-3:]
     except RedisError as exc:
         log.warning("hot tier unreadable (%s): reading PostgreSQL", exc)
-        if pushed is not None:  # perhaps not pushed: what it holds must go (turns_stored)
+        if pushed is not None or also is not None:  # perhaps not pushed: what it holds must go
             _drop_keys([conv_key, list_key])
         return selectors.prompt_sources(conversation=conversation, limit=limit)
     conv_gen, conv_filled, summary, upto, pinned, raw_turns = (conv + [None] * 6)[:6]
@@ -204,6 +215,18 @@ def prompt_sources(
         log.warning("hot tier not filled: %s", exc)
     sources.history = sources.history[:limit]
     return sources
+
+
+def _write_alone(queue: Callable[[Any], None], *, conversation_id: int) -> None:
+    """`prompt_sources`'s `also`, when there is no read for it to ride with."""
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        queue(pipe)
+        pipe.execute()
+    except RedisError as exc:
+        log.warning("writes beside the prompt's read failed: %s", exc)
+        if enabled():
+            _drop_keys([conversation_key(conversation_id), turns_key(conversation_id)])
 
 
 def _profile_json(profile: PromptProfile | None) -> str:

@@ -4,7 +4,9 @@ recent turns that fit the model's context window."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 
@@ -62,12 +64,15 @@ def prompt_build(
     extra_system: str = "",
     max_tokens: int | None = None,
     pushed: Turn | None = None,
+    also: Callable[[Any], None] | None = None,
 ) -> Prompt:
     """The system prompt, what the conversation remembers of older turns (summary, pinned and
     key-fact turns), then as many of the latest turns as the context window holds. `pushed`:
-    the question just stored, for the hot tier to take in the read's own round trip."""
+    the question just stored, for the hot tier to take in the read's own round trip; `also`
+    queues more writes on that round trip (see hot.prompt_sources)."""
     max_tokens = max_tokens or settings.MODEL_MAX_TOKENS
-    sources = prompt_sources(conversation=conversation, limit=HISTORY_TURNS_MAX, pushed=pushed)
+    sources = prompt_sources(conversation=conversation, limit=HISTORY_TURNS_MAX, pushed=pushed,
+                             also=also)  # fmt: skip
     system = system_prompt(sources.profile)
     if extra_system:
         system = f"{system}\n\n{extra_system}"

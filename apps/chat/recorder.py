@@ -13,6 +13,7 @@ import json
 import logging
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.db import DataError, IntegrityError, connection, transaction
 from redis.exceptions import RedisError
@@ -118,17 +119,50 @@ def release_conversations(answers: list[Answer], pipe=None) -> None:
 
 
 def settle_read(pipe, request_id: str) -> None:
-    """Queues what `request_settle` reads of a request, for a caller that sends it along with
+    """Queues what `request_ended` reads of a request, for a caller that sends it along with
     its own commands."""
     pipe.xrevrange(keys().output(request_id), count=1)
     pipe.hget(keys().request(request_id), "citations")
     pipe.exists(keys().request(request_id))
 
 
-def request_settle(*, request_id: str, conversation: Conversation, read=None) -> bool:
-    """True when the request has ended: its answer is then stored (once) and the conversation
-    released. False while it is still queued or generating. `read`: the replies to
-    `settle_read` when the caller sent it already."""
+@dataclass
+class Settled:
+    """An ended request the web settled (request_ended), and what that still has
+    to tell Redis: the recorder's skip mark, the answer's turn for the hot tier, and the
+    conversation's release. Queued on a caller's pipeline (`queue`), or written at once."""
+
+    answer: Answer
+    stored: bool
+    turns: dict[int, list[hot.Turn]]
+    queued: bool = False
+
+    def queue(self, pipe) -> None:
+        """Queues the writes on `pipe`; if it fails, the caller calls `unwritten`."""
+        if self.stored:
+            transitions.answer_stored(pipe, keys(), self.answer.id)
+        hot.turns_push(pipe, self.turns)
+        release_conversations([self.answer], pipe)
+        self.queued = True
+
+    def unwritten(self) -> None:
+        hot.turns_unwritten(self.turns)
+
+    def write(self) -> None:
+        pipe = get_redis().pipeline(transaction=False)
+        self.queue(pipe)
+        try:
+            pipe.execute()
+        except RedisError:
+            self.unwritten()
+            raise
+
+
+def request_ended(*, request_id: str, conversation: Conversation, read=None) -> Settled | None:
+    """For a request that has ended, its answer stored here (once), with what that still has
+    to write to Redis (Settled: the caller queues or writes it); None while the request is
+    still queued or generating. `read`: the replies to `settle_read` when the caller sent it
+    already."""
     if read is None:
         pipe = get_redis().pipeline(transaction=False)
         settle_read(pipe, request_id)
@@ -136,28 +170,18 @@ def request_settle(*, request_id: str, conversation: Conversation, read=None) ->
     entries, cited, known = read
     ended = bool(entries) and entries[0][1].get("type") == EventType.FINAL
     if known and not ended:
-        return False
+        return None
     # Ended, or forgotten (its state expired): either way nothing runs it any more.
     answer = Answer(id=request_id, user_id=str(conversation.owner_id),
                     conversation_id=str(conversation.id), state=State.CANCELLED)  # fmt: skip
-    pipe = get_redis().pipeline(transaction=False)
-    pushed: dict[int, list[hot.Turn]] = {}
+    settled = Settled(answer=answer, stored=False, turns={})
     if ended:
-        answer = protocol.answer_from_final(
+        settled.answer = protocol.answer_from_final(
             request_id, entries[0][1], user_id=answer.user_id,
             conversation_id=answer.conversation_id,
         )  # fmt: skip
-        if _stored_here(answer, _citations(cited), pushed):
-            transitions.answer_stored(pipe, keys(), request_id)
-        # Its push onto the hot tier rides with the release.
-        hot.turns_push(pipe, pushed)
-    release_conversations([answer], pipe)
-    try:
-        pipe.execute()
-    except RedisError:
-        hot.turns_unwritten(pushed)
-        raise
-    return True
+        settled.stored = _stored_here(settled.answer, _citations(cited), settled.turns)
+    return settled
 
 
 def _stored_here(answer: Answer, citations: list, pushed: dict[int, list]) -> bool:
@@ -227,7 +251,7 @@ def _record_batch(
     answers = [answer for _, answer in parsed]
     requests = requests_read(answers) if parsed else []
     if parsed:
-        # An answer the web stored already (request_settle) is not inserted again.
+        # An answer the web stored already (request_ended) is not inserted again.
         messages = [(entry_id, answer_message(answer, _citations(fields["citations"])))
                     for (entry_id, answer), fields in zip(parsed, requests, strict=True)
                     if fields["stored"] != "1"]  # fmt: skip

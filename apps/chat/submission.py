@@ -71,23 +71,34 @@ def active_request_id(*, conversation: Conversation) -> str | None:
     return get_redis().get(keys().conversation_active(conversation.id))
 
 
-def ensure_conversation_free(*, conversation: Conversation, expected: str | None = None) -> None:
+def ensure_conversation_free(
+    *, conversation: Conversation, expected: str | None = None, defer: bool = False
+) -> recorder.Settled | None:
     """Raises ConversationBusy while an answer is generating, QueueUnavailable when Redis
     cannot say. An answer that has ended but that the recorder has not stored yet is stored
     here (idempotently), so a question sent right after an answer never waits for the
     recorder and its prompt includes that answer. `expected`: the request the caller last
     followed in this conversation (a websocket's previous question), whose end is then read
-    in the same round trip as the conversation's active request."""
+    in the same round trip as the conversation's active request. `defer`: what settling that
+    answer still writes to Redis is returned (recorder.Settled) for the caller to queue on its
+    own next round trip, rather than written here."""
     try:
         pipe = get_redis().pipeline(transaction=False)
         pipe.get(keys().conversation_active(conversation.id))
         if expected:
             recorder.settle_read(pipe, expected)
         active, *read = pipe.execute()
-        read = read if active and active == expected else None
-        if active and not recorder.request_settle(request_id=active, conversation=conversation,
-                                                  read=read):  # fmt: skip
+        if not active:
+            return None
+        read = read if active == expected else None
+        settled = recorder.request_ended(request_id=active, conversation=conversation,
+                                         read=read)  # fmt: skip
+        if settled is None:
             raise ConversationBusy("Wait for the current answer to finish, or stop it.")
+        if not defer:
+            settled.write()
+            return None
+        return settled
     except RedisError as exc:
         raise QueueUnavailable from exc
 
@@ -137,37 +148,19 @@ def request_submit(
         raise Http404
     if only_if is not None and (text is None or model is not None):
         raise ValueError("only_if guards a new question's insert, with the conversation's model")
-    ensure_conversation_free(conversation=conversation, expected=expected)
-    if model is not None and model != conversation.model:
-        services.conversation_set_model(conversation=conversation, model=model)
-    ensure_model_served(model=conversation.model)
-    request_id = request_id or protocol.new_request_id()
-    user_message = pushed = None
-    # Committed at once (no caller's transaction): the question's push onto the hot tier then
-    # rides with the prompt's read, one round trip for both.
-    push_with_read = hot.pushes_now()
-    if text is not None:
-        user_message = services.message_create(conversation=conversation,
-                                                role=Message.Role.USER, text=text,
-                                                hot_push=not push_with_read,
-                                                only_if=only_if)  # fmt: skip
-        if user_message is None:
-            raise QuestionNotStored
-        if push_with_read:
-            pushed = hot.turn_of(user_message)
-    # Outside a transaction: plain reads need no BEGIN and COMMIT round trips, and the
-    # question is committed already (it is taken back below if the request cannot be sent).
+    # The previous answer's writes to Redis (when this question settles it) ride with the
+    # prompt's read; they are written on their own if the submit stops before that.
+    settled = ensure_conversation_free(conversation=conversation, expected=expected, defer=True)
     try:
-        question = text if text is not None else last_question(conversation=conversation)
-        passages = passages_for(user=user, question=question)
-        prompt = prompt_build(conversation=conversation, extra_system=passages_block(passages),
-                              pushed=pushed)  # fmt: skip
-        if instruction:  # after the history, so the cached prefix of the turns still holds
-            prompt.messages.append({"role": "user", "content": instruction})
+        prompt, passages, question, user_message = _question_and_prompt(
+            user=user, conversation=conversation, text=text, model=model,
+            instruction=instruction, only_if=only_if, settled=settled,
+        )  # fmt: skip
     except Exception:
-        if user_message is not None:
-            user_message.delete()
+        if settled is not None and not settled.queued:
+            settled_write_anyway(settled)
         raise
+    request_id = request_id or protocol.new_request_id()
     item = WorkItem(
         id=request_id,
         user_id=str(user.id),
@@ -195,6 +188,52 @@ def request_submit(
     # After the person's request, so the summary it asks for queues behind it.
     background.summary_schedule(conversation=conversation, prompt=prompt)
     return Submitted(request_id, conversation.id, user_message)
+
+
+def _question_and_prompt(*, user, conversation, text, model, instruction, only_if, settled):
+    """request_submit's middle part: the model, the question stored, the passages, the prompt
+    (whose read carries `settled`'s writes)."""
+    if model is not None and model != conversation.model:
+        services.conversation_set_model(conversation=conversation, model=model)
+    ensure_model_served(model=conversation.model)
+    user_message = pushed = None
+    # Committed at once (no caller's transaction): the question's push onto the hot tier then
+    # rides with the prompt's read, one round trip for both.
+    push_with_read = hot.pushes_now()
+    if text is not None:
+        user_message = services.message_create(conversation=conversation,
+                                                role=Message.Role.USER, text=text,
+                                                hot_push=not push_with_read,
+                                                only_if=only_if)  # fmt: skip
+        if user_message is None:
+            raise QuestionNotStored
+        if push_with_read:
+            pushed = hot.turn_of(user_message)
+    # Outside a transaction: plain reads need no BEGIN and COMMIT round trips, and the
+    # question is committed already (it is taken back below if the request cannot be sent).
+    try:
+        question = text if text is not None else last_question(conversation=conversation)
+        passages = passages_for(user=user, question=question)
+        prompt = prompt_build(conversation=conversation, extra_system=passages_block(passages),
+                              pushed=pushed,
+                              also=settled.queue if settled is not None else None)  # fmt: skip
+        if instruction:  # after the history, so the cached prefix of the turns still holds
+            prompt.messages.append({"role": "user", "content": instruction})
+    except Exception:
+        if user_message is not None:
+            user_message.delete()
+        raise
+    return prompt, passages, question, user_message
+
+
+def settled_write_anyway(settled: recorder.Settled) -> None:
+    """A settled answer's writes, for a submit that stopped before its prompt's read: best
+    effort, since the recorder stores and releases the answer itself when they fail."""
+    try:
+        settled.write()
+    except RedisError as exc:
+        log.warning("request %s: settling writes left to the recorder: %s", settled.answer.id,
+                    exc)  # fmt: skip
 
 
 def last_question(*, conversation: Conversation) -> str:

@@ -181,3 +181,74 @@ def test_an_answer_still_generating_keeps_the_conversation_busy(user):
     with pytest.raises(submission.ConversationBusy):
         submission.ensure_conversation_free(conversation=conversation, expected="r6")
     assert not Message.objects.filter(request_id="r6").exists()
+
+
+@pytest.fixture
+def redis_round_trips(monkeypatch):
+    """The web's round trips to Redis: the first command of each packet sent (a command alone,
+    or a pipeline)."""
+    import redis.connection
+
+    sent: list[bytes] = []
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counting(self, command, check_health=True):
+        packet = command if isinstance(command, bytes) else b"".join(command)
+        sent.append(packet.split(b"\r\n")[2])
+        return send(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+    return sent
+
+
+def test_the_next_question_carries_the_settled_answers_writes_in_its_prompts_read(
+    user, redis_round_trips
+):
+    """The settled answer's skip mark, hot-tier turn and release ride with the prompt's read:
+    one round trip fewer, and the prompt still holds the answer before the question."""
+    from apps.chat import hot
+    from apps.rag.selectors import searchable_corpora_for_user
+
+    conversation = conversation_create(owner=user)
+    answer = ended_request(conversation, "r7")
+    recorder.ensure_group()
+    get_redis().xadd(keys().done, answer.to_fields())
+    hot.prompt_sources(conversation=conversation, limit=10)  # warm, as a busy chat is
+    searchable_corpora_for_user(user=user)
+
+    redis_round_trips.clear()
+    submitted = submission.request_submit(user=user, conversation=conversation,
+                                          text="And at night?", expected="r7")  # fmt: skip
+    # Settle read, corpora, prompt read (with the settled writes), publish.
+    assert len(redis_round_trips) == 4, redis_round_trips
+    sent = get_redis().hgetall(keys().request(submitted.request_id))
+    assert sent["conversation_id"] == str(conversation.id)
+    prompt = hot.prompt_sources(conversation=conversation, limit=10)
+    assert [t.text for t in prompt.history][:2] == ["And at night?", "Blue."]
+    assert get_redis().hget(keys().request("r7"), "stored") == "1"
+    with CaptureQueriesContext(connection) as queries:
+        assert recorder.record_pending(consumer="c1", block_ms=10) == 1
+    assert not [q for q in queries.captured_queries if "INSERT" in q["sql"]]
+
+
+def test_a_question_refused_after_settling_still_writes_the_settled_answer(
+    user, settings, monkeypatch
+):
+    """A submit that stops between settling the previous answer and its prompt's read (here:
+    no worker serves the conversation's model) still writes what the settling owes Redis."""
+    from apps.chat import hot
+
+    conversation = conversation_create(owner=user)
+    answer = ended_request(conversation, "r8")
+    recorder.ensure_group()
+    get_redis().xadd(keys().done, answer.to_fields())
+    hot.prompt_sources(conversation=conversation, limit=10)
+    conversation.model = "no-such-model"
+    with pytest.raises(submission.ModelUnavailable):
+        submission.request_submit(user=user, conversation=conversation, text="Hello?",
+                                  expected="r8")  # fmt: skip
+    assert submission.active_request_id(conversation=conversation) is None
+    assert get_redis().hget(keys().request("r8"), "stored") == "1"
+    history = hot.prompt_sources(conversation=conversation, limit=10).history
+    assert [t.text for t in history] == ["Blue."]
+    assert not Message.objects.filter(text="Hello?").exists()
