@@ -14,8 +14,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
+from typing import TypeVar
 
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
@@ -27,6 +29,8 @@ from redis.exceptions import RedisError
 from chatsite.redis_client import get_redis, keys
 
 log = logging.getLogger("sluice.accounts.sessions")
+
+T = TypeVar("T")
 
 # Events kept: a web process follows the stream from the moment it starts, so only the last few
 # thousand matter.
@@ -119,6 +123,21 @@ class SessionCheck:
         matches = _hash_matches(self._auth_hash, password)
         self._password = password if matches else None
         return matches
+
+    def guarded(self, write: Callable[[SqlCondition | None], T]) -> T:
+        """`write(condition)`, for a write that checks the session in its own statement (see
+        `condition`; None: it was checked in full just before). When the write fails, the
+        session is checked in full before the error goes on, so that a caller whose session
+        ended hears only that (SessionEnded)."""
+        condition = self.condition()
+        if condition is None:
+            self.require()
+        try:
+            return write(condition)
+        except Exception:
+            if condition is not None:
+                self.require()
+            raise
 
     def condition(self) -> SqlCondition | None:
         """This check as an SQL condition, for a write that must happen only while the session

@@ -364,23 +364,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     @db_call
     def _submit(self, text: str, request_id: str, previous: str | None) -> submission.Submitted:
-        """Sends the question and tells the user's other tabs, in one trip through the pool.
-        `previous`: the answer this socket followed last, which the submit settles first if
-        it has ended. The session is checked by the question's own insert (one statement for
-        both, the busiest frame's saving); a check of its own runs only when the submit fails
-        (the question refused, or not stored), so that an ended session hears only that."""
-        condition = self.session.condition()
-        if condition is None:
-            self._require_session()
-        try:
-            return submission.request_submit(user=self.user, conversation=self.conversation,
-                                             text=text, request_id=request_id,
-                                             expected=previous, announce=True,
-                                             only_if=condition)  # fmt: skip
-        except Exception:
-            if condition is not None:
-                self._require_session()
-            raise
+        """Sends the question and tells the user's other tabs, in one trip through the pool,
+        the session checked by the question's own insert. `previous`: the answer this socket
+        followed last, which the submit settles first if it has ended."""
+        return self.session.guarded(lambda condition: submission.request_submit(
+            user=self.user, conversation=self.conversation, text=text, request_id=request_id,
+            expected=previous, announce=True, only_if=condition))  # fmt: skip
 
     @db_call
     def _stop(self, requested) -> bool:
