@@ -130,15 +130,33 @@ def settle_read(pipe, request_id: str) -> None:
 class Settled:
     """An ended request the web settled (request_ended), and what that still has
     to tell Redis: the recorder's skip mark, the answer's turn for the hot tier, and the
-    conversation's release. Queued on a caller's pipeline (`queue`), or written at once."""
+    conversation's release. Queued on a caller's pipeline (`queue`), or written at once.
+    `unstored`: the answer, when the caller stores it with its own insert (`stored_as`)."""
 
     answer: Answer
     stored: bool
     turns: dict[int, list[hot.Turn]]
     queued: bool = False
+    unstored: services.NewMessage | None = None
+
+    def stored_as(self, message: Message | None) -> None:
+        """The caller stored `unstored` (message None: it was stored before)."""
+        self.unstored, self.stored = None, True
+        turn = hot.turn_of(message) if message is not None and hot.pushes_now() else None
+        if turn is not None:
+            self.turns[message.conversation_id] = [turn]
+
+    def store_alone(self) -> None:
+        """Stores `unstored` on its own, as `request_ended` would have."""
+        if self.unstored is not None:
+            self.stored = _stored_here(self.answer.id, self.unstored, self.turns)
+            self.unstored = None
 
     def queue(self, pipe) -> None:
-        """Queues the writes on `pipe`; if it fails, the caller calls `unwritten`."""
+        """Queues the writes on `pipe`; if it fails, the caller calls `unwritten`. An answer
+        still unstored is stored first: one the recorder stored after the conversation's
+        release would sort after the conversation's next question."""
+        self.store_alone()
         if self.stored:
             transitions.answer_stored(pipe, keys(), self.answer.id)
         hot.turns_push(pipe, self.turns)
@@ -158,11 +176,14 @@ class Settled:
             raise
 
 
-def request_ended(*, request_id: str, conversation: Conversation, read=None) -> Settled | None:
+def request_ended(
+    *, request_id: str, conversation: Conversation, read=None, store: bool = True
+) -> Settled | None:
     """For a request that has ended, its answer stored here (once), with what that still has
     to write to Redis (Settled: the caller queues or writes it); None while the request is
     still queued or generating. `read`: the replies to `settle_read` when the caller sent it
-    already."""
+    already. `store` False: the answer is left in Settled.unstored, for the caller to store
+    with its own insert."""
     if read is None:
         pipe = get_redis().pipeline(transaction=False)
         settle_read(pipe, request_id)
@@ -180,22 +201,25 @@ def request_ended(*, request_id: str, conversation: Conversation, read=None) -> 
             request_id, entries[0][1], user_id=answer.user_id,
             conversation_id=answer.conversation_id,
         )  # fmt: skip
-        settled.stored = _stored_here(settled.answer, _citations(cited), settled.turns)
+        new = answer_message(settled.answer, _citations(cited))
+        if new is None:
+            settled.stored = True  # nothing to keep, as the recorder will find too
+        elif store:
+            settled.stored = _stored_here(request_id, new, settled.turns)
+        else:
+            settled.unstored = new
     return settled
 
 
-def _stored_here(answer: Answer, citations: list, pushed: dict[int, list]) -> bool:
+def _stored_here(request_id: str, new: services.NewMessage, pushed: dict[int, list]) -> bool:
     """Stores the settled answer, adding its turn to `pushed` for the caller to push when it
     was committed at once; False when it cannot be stored (the recorder then finds the same
     and dead-letters its record, with the reason)."""
-    new = answer_message(answer, citations)
-    if new is None:
-        return True  # nothing to keep, as the recorder will find too
     push_later = hot.pushes_now()
     try:
         message = _store_one(new, hot_push=not push_later)
     except UNSTORABLE as exc:
-        log.error("answer %s cannot be stored: %s", answer.id, exc)
+        log.error("answer %s cannot be stored: %s", request_id, exc)
         return False
     turn = hot.turn_of(message) if push_later and message is not None else None
     if turn is not None:

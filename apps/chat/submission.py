@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import Http404
 from redis.exceptions import RedisError
 
@@ -81,7 +82,8 @@ def ensure_conversation_free(
     followed in this conversation (a websocket's previous question), whose end is then read
     in the same round trip as the conversation's active request. `defer`: what settling that
     answer still writes to Redis is returned (recorder.Settled) for the caller to queue on its
-    own next round trip, rather than written here."""
+    own next round trip, rather than written here, and the answer itself is left for the
+    caller to store with its own insert (Settled.unstored)."""
     try:
         pipe = get_redis().pipeline(transaction=False)
         pipe.get(keys().conversation_active(conversation.id))
@@ -92,7 +94,7 @@ def ensure_conversation_free(
             return None
         read = read if active == expected else None
         settled = recorder.request_ended(request_id=active, conversation=conversation,
-                                         read=read)  # fmt: skip
+                                         read=read, store=not defer)  # fmt: skip
         if settled is None:
             raise ConversationBusy("Wait for the current answer to finish, or stop it.")
         if not defer:
@@ -201,14 +203,14 @@ def _question_and_prompt(*, user, conversation, text, model, instruction, only_i
     # rides with the prompt's read, one round trip for both.
     push_with_read = hot.pushes_now()
     if text is not None:
-        user_message = services.message_create(conversation=conversation,
-                                                role=Message.Role.USER, text=text,
-                                                hot_push=not push_with_read,
-                                                only_if=only_if)  # fmt: skip
+        user_message = _question_store(conversation=conversation, text=text, only_if=only_if,
+                                       settled=settled, hot_push=not push_with_read)  # fmt: skip
         if user_message is None:
             raise QuestionNotStored
         if push_with_read:
             pushed = hot.turn_of(user_message)
+    elif settled is not None:
+        settled.store_alone()  # before the history is read
     # Outside a transaction: plain reads need no BEGIN and COMMIT round trips, and the
     # question is committed already (it is taken back below if the request cannot be sent).
     try:
@@ -226,12 +228,33 @@ def _question_and_prompt(*, user, conversation, text, model, instruction, only_i
     return prompt, passages, question, user_message
 
 
+def _question_store(*, conversation, text, only_if, settled, hot_push) -> Message | None:
+    """The question, with the answer it follows when that is still unstored (one statement:
+    a question sent as its previous answer ends waits on one commit, not two)."""
+    answer = settled.unstored if settled is not None else None
+    if answer is None:
+        return services.message_create(conversation=conversation, role=Message.Role.USER,
+                                       text=text, hot_push=hot_push, only_if=only_if)  # fmt: skip
+    question = services.NewMessage(conversation=conversation, role=Message.Role.USER,
+                                   text=services.clean_message_text(text))  # fmt: skip
+    try:
+        stored, stored_answer = services.question_store_after(
+            question, answer, hot_push=hot_push, only_if=only_if)  # fmt: skip
+    except recorder.UNSTORABLE:  # the answer's fault or the question's: each alone tells
+        settled.store_alone()
+        return services.message_create(conversation=conversation, role=Message.Role.USER,
+                                       text=text, hot_push=hot_push, only_if=only_if)  # fmt: skip
+    settled.stored_as(stored_answer)
+    return stored
+
+
 def settled_write_anyway(settled: recorder.Settled) -> None:
-    """A settled answer's writes, for a submit that stopped before its prompt's read: best
-    effort, since the recorder stores and releases the answer itself when they fail."""
+    """A settled answer's writes (its store too, when the question's insert was to carry it),
+    for a submit that stopped before its prompt's read: best effort, since the recorder stores
+    and releases the answer itself when they fail."""
     try:
         settled.write()
-    except RedisError as exc:
+    except (RedisError, DatabaseError) as exc:
         log.warning("request %s: settling writes left to the recorder: %s", settled.answer.id,
                     exc)  # fmt: skip
 

@@ -14,7 +14,15 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from apps.admission.buckets import NEVER, TAKEN, WAIT, Bucket, BucketStore, plan_buckets
+from apps.admission.buckets import (
+    BACKGROUND_FROM,
+    NEVER,
+    TAKEN,
+    WAIT,
+    Bucket,
+    BucketStore,
+    plan_buckets,
+)
 from chatsite.redis_client import get_redis
 from tests.admission.bucket_model import BucketModel
 from tests.conftest import BASE_DIR, process_env
@@ -197,6 +205,19 @@ def test_codes_and_batches(redis_prefix):
     assert store.take([(key, [Bucket("req", 2, 60, 60_000, 3)])], now_ms=1_000_000)[0].code == NEVER
     # After a second one request has refilled.
     assert store.take([(key, two)], now_ms=1_001_000)[0].code == TAKEN
+
+
+@pytest.mark.parametrize("size", [1, BACKGROUND_FROM - 1, BACKGROUND_FROM, 3 * BACKGROUND_FROM])
+def test_a_batch_decided_inline_or_on_the_helper_thread_gets_the_same_decisions(redis_prefix, size):
+    store = BucketStore(get_redis())
+    keys = Keys(prefix=redis_prefix)
+    ten = [Bucket("req", 10, 60, 60_000, 1)]
+    batch = [(keys.bucket(f"u{n % 3}"), ten) for n in range(size)]
+    got = store.take_in_background(batch, now_ms=1_000_000).result()
+    assert [d.code for d in got] == [TAKEN if n < 30 else WAIT for n in range(size)]
+    # The same batch decided by the plain call, on fresh keys, from the same state.
+    again = [(keys.bucket(f"v{n % 3}"), ten) for n in range(size)]
+    assert store.take(again, now_ms=1_000_000) == got
 
 
 @pytest.mark.slow

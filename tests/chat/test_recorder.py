@@ -131,13 +131,13 @@ def test_a_malformed_record_is_dead_lettered_and_the_rest_stored(user):
     assert recorder.record_pending(consumer="c1", block_ms=10) == 0
 
 
-def ended_request(conversation, request_id: str) -> Answer:
+def ended_request(conversation, request_id: str, text: str = "Blue.") -> Answer:
     """A question's request, submitted and ended (as the dispatcher ends one), whose answer
     record the recorder has not read yet."""
     item = WorkItem(id=request_id, user_id=str(conversation.owner_id),
                     conversation_id=str(conversation.id),
                     messages=[{"role": "user", "content": "What colour is the sky?"}])  # fmt: skip
-    answer = answer_for(conversation, request_id=request_id)
+    answer = answer_for(conversation, request_id=request_id, text=text)
     pipe = get_redis().pipeline(transaction=False)
     transitions.submitted(pipe, keys(), item, citations=[], stream=keys().admit,
                           submit_by_ms=protocol.now_ms() + 5000)  # fmt: skip
@@ -249,6 +249,63 @@ def test_a_question_refused_after_settling_still_writes_the_settled_answer(
                                   expected="r8")  # fmt: skip
     assert submission.active_request_id(conversation=conversation) is None
     assert get_redis().hget(keys().request("r8"), "stored") == "1"
+    assert Message.objects.filter(request_id="r8").exists()
     history = hot.prompt_sources(conversation=conversation, limit=10).history
     assert [t.text for t in history] == ["Blue."]
     assert not Message.objects.filter(text="Hello?").exists()
+
+
+def inserts(queries) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries if "INSERT" in q["sql"]]
+
+
+def test_a_question_sent_as_its_answer_ends_stores_both_in_one_statement(user):
+    """The answer the recorder has not stored yet goes into PostgreSQL with the question that
+    follows it: one statement, the answer first in the conversation, and stored once."""
+    conversation = conversation_create(owner=user)
+    answer = ended_request(conversation, "r9")
+    recorder.ensure_group()
+    get_redis().xadd(keys().done, answer.to_fields())
+
+    with CaptureQueriesContext(connection) as queries:
+        submission.request_submit(user=user, conversation=conversation, text="And at night?",
+                                  expected="r9")  # fmt: skip
+    assert len(inserts(queries)) == 1
+    stored = list(conversation.messages.order_by("created", "id"))
+    assert [(m.role, m.text) for m in stored] == [("assistant", "Blue."), ("user", "And at night?")]
+    assert stored[0].created < stored[1].created
+    assert get_redis().hget(keys().request("r9"), "stored") == "1"
+    with CaptureQueriesContext(connection) as queries:
+        assert recorder.record_pending(consumer="c1", block_ms=10) == 1
+    assert not inserts(queries)
+
+
+def test_a_question_whose_session_ended_still_stores_the_answer_it_follows(user):
+    """The question's condition (its sender's session) fails: the answer in the same statement
+    is stored all the same, and the conversation released."""
+    from apps.accounts.sessions import SqlCondition
+
+    conversation = conversation_create(owner=user)
+    answer = ended_request(conversation, "r10")
+    recorder.ensure_group()
+    get_redis().xadd(keys().done, answer.to_fields())
+    with pytest.raises(submission.QuestionNotStored):
+        submission.request_submit(user=user, conversation=conversation, text="Still there?",
+                                  expected="r10", only_if=SqlCondition("1 = 0", {}))  # fmt: skip
+    assert [m.role for m in conversation.messages.all()] == ["assistant"]
+    assert get_redis().hget(keys().request("r10"), "stored") == "1"
+    assert submission.active_request_id(conversation=conversation) is None
+
+
+def test_an_answer_that_cannot_be_stored_does_not_keep_its_next_question_out(user, caplog):
+    """The answer fails its insert (text PostgreSQL refuses): the question is stored on its
+    own and sent; the answer is left to the recorder, which dead-letters it with the reason."""
+    conversation = conversation_create(owner=user)
+    ended_request(conversation, "r11", text="Blue\x00.")
+
+    submitted = submission.request_submit(user=user, conversation=conversation,
+                                          text="And at night?", expected="r11")  # fmt: skip
+    assert [m.text for m in conversation.messages.all()] == ["And at night?"]
+    assert get_redis().hget(keys().request("r11"), "stored") is None
+    assert submission.active_request_id(conversation=conversation) == submitted.request_id
+    assert "answer r11 cannot be stored" in caplog.text
