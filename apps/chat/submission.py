@@ -22,6 +22,7 @@ from apps.accounts.models import User
 from apps.accounts.sessions import SqlCondition
 from apps.admission.kinds import web_kind
 from apps.admission.selectors import model_fleet
+from apps.rag import corpora_cache
 from apps.rag.prompting import citations_from, passages_block
 from apps.rag.services import retrieve_for_prompt
 from chatsite.redis_client import get_redis, keys
@@ -73,7 +74,11 @@ def active_request_id(*, conversation: Conversation) -> str | None:
 
 
 def ensure_conversation_free(
-    *, conversation: Conversation, expected: str | None = None, defer: bool = False
+    *,
+    conversation: Conversation,
+    expected: str | None = None,
+    defer: bool = False,
+    corpora_read: corpora_cache.Read | None = None,
 ) -> recorder.Settled | None:
     """Raises ConversationBusy while an answer is generating, QueueUnavailable when Redis
     cannot say. An answer that has ended but that the recorder has not stored yet is stored
@@ -83,13 +88,23 @@ def ensure_conversation_free(
     in the same round trip as the conversation's active request. `defer`: what settling that
     answer still writes to Redis is returned (recorder.Settled) for the caller to queue on its
     own next round trip, rather than written here, and the answer itself is left for the
-    caller to store with its own insert (Settled.unstored)."""
+    caller to store with its own insert (Settled.unstored). `corpora_read`: the user's
+    corpora read in the same round trip, for the retrieval that follows."""
     try:
         pipe = get_redis().pipeline(transaction=False)
         pipe.get(keys().conversation_active(conversation.id))
         if expected:
             recorder.settle_read(pipe, expected)
-        active, *read = pipe.execute()
+        own = len(pipe)
+        if corpora_read is not None:
+            corpora_read.queue(pipe)
+        replies = pipe.execute(raise_on_error=False)
+        if corpora_read is not None:
+            corpora_read.received(replies[own:])
+        for reply in replies[:own]:
+            if isinstance(reply, Exception):
+                raise reply
+        active, *read = replies[:own]
         if not active:
             return None
         read = read if active == expected else None
@@ -152,11 +167,14 @@ def request_submit(
         raise ValueError("only_if guards a new question's insert, with the conversation's model")
     # The previous answer's writes to Redis (when this question settles it) ride with the
     # prompt's read; they are written on their own if the submit stops before that.
-    settled = ensure_conversation_free(conversation=conversation, expected=expected, defer=True)
+    corpora_read = corpora_cache.Read(user.pk)  # for the retrieval, in the same round trip
+    settled = ensure_conversation_free(conversation=conversation, expected=expected, defer=True,
+                                       corpora_read=corpora_read)  # fmt: skip
     try:
         prompt, passages, question, user_message = _question_and_prompt(
             user=user, conversation=conversation, text=text, model=model,
             instruction=instruction, only_if=only_if, settled=settled,
+            corpora_read=corpora_read,
         )  # fmt: skip
     except Exception:
         if settled is not None and not settled.queued:
@@ -192,7 +210,9 @@ def request_submit(
     return Submitted(request_id, conversation.id, user_message)
 
 
-def _question_and_prompt(*, user, conversation, text, model, instruction, only_if, settled):
+def _question_and_prompt(
+    *, user, conversation, text, model, instruction, only_if, settled, corpora_read
+):
     """request_submit's middle part: the model, the question stored, the passages, the prompt
     (whose read carries `settled`'s writes)."""
     if model is not None and model != conversation.model:
@@ -215,7 +235,7 @@ def _question_and_prompt(*, user, conversation, text, model, instruction, only_i
     # question is committed already (it is taken back below if the request cannot be sent).
     try:
         question = text if text is not None else last_question(conversation=conversation)
-        passages = passages_for(user=user, question=question)
+        passages = passages_for(user=user, question=question, corpora_read=corpora_read)
         prompt = prompt_build(conversation=conversation, extra_system=passages_block(passages),
                               pushed=pushed,
                               also=settled.queue if settled is not None else None)  # fmt: skip
@@ -264,11 +284,13 @@ def last_question(*, conversation: Conversation) -> str:
     return last.text if last else ""
 
 
-def passages_for(*, user: User, question: str) -> list:
+def passages_for(
+    *, user: User, question: str, corpora_read: corpora_cache.Read | None = None
+) -> list:
     """Retrieved passages for the question; none (and the answer goes on without them) when
     retrieval fails, since a chat without sources beats no chat."""
     try:
-        return retrieve_for_prompt(user=user, query=question)
+        return retrieve_for_prompt(user=user, query=question, corpora_read=corpora_read)
     except Exception:
         log.exception("retrieval failed; answering without passages")
         return []

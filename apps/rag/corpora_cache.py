@@ -28,6 +28,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import date, datetime
 from functools import cache
 
@@ -82,23 +83,27 @@ def _ttl() -> int:
 # -- reading ---------------------------------------------------------------------------------
 
 
-def searchable(*, user_id: int, load: Callable[[], list[Corpus]]) -> list[Corpus]:
+def searchable(
+    *, user_id: int, load: Callable[[], list[Corpus]], read: Read | None = None
+) -> list[Corpus]:
     """The user's searchable corpora from Redis when the entry is good; else `load()`
-    (PostgreSQL), kept for next time."""
+    (PostgreSQL), kept for next time. `read`: the entry as read already on a caller's
+    round trip."""
     if not settings.HOT_TIER or _changed_in_this_transaction():
         # A transaction that changed access reads its own view, and keeps it out of the
         # cache: it may yet be rolled back.
         return load()
     key = user_key(user_id)
-    try:
-        pipe = get_redis().pipeline(transaction=False)  # two slots: no MULTI, no Lua
-        pipe.get(shared_key())
-        pipe.hmget(key, "gen", "shared", "rows")
-        pipe.expire(key, _ttl())
-        token, (gen, filled_under, rows), _ = pipe.execute()
-    except RedisError as exc:
-        log.warning("corpora cache unreadable (%s): reading PostgreSQL", exc)
-        return load()
+    if read is None or read.replies is None or read.user_id != user_id:
+        try:
+            pipe = get_redis().pipeline(transaction=False)
+            read = Read(user_id)
+            read.queue(pipe)
+            read.received(pipe.execute())
+        except RedisError as exc:
+            log.warning("corpora cache unreadable (%s): reading PostgreSQL", exc)
+            return load()
+    token, (gen, filled_under, rows), _ = read.replies
     if rows is not None and token is not None and filled_under == token:
         return _decode(rows)
     try:
@@ -115,6 +120,33 @@ def searchable(*, user_id: int, load: Callable[[], list[Corpus]]) -> list[Corpus
     except RedisError as exc:
         log.warning("corpora cache not filled: %s", exc)
     return corpora
+
+
+@dataclass
+class Read:
+    """`searchable`'s read of one user's entry, for a caller to queue on a pipeline of its own
+    (a submit reads Redis first anyway: one round trip fewer), then hand to `searchable`."""
+
+    user_id: int
+    replies: list | None = None
+    queued: bool = False
+    COMMANDS = 3  # two slots: no MULTI, no Lua
+
+    def queue(self, pipe) -> None:
+        if not settings.HOT_TIER:
+            return  # nothing cached to read
+        key = user_key(self.user_id)
+        pipe.get(shared_key())
+        pipe.hmget(key, "gen", "shared", "rows")
+        pipe.expire(key, _ttl())
+        self.queued = True
+
+    def received(self, replies: list) -> None:
+        """The replies from `queue`'s commands on, in order; an error among them leaves the
+        read undone (`searchable` then reads again)."""
+        own = replies[: self.COMMANDS] if self.queued else []
+        failed = len(own) < self.COMMANDS or any(isinstance(r, Exception) for r in own)
+        self.replies = None if failed else own
 
 
 def _encode(corpora: list[Corpus]) -> str:

@@ -59,14 +59,15 @@ def _searchable_sql() -> str:
     """
 
 
-def searchable_corpora_for_user(*, user) -> list[Corpus]:
+def searchable_corpora_for_user(*, user, read: corpora_cache.Read | None = None) -> list[Corpus]:
     """The corpora with passages that `user` may search: `corpora_for_user` narrowed to those
     with chunks. Every message sent asks this: from the Redis cache (corpora_cache.py) when it
-    holds the user's answer, else `searchable_corpora_from_postgres`."""
+    holds the user's answer, else `searchable_corpora_from_postgres`. `read`: the cache entry
+    as the caller read it already (corpora_cache.Read)."""
     if user is None or not user.is_authenticated or not user.is_active:
         return []
     return corpora_cache.searchable(
-        user_id=user.pk, load=lambda: searchable_corpora_from_postgres(user=user)
+        user_id=user.pk, load=lambda: searchable_corpora_from_postgres(user=user), read=read
     )
 
 

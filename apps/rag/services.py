@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from . import caches, retrieval
+from . import caches, corpora_cache, retrieval
 from .ingestion import Ingestor, IngestReport, corpus_refresh_counts, extracted_from
 from .models import Corpus, Document
 from .prompting import passages_within
@@ -43,23 +43,28 @@ def retrieve_for_prompt(
     metadata_filter: dict | None = None,
     boost: dict | None = None,
     budget_tokens: int | None = None,
+    corpora_read: corpora_cache.Read | None = None,
 ) -> list[Passage]:
     """The best `k` (default settings.RAG_TOP_K) passages for `query` from the corpora `user`
     may use (optionally narrowed to `corpora`: ids, names or Corpus objects), cut to
     `budget_tokens` (default settings.RAG_PROMPT_TOKENS). Empty when nothing passes the
-    corpora's relevance gates."""
+    corpora's relevance gates. `corpora_read`: the user's corpora as the caller read them
+    from the cache already (see searchable_corpora_for_user)."""
     passages = _retrieve(user=user, query=query, k=k, corpora=corpora,
-                         metadata_filter=metadata_filter, boost=boost)  # fmt: skip
+                         metadata_filter=metadata_filter, boost=boost,
+                         corpora_read=corpora_read)  # fmt: skip
     budget = settings.RAG_PROMPT_TOKENS if budget_tokens is None else budget_tokens
     return passages_within(passages, budget_tokens=budget)
 
 
-def _retrieve(*, user, query, k, corpora, metadata_filter, boost) -> list[Passage]:
+def _retrieve(
+    *, user, query, k, corpora, metadata_filter, boost, corpora_read=None
+) -> list[Passage]:
     k = settings.RAG_TOP_K if k is None else k
     query = (query or "").strip()
     if not query or k < 1:
         return []
-    searchable = searchable_corpora_for_user(user=user)
+    searchable = searchable_corpora_for_user(user=user, read=corpora_read)
     if corpora is not None:
         corpora = list(corpora)
         ids = {c.pk if isinstance(c, Corpus) else c for c in corpora if not isinstance(c, str)}

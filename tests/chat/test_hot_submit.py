@@ -51,8 +51,8 @@ def searched(monkeypatch) -> list[set[str]]:
     seen: list[set[str]] = []
     real = services.searchable_corpora_for_user
 
-    def recorded(*, user):
-        corpora = real(user=user)
+    def recorded(*, user, read=None):
+        corpora = real(user=user, read=read)
         seen.append({c.name for c in corpora})
         return corpora
 
@@ -227,3 +227,24 @@ def test_without_redis_the_submit_reads_postgresql(world, user, searched, monkey
     plan_assign(user=user, plan=world["pro"])  # its invalidation is lost too
     got = {c.name for c in services.searchable_corpora_for_user(user=user)}
     assert got == {"open", "by-pro"}
+
+
+def test_a_corpora_read_is_used_only_when_it_ran_and_is_the_users(world, user, other_user,
+                                                                   searched):  # fmt: skip
+    """A read that failed on the caller's round trip, or that another user's submit made, is
+    made again."""
+    plan_assign(user=other_user, plan=world["pro"])
+    submit(world, user, searched)  # warm
+    assert submit(world, other_user, searched) == {"open", "by-pro"}
+    someone_else = corpora_cache.Read(other_user.pk)
+    pipe = get_redis().pipeline(transaction=False)
+    someone_else.queue(pipe)
+    someone_else.received(pipe.execute())
+    mine = services.searchable_corpora_for_user(user=user, read=someone_else)
+    assert {c.name for c in mine} == {"open", "by-basic"}
+    failed = corpora_cache.Read(user.pk)
+    failed.queue(get_redis().pipeline(transaction=False))
+    failed.received([redis.RedisError("lost"), None, None])
+    assert failed.replies is None
+    mine = services.searchable_corpora_for_user(user=user, read=failed)
+    assert {c.name for c in mine} == {"open", "by-basic"}
