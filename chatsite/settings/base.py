@@ -108,7 +108,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # Synchronous Redis connections per process (a blocking pool: callers wait, never grow it).
-REDIS_POOL_SIZE = env.int("REDIS_POOL_SIZE", default=4)
+# Unset, a web process takes one per websocket database thread plus 4 (see WEB_DB_THREADS:
+# each submit makes three round trips, and threads waiting on each other for a connection
+# cost CPU); other processes 4.
+REDIS_POOL_SIZE = env.int("REDIS_POOL_SIZE", default=0)
 # Seconds a Redis command (or waiting for a pooled connection) may take before it fails, and
 # seconds to connect: a frozen Redis costs a request this long, never forever.
 REDIS_SOCKET_TIMEOUT = env.float("REDIS_SOCKET_TIMEOUT", default=5.0)
@@ -169,6 +172,8 @@ WEB_DB_THREADS = env.int("WEB_DB_THREADS", default=8)
 if process.is_web and DATABASE_POOL_MAX_SIZE > 0:
     # They keep their connections: at least half the pool stays for HTTP requests.
     WEB_DB_THREADS = max(1, min(WEB_DB_THREADS, DATABASE_POOL_MAX_SIZE // 2))
+if REDIS_POOL_SIZE < 1:
+    REDIS_POOL_SIZE = WEB_DB_THREADS + 4 if process.is_web else 4
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env.str("TIME_ZONE", default="UTC")
