@@ -7,6 +7,7 @@ keyed by the request id.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, connection, transaction
 from django.http import Http404
 from redis.exceptions import RedisError
 
@@ -257,9 +258,12 @@ def _question_store(*, conversation, text, only_if, settled, hot_push) -> Messag
                                        text=text, hot_push=hot_push, only_if=only_if)  # fmt: skip
     question = services.NewMessage(conversation=conversation, role=Message.Role.USER,
                                    text=services.clean_message_text(text))  # fmt: skip
+    # In a caller's transaction, a savepoint: a failed statement leaves that transaction usable.
+    savepoint = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
     try:
-        stored, stored_answer = services.question_store_after(
-            question, answer, hot_push=hot_push, only_if=only_if)  # fmt: skip
+        with savepoint:
+            stored, stored_answer = services.question_store_after(
+                question, answer, hot_push=hot_push, only_if=only_if)  # fmt: skip
     except recorder.UNSTORABLE:  # the answer's fault or the question's: each alone tells
         settled.store_alone()
         return services.message_create(conversation=conversation, role=Message.Role.USER,

@@ -309,3 +309,19 @@ def test_an_answer_that_cannot_be_stored_does_not_keep_its_next_question_out(use
     assert get_redis().hget(keys().request("r11"), "stored") is None
     assert submission.active_request_id(conversation=conversation) == submitted.request_id
     assert "answer r11 cannot be stored" in caplog.text
+
+
+def test_a_failed_combined_insert_in_a_callers_transaction_leaves_it_usable(user, monkeypatch):
+    """The statement fails in PostgreSQL (here: a division by zero stands in for it): inside
+    the caller's transaction it ran under a savepoint, so the answer and the question are
+    still stored one by one, the answer first."""
+    from apps.chat import services
+
+    conversation = conversation_create(owner=user)
+    ended_request(conversation, "r12")
+    monkeypatch.setattr(services, "_question_after_answer_sql", lambda only_if="": "SELECT 1/0")
+    assert connection.in_atomic_block
+    submission.request_submit(user=user, conversation=conversation, text="And at night?",
+                              expected="r12")  # fmt: skip
+    stored = [(m.role, m.text) for m in conversation.messages.order_by("created", "id")]
+    assert stored == [("assistant", "Blue."), ("user", "And at night?")]
