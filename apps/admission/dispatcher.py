@@ -134,12 +134,21 @@ class Dispatcher:
             self.plans.refresh()
             # With requests waiting, wake often to notice freed slots; idle, wait for arrivals.
             block_ms = min(20, o.block_ms) if len(self.line) else o.block_ms
-            decided = self.intake.decide(self.intake.read(block_ms=block_ms),
-                                         level=self.degradation)  # fmt: skip
+            entries = self.intake.read(block_ms=block_ms)
+            # The new requests' MULTI is the release's too: a request that arrives to a free
+            # slot leaves for a worker one round trip sooner. Written first, on its own, when
+            # the held requests' retry or the sweep (which write the line too) comes between.
+            pipe = self.client.pipeline(transaction=True)
+            decided = self.intake.decide(entries, level=self.degradation, pipe=pipe)
+            sweep = self._every("sweep", o.sweep_interval)
+            if decided and (sweep or self.intake.held_due()):
+                self.intake.written(pipe.execute())
             self.intake.retry_held()
-            if self._every("sweep", o.sweep_interval):
+            if sweep:
                 self.sweep.run(level=self.degradation)
-            self.release.run()
+            self.release.run(pipe)
+            if len(pipe):
+                self.intake.written(pipe.execute())
             # After the release: a request just admitted goes out before this pass stores the
             # answers that finished meanwhile (the next pass sees the slots they freed). While
             # requests keep arriving, answers are stored in fewer, larger batches, so arrivals

@@ -9,9 +9,10 @@ the web had given up on it (the web answered 503 and took the question back: Red
 is withdrawn, uncharged.
 
 This is the hot path. A batch costs three round trips whatever its size: the read, one call of
-the bucket script (on a helper thread while this one encodes the queue records) and one MULTI
-that writes the line, ends what ends and acknowledges the entries (then one more for the answer
-records, when some request ended).
+the bucket script (on a helper thread while this one encodes the queue records, for a large
+batch) and one MULTI that writes the line, ends what ends and acknowledges the entries (then one
+more for the answer records, when some request ended). That MULTI may be the caller's, shared
+with the release that follows (see `decide`).
 """
 
 from __future__ import annotations
@@ -58,10 +59,12 @@ class Intake:
         self.batch = batch
         self.backlog_first = True
         self._last_ns = 0
+        self._unwritten: tuple[Endings, list[str]] | None = None  # see `written`
 
     def reset(self) -> None:
         """After a load: what the previous lease holder had read but not decided comes first."""
         self.backlog_first = True
+        self._unwritten = None  # its MULTI failed: the entries are read again
 
     def read(self, *, block_ms: int) -> Entries:
         if self.backlog_first:
@@ -81,8 +84,11 @@ class Intake:
 
     # -- new requests ----------------------------------------------------------------------------
 
-    def decide(self, entries: Entries, *, level: Degradation) -> int:
-        """Decides `entries` (as `read` returns them); returns how many."""
+    def decide(self, entries: Entries, *, level: Degradation, pipe=None) -> int:
+        """Decides `entries` (as `read` returns them); returns how many. `pipe`: a MULTI
+        pipeline of the caller's, which then executes it and hands its replies to `written`;
+        the requests are in the line's mirror at once (a failed MULTI has the caller rebuild
+        the mirrors from Redis, as every Redis error does)."""
         if not entries:
             return 0
         now = self.now_ms()
@@ -166,7 +172,9 @@ class Intake:
                 error = outcomes.rate_limited(bucket=decision.bucket, wait_s=wait_s)
                 rejected.append((request, error, int(wait_s) + 1, "rate"))
         metrics.count("admitted", admitted)
-        pipe = self.client.pipeline(transaction=True)
+        own = pipe is None
+        if own:
+            pipe = self.client.pipeline(transaction=True)
         # A charged request's charge lives in its queue record until it leaves the line.
         self.line.store(pipe, queued, encoded)
         endings = Endings(self.keys)
@@ -187,15 +195,22 @@ class Intake:
         pipe.xack(self.keys.admit, DISPATCHER_GROUP, *entry_ids)
         pipe.xdel(self.keys.admit, *entry_ids)
         metrics.write(pipe, self.keys.metrics)
-        replies = pipe.execute()
-        if endings:
-            endings.record(self.client, replies)
         for request in queued:
             self.line.add(request)
-        if unreadable:
-            fail_unreadable(self.client, self.keys,
-                            [str(f["id"]) for _, f, _ in unreadable if f.get("id")])  # fmt: skip
+        self._unwritten = (endings, [str(f["id"]) for _, f, _ in unreadable if f.get("id")])
+        if own:
+            self.written(pipe.execute())
         return len(entries)
+
+    def written(self, replies: list) -> None:
+        """After the MULTI that carried `decide`'s writes: the answer records of the requests
+        it ended, and the ends of those whose entry could not be read."""
+        if self._unwritten is None:
+            return
+        (endings, unreadable), self._unwritten = self._unwritten, None
+        if endings:
+            endings.record(self.client, replies)
+        fail_unreadable(self.client, self.keys, unreadable)
 
     def _parse(self, fields: dict[str, str], now: int, level: Degradation):
         """The request an entry describes, its plan, and the time the web gave up waiting for
@@ -245,6 +260,11 @@ class Intake:
         return self._last_ns
 
     # -- requests held by their plan's rate --------------------------------------------------------
+
+    def held_due(self) -> bool:
+        """Whether `retry_held` has a request to retry now."""
+        now = self.now_ms()
+        return any(r.retry_at_ms <= now for r in self.line.first_held())
 
     def retry_held(self) -> None:
         """The first held request of each user whose wait is over tries its buckets again:

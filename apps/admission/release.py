@@ -190,8 +190,9 @@ class Release:
         self.now_ms = now_ms
         self.prefetch = prefetch
 
-    def run(self) -> int:
-        """Hands out as many requests as there are free slots; returns how many."""
+    def run(self, pipe=None) -> int:
+        """Hands out as many requests as there are free slots; returns how many. `pipe`: a
+        MULTI pipeline of the caller's to queue the writes on (the caller executes it)."""
         line = self.line
         self.fleet.affinity.flush()  # what the last answers taught, for a standby too
         if not len(line.fair):
@@ -217,7 +218,9 @@ class Release:
             return room.get(targets[flow], 0) > 0
 
         picked: list[tuple[QueuedRequest, str]] = []
-        pipe = self.client.pipeline(transaction=True)
+        own = pipe is None
+        if own:
+            pipe = self.client.pipeline(transaction=True)
         now = self.now_ms()
         while True:
             request = line.next_to_run(may_run)
@@ -240,5 +243,6 @@ class Release:
         if released:
             self.running.keep(pipe)
             line.leave(pipe, released)
-            pipe.execute()
+            if own:
+                pipe.execute()
         return len(released)
