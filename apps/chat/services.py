@@ -200,17 +200,21 @@ def message_store(
     return message
 
 
-def question_store_after(
-    question: NewMessage,
-    answer: NewMessage,
+def question_create_after(
     *,
+    conversation: Conversation,
+    text: str,
+    answer: NewMessage,
     hot_push: bool = True,
     only_if: SqlCondition | None = None,
 ) -> tuple[Message | None, Message | None]:
-    """A new question and, before it, the answer it follows when nobody has stored that yet
-    (a question sent as the previous answer ends): one statement, so one round trip and one
-    commit for both. (question, answer) as stored; None for one that was not (the answer:
-    stored before, or its conversation is gone; the question: see `message_store`)."""
+    """A new question (as `message_create` stores it) and, before it, the answer it follows
+    when nobody has stored that yet (a question sent as the previous answer ends): one
+    statement, so one round trip and one commit for both. (question, answer) as stored; None
+    for one that was not (the answer: stored before, or its conversation is gone; the
+    question: see `message_create`)."""
+    question = NewMessage(conversation=conversation, role=Message.Role.USER,
+                          text=clean_message_text(text))  # fmt: skip
     params = question.params() | {f"answer_{k}": v for k, v in answer.params().items()}
     if only_if is not None:
         params.update(only_if.params)

@@ -256,14 +256,13 @@ def _question_store(*, conversation, text, only_if, settled, hot_push) -> Messag
     if answer is None:
         return services.message_create(conversation=conversation, role=Message.Role.USER,
                                        text=text, hot_push=hot_push, only_if=only_if)  # fmt: skip
-    question = services.NewMessage(conversation=conversation, role=Message.Role.USER,
-                                   text=services.clean_message_text(text))  # fmt: skip
     # In a caller's transaction, a savepoint: a failed statement leaves that transaction usable.
     savepoint = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
     try:
         with savepoint:
-            stored, stored_answer = services.question_store_after(
-                question, answer, hot_push=hot_push, only_if=only_if)  # fmt: skip
+            stored, stored_answer = services.question_create_after(
+                conversation=conversation, text=text, answer=answer, hot_push=hot_push,
+                only_if=only_if)  # fmt: skip
     except recorder.UNSTORABLE:  # the answer's fault or the question's: each alone tells
         settled.store_alone()
         return services.message_create(conversation=conversation, role=Message.Role.USER,
