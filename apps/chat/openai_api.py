@@ -23,7 +23,6 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.views.decorators.csrf import csrf_exempt
 from redis.exceptions import RedisError
 
-from apps.accounts.services import api_key_authenticate
 from apps.admission import selectors as admission
 from apps.admission.models import Plan
 from worker import protocol
@@ -65,10 +64,10 @@ def bearer(request: HttpRequest) -> str | None:
 
 def caller_for(raw_key: str | None) -> Caller:
     """The user behind the API key and their plan. In a pool thread."""
-    user = api_key_authenticate(raw=raw_key) if raw_key else None
-    if user is None:
+    found = admission.api_key_caller(raw=raw_key) if raw_key else None
+    if found is None:
         raise shapes.bad_key()
-    return Caller(user, admission.plan_for_user(user=user))
+    return Caller(*found)
 
 
 async def authenticated(request: HttpRequest) -> Caller:
