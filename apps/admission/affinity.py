@@ -13,18 +13,22 @@ The TTL (`SLUICE_AFFINITY_TTL_SECONDS`) bounds how long a cache is trusted: a GP
 evicts an idle conversation's blocks within minutes, and a stale entry costs only a routing
 choice that the load check can still overrule. Every answer refreshes its entries. What is
 learnt is written on the dispatcher's next pass, in one round trip; what a pass routes is read
-in one MGET.
+in one MGET, which for the requests that arrived since the last pass rides with the pass's read
+of the fleet (`read_ahead`): a request that finds a free slot waits on no read of its own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import redis
 
 from worker.protocol import Answer, Keys
+
+from .line import QueuedRequest
 
 REMEMBERED_ROUTES = 100_000  # request → its fingerprint, until its answer arrives
 
@@ -58,6 +62,34 @@ class AffinityStore:
         self.ttl_seconds = ttl_seconds
         self._learnt: dict[str, str] = {}  # key → worker, written on the next flush
         self._routed: dict[str, str] = {}  # request id → its prefix fingerprint
+        self._read: dict[str, str | None] = {}  # entry → its worker, read ahead this pass
+        self._shapes: dict[str, PromptShape] = {}  # request id → its shape, read ahead
+
+    def shape(self, request: QueuedRequest) -> PromptShape:
+        shape = self._shapes.pop(request.id, None)
+        return shape or prompt_shape(request.fields.get("messages", ""))
+
+    def read_ahead(self, pipe, requests: Sequence[QueuedRequest]) -> Callable[[list], None]:
+        """Queues on `pipe` the entries of `requests` (those this pass may route), for
+        `lookup` to use; what was read ahead before is dropped. Returns what takes the
+        pipeline's replies from the MGET on (a failed read is made again by `lookup`)."""
+        self._read, self._shapes = {}, {}
+        if not requests:
+            return lambda replies: None
+        self._shapes = {r.id: self.shape(r) for r in requests}
+        names = self._names([(r.conversation_id, self._shapes[r.id].fingerprint)
+                             for r in requests])  # fmt: skip
+        pipe.mget(names)
+
+        def received(replies: list) -> None:
+            if replies and isinstance(replies[0], list):
+                self._read = dict(zip(names, replies[0], strict=True))
+
+        return received
+
+    def _names(self, pairs: list[tuple[str, str]]) -> list[str]:
+        return [self.keys.affinity(kind, name) for conversation, fingerprint in pairs
+                for kind, name in (("conv", conversation), ("prefix", fingerprint))]  # fmt: skip
 
     def routed(self, request_id: str, fingerprint: str) -> None:
         """Remembers the request's fingerprint until its answer says which worker read it."""
@@ -88,11 +120,13 @@ class AffinityStore:
     def lookup(self, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """For each (conversation, fingerprint): (its conversation's worker, its prefix's
         worker), "" where none is remembered. What this pass learnt but has not written yet
-        counts too."""
+        counts too; what was read ahead is not read again (and is used once)."""
         if not pairs:
             return []
-        names = [self.keys.affinity(kind, name) for conversation, fingerprint in pairs
-                 for kind, name in (("conv", conversation), ("prefix", fingerprint))]  # fmt: skip
-        values = self.client.mget(names)
-        found = [self._learnt.get(n) or v or "" for n, v in zip(names, values, strict=True)]
+        names = self._names(pairs)
+        read, self._read = self._read, {}
+        missing = [name for name in names if name not in read]
+        if missing:
+            read.update(zip(missing, self.client.mget(missing), strict=True))
+        found = [self._learnt.get(name) or read[name] or "" for name in names]
         return list(zip(found[0::2], found[1::2], strict=True))

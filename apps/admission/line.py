@@ -130,6 +130,7 @@ class Line:
         self.held: dict[str, deque[str]] = {}  # user → ids their plan's rate holds, in order
         self.deadlines = DeadlineHeap()
         self.cancel_watch = CancelWatch()
+        self.arrived: list[QueuedRequest] = []  # charged since the last `take_arrived`
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -192,6 +193,7 @@ class Line:
         self.cancel_watch.add(request.id)
         if request.charged:
             self.fair.push(_entry(request))
+            self.arrived.append(request)
         else:
             self.held.setdefault(request.user_id, deque()).append(request.id)
 
@@ -214,6 +216,13 @@ class Line:
         fair queue, at its back."""
         self._unhold(request)
         self.fair.push(_entry(request))
+        self.arrived.append(request)
+
+    def take_arrived(self, most: int) -> list[QueuedRequest]:
+        """The requests that joined the fair queue since the last call (the first `most` of
+        them): those a pass may release first, whose routing reads can be made ahead."""
+        arrived, self.arrived = self.arrived[:most], []
+        return arrived
 
     def _unhold(self, request: QueuedRequest) -> None:
         held = self.held.get(request.user_id)

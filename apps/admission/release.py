@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import redis
@@ -30,12 +30,15 @@ from .affinity import AffinityStore
 from .line import Flow, Line, QueuedRequest
 from .models import Plan
 from .plans import PlanBook, model_choose
-from .routing import Router
+from .routing import AFFINITY, Router
 from .running import Running
 
 log = logging.getLogger("sluice.dispatcher")
 
 LIVE_SECONDS = 15  # a worker whose last beat is older is not counted
+# The most requests whose routing entries a pass reads with the fleet (the rest are read as
+# they are routed): the newest arrivals, which on a fleet with free slots leave at once.
+READ_AHEAD_MOST = 256
 
 
 @dataclass
@@ -84,38 +87,75 @@ class FleetView:
         self.service_s = 10.0  # average time an answer takes
         self.models_seen: set[str] = set()  # every model a live worker has served
         self._read_at = 0.0
+        self._ids: list[str] = []  # the live workers' ids at the last reread
 
-    def refresh(self) -> Fleet:
-        """The live workers and how much work waits on their streams. Heartbeats change every
-        few seconds, so they are reread at most every `interval` (and at once while no worker
-        is known); the streams' lengths are read on every call, in one round trip."""
+    def refresh(self, candidates: Sequence[QueuedRequest] = ()) -> Fleet:
+        """The live workers and how much work waits on their streams, with the affinity
+        entries of `candidates` (the requests this pass may route first), in one round trip.
+        Heartbeats change every few seconds, so they are reread at most every `interval` (and
+        at once while no worker is known); the streams' lengths are read on every call. The
+        lengths read are those of the streams of the workers known so far: when the live
+        workers, or what they serve, have changed, the lengths take a second round trip."""
         fleet = self.fleet
         now = time.monotonic()
-        if now >= self._read_at or not fleet.workers:
-            self._read_at = now + self.interval
-            fleet = self._from_heartbeats()
-        streams = [*(self.keys.work_for_model(m) for m in fleet.model_slots),
-                   *(self.keys.work_for(w) for w in fleet.workers)]  # fmt: skip
+        reread = now >= self._read_at or not fleet.workers
+        known = self._ids if reread else []  # their heartbeats are read in the same trip
         pipe = self.client.pipeline(transaction=False)
+        if reread:
+            self._read_at = now + self.interval
+            pipe.zrangebyscore(self.keys.workers, time.time() - LIVE_SECONDS, "+inf")
+            if known:
+                pipe.mget([self.keys.heartbeat(w) for w in known])
+        reads = len(pipe)
+        streams = self._queue_lengths(pipe, fleet)
+        lengths_end = len(pipe)
+        routing = candidates if self.router.policy == AFFINITY else ()
+        received = self.affinity.read_ahead(pipe, routing)
+        replies = pipe.execute(raise_on_error=False)
+        received(replies[lengths_end:])
+        if reread:
+            for reply in replies[:reads]:
+                if isinstance(reply, Exception):
+                    raise reply
+            ids, beats = replies[0], (replies[1] if known else [])
+            if ids != known:  # a worker came or went: its heartbeat is not among `beats`
+                beats = self.client.mget([self.keys.heartbeat(w) for w in ids]) if ids else []
+            fleet = self._from_heartbeats(beats)
+            self._ids = ids
+        replies = replies[reads:lengths_end]
+        if self._streams(fleet) != streams:  # the reread changed them: read their lengths
+            pipe = self.client.pipeline(transaction=False)
+            streams = self._queue_lengths(pipe, fleet)
+            replies = pipe.execute(raise_on_error=False)
+        self._lengths(fleet, streams, replies)
+        self.fleet = fleet
+        return fleet
+
+    def _streams(self, fleet: Fleet) -> list[str]:
+        return [*(self.keys.work_for_model(m) for m in fleet.model_slots),
+                *(self.keys.work_for(w) for w in fleet.workers)]  # fmt: skip
+
+    def _queue_lengths(self, pipe, fleet: Fleet) -> list[str]:
+        """Queues the reads of `fleet`'s streams' lengths; returns the streams."""
+        streams = self._streams(fleet)
         for stream in streams:
             pipe.xlen(stream)
         for worker_id in fleet.workers:  # what its worker has read: running, not waiting
             pipe.xpending(self.keys.work_for(worker_id), protocol.WORKER_GROUP)
-        replies = pipe.execute(raise_on_error=False)
+        return streams
+
+    def _lengths(self, fleet: Fleet, streams: list[str], replies: list) -> None:
         lengths = [r if isinstance(r, int) else 0 for r in replies[: len(streams)]]
         fleet.stream_len = dict(zip(streams, lengths, strict=True))
         fleet.queued_on_streams = sum(fleet.stream_len.values())
-        for worker_id, pending in zip(fleet.workers, replies[len(streams) :], strict=True):
+        pending_replies = replies[len(streams) : len(streams) + len(fleet.workers)]
+        for worker_id, pending in zip(fleet.workers, pending_replies, strict=True):
             read = pending.get("pending", 0) if isinstance(pending, dict) else 0
             fleet.waiting[worker_id] = max(
                 0, fleet.stream_len[self.keys.work_for(worker_id)] - read
             )
-        self.fleet = fleet
-        return fleet
 
-    def _from_heartbeats(self) -> Fleet:
-        ids = self.client.zrangebyscore(self.keys.workers, time.time() - LIVE_SECONDS, "+inf")
-        beats = self.client.mget([self.keys.heartbeat(w) for w in ids]) if ids else []
+    def _from_heartbeats(self, beats: list[str | None]) -> Fleet:
         fleet = Fleet()
         for beat in parsed_heartbeats(beats):
             fleet.heartbeats.append(beat)
@@ -195,9 +235,10 @@ class Release:
         MULTI pipeline of the caller's to queue the writes on (the caller executes it)."""
         line = self.line
         self.fleet.affinity.flush()  # what the last answers taught, for a standby too
+        arrived = line.take_arrived(READ_AHEAD_MOST)
         if not len(line.fair):
             return 0
-        fleet = self.fleet.refresh()
+        fleet = self.fleet.refresh(arrived)
         if self.fleet.router.pushes:  # a load balancer forwards at once: workers queue it
             room = {model: len(line.fair) for model, slots in fleet.model_slots.items() if slots}
         else:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from worker.protocol import Keys
 
-from .affinity import AffinityStore, prompt_shape
+from .affinity import AffinityStore
 from .line import QueuedRequest
 
 AFFINITY, PULL, ROUND_ROBIN, LEAST_LOADED = "affinity", "pull", "round-robin", "least-loaded"
@@ -108,7 +108,7 @@ class Router:
         return streams
 
     def _by_affinity(self, requests, workers, waiting) -> list[str]:
-        shapes = [prompt_shape(request.fields.get("messages", "")) for request, _ in requests]
+        shapes = [self.store.shape(request) for request, _ in requests]
         cached = self.store.lookup([
             (r.conversation_id, s.fingerprint) for (r, _), s in zip(requests, shapes, strict=True)
         ])  # fmt: skip

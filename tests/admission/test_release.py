@@ -92,3 +92,62 @@ def test_a_garbled_heartbeat_is_ignored(make_dispatcher):
     get_redis().zadd(keys().workers, {"bad": time.time()})
     give_the_fleet_slots(3)
     assert make_dispatcher().fleet.refresh().slots == 3
+
+
+@pytest.fixture
+def packets(monkeypatch) -> list[list[bytes]]:
+    """What the dispatcher sends Redis, one entry per round trip: its commands' names."""
+    import redis.connection
+
+    sent: list[list[bytes]] = []
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def watched(self, command, check_health=True):
+        packet = command if isinstance(command, bytes) else b"".join(command)
+        lines = packet.split(b"\r\n")
+        sent.append([lines[i + 2] for i, line in enumerate(lines[:-2]) if line.startswith(b"*")])
+        return send(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", watched)
+    return sent
+
+
+def test_a_new_requests_routing_entries_are_read_with_the_fleet_and_heartbeats_too(
+    make_dispatcher, user, packets
+):
+    """A request that finds a free slot waits on one read of the fleet (its heartbeats, the
+    streams' lengths and its conversation's worker), not on three."""
+    conversation = conversation_create(owner=user)
+    give_the_fleet_slots(2, worker_id="w1")
+    give_the_fleet_slots(2, worker_id="w2")
+    dispatcher = make_dispatcher(sweep_interval=60)
+    first = publish(user.id, conversation=conversation.id)
+    dispatcher.step()
+    worker_answers(first, worker_id="w2")
+    dispatcher.step()  # the recorder's pass: the dispatcher learns who served it
+    dispatcher.step()  # and writes it
+    follow_up = publish(user.id, conversation=conversation.id)
+    packets.clear()
+    dispatcher.step()
+    assert work_item_ids(keys().work_for("w2")) == [follow_up]  # the entry read ahead, used
+    fleet_reads = [names for names in packets if b"XLEN" in names]
+    assert len(fleet_reads) == 1, packets
+    assert {b"ZRANGEBYSCORE", b"MGET"} <= set(fleet_reads[0])  # heartbeats (interval 0)
+    assert fleet_reads[0].count(b"MGET") == 2  # the heartbeats and the routing entries
+    assert [names for names in packets if names == [b"MGET"]] == [], packets
+
+
+def test_a_worker_that_joins_is_read_and_routed_to_in_the_same_pass(make_dispatcher, user):
+    """The heartbeats read with the fleet are the known workers'; a new one's is read then."""
+    give_the_fleet_slots(1, worker_id="w1")
+    dispatcher = make_dispatcher()
+    dispatcher.step()
+    busy = publish(user.id)
+    dispatcher.step()
+    assert state(busy) == "dispatched"  # w1's one slot is taken
+    give_the_fleet_slots(1, worker_id="w2")
+    waiting = publish(user.id)
+    dispatcher.step()
+    assert state(waiting) == "dispatched"
+    assert dispatcher.fleet.fleet.slots == 2
+    assert set(dispatcher.fleet.fleet.workers) == {"w1", "w2"}
