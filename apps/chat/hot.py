@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -174,31 +174,24 @@ def prompt_sources(
         return selectors.prompt_sources(conversation=conversation, limit=limit)
 
     conv_key, list_key = conversation_key(conversation.pk), turns_key(conversation.pk)
-    user_key = profile_key(conversation.owner_id)
     try:
         pipe = get_redis().pipeline(transaction=False)
         if also is not None:
             also(pipe)
         if pushed is not None:
             _push(pipe, conversation.pk, [pushed])
-        # Room for a turn pushed twice (a fill raced its push): read a few more than needed.
-        pipe.eval(READ, 2, conv_key, list_key, _ttl(), limit + 8)
-        pipe.hmget(user_key, "gen", "filled", "profile")
-        pipe.expire(user_key, _ttl())
+        sources_queue(pipe, conversation, limit)
         conv, profile, _ = pipe.execute()[-3:]
     except RedisError as exc:
         log.warning("hot tier unreadable (%s): reading PostgreSQL", exc)
         if pushed is not None or also is not None:  # perhaps not pushed: what it holds must go
             _drop_keys([conv_key, list_key])
         return selectors.prompt_sources(conversation=conversation, limit=limit)
-    conv_gen, conv_filled, summary, upto, pinned, raw_turns = (conv + [None] * 6)[:6]
-    profile_gen, profile_filled, profile_json = profile
-    if conv_filled == "1" and profile_filled == "1":
-        return PromptSources(
-            history=_turns(raw_turns, limit), profile=_profile_from(profile_json),
-            summary=summary or "", summary_upto=int(upto or 0),
-            pinned=[Turn(*t) for t in json.loads(pinned or "[]")],
-        )  # fmt: skip
+    found = sources_from([conv, profile], limit)
+    if found is not None:
+        return found
+    conv_gen, conv_filled = conv[0], conv[1]
+    profile_gen, profile_filled, _ = profile
     sources = selectors.prompt_sources(conversation=conversation, limit=cap)
     try:
         pipe = get_redis().pipeline(transaction=False)
@@ -208,13 +201,41 @@ def prompt_sources(
                       sources.summary, sources.summary_upto, pinned_json,
                       *(_entry(t) for t in sources.history))  # fmt: skip
         if profile_filled != "1":
-            pipe.eval(FILL_PROFILE, 1, user_key, _ttl(), profile_gen or "0",
-                      _profile_json(sources.profile))  # fmt: skip
+            pipe.eval(FILL_PROFILE, 1, profile_key(conversation.owner_id), _ttl(),
+                      profile_gen or "0", _profile_json(sources.profile))  # fmt: skip
         pipe.execute()
     except RedisError as exc:
         log.warning("hot tier not filled: %s", exc)
     sources.history = sources.history[:limit]
     return sources
+
+
+def sources_queue(pipe, conversation: Conversation, limit: int) -> None:
+    """Queues the read of a prompt's sources on `pipe` (three commands): `sources_from` makes
+    them of the replies."""
+    # Room for a turn pushed twice (a fill raced its push): read a few more than needed.
+    pipe.eval(READ, 2, conversation_key(conversation.pk), turns_key(conversation.pk), _ttl(),
+              limit + 8)  # fmt: skip
+    pipe.hmget(profile_key(conversation.owner_id), "gen", "filled", "profile")
+    pipe.expire(profile_key(conversation.owner_id), _ttl())
+
+
+def sources_from(replies: list, limit: int, newer: Sequence[Turn] = ()) -> PromptSources | None:
+    """The prompt's sources from the first two replies to `sources_queue`'s commands; None
+    when the conversation or its owner is not in the tier. `newer`: turns stored after the
+    read (newest first), ahead of those read."""
+    conv, profile = replies[:2]
+    conv_filled, summary, upto, pinned, raw_turns = (conv + [None] * 6)[1:6]
+    if conv_filled != "1" or profile[1] != "1":
+        return None
+    history = _turns(raw_turns, limit)
+    if newer:
+        ids = {turn.id for turn in newer}
+        history = [*newer, *(turn for turn in history if turn.id not in ids)][:limit]
+    return PromptSources(
+        history=history, profile=_profile_from(profile[2]), summary=summary or "",
+        summary_upto=int(upto or 0), pinned=[Turn(*t) for t in json.loads(pinned or "[]")],
+    )  # fmt: skip
 
 
 def _write_alone(queue: Callable[[Any], None], *, conversation_id: int) -> None:

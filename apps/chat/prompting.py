@@ -14,7 +14,7 @@ from . import hot
 from .hot import prompt_sources  # Redis when warm, else PostgreSQL
 from .memory import Turn, estimate_tokens, plan_prompt
 from .models import Conversation
-from .selectors import PromptProfile
+from .selectors import PromptProfile, PromptSources
 
 __all__ = ["Prompt", "estimate_tokens", "prompt_build", "system_prompt", "system_prompt_for"]
 
@@ -65,14 +65,17 @@ def prompt_build(
     max_tokens: int | None = None,
     pushed: Turn | None = None,
     also: Callable[[Any], None] | None = None,
+    sources: PromptSources | None = None,
 ) -> Prompt:
     """The system prompt, what the conversation remembers of older turns (summary, pinned and
     key-fact turns), then as many of the latest turns as the context window holds. `pushed`:
     the question just stored, for the hot tier to take in the read's own round trip; `also`
-    queues more writes on that round trip (see hot.prompt_sources)."""
+    queues more writes on that round trip (see hot.prompt_sources). `sources`: read already
+    (prompt_ahead.py): no read, and nothing pushed."""
     max_tokens = max_tokens or settings.MODEL_MAX_TOKENS
-    sources = prompt_sources(conversation=conversation, limit=HISTORY_TURNS_MAX, pushed=pushed,
-                             also=also)  # fmt: skip
+    if sources is None:
+        sources = prompt_sources(conversation=conversation, limit=HISTORY_TURNS_MAX,
+                                 pushed=pushed, also=also)  # fmt: skip
     system = system_prompt(sources.profile)
     if extra_system:
         system = f"{system}\n\n{extra_system}"

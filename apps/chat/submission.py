@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,11 +28,13 @@ from apps.rag.prompting import citations_from, passages_block
 from apps.rag.services import retrieve_for_prompt
 from chatsite.redis_client import get_redis, keys
 from worker import protocol, transitions
-from worker.protocol import Keys, WorkItem
+from worker.protocol import WorkItem
 
-from . import background, hot, live, recorder, services
+from . import background, hot, live, prompt_ahead, recorder, services
 from .models import Conversation, Message
-from .prompting import prompt_build
+from .prompt_ahead import PromptRead
+from .prompting import HISTORY_TURNS_MAX, prompt_build
+from .publish import request_publish
 
 log = logging.getLogger("sluice.chat.submission")
 
@@ -79,7 +81,7 @@ def ensure_conversation_free(
     conversation: Conversation,
     expected: str | None = None,
     defer: bool = False,
-    corpora_read: corpora_cache.Read | None = None,
+    reads: Sequence[Any] = (),
 ) -> recorder.Settled | None:
     """Raises ConversationBusy while an answer is generating, QueueUnavailable when Redis
     cannot say. An answer that has ended but that the recorder has not stored yet is stored
@@ -89,19 +91,22 @@ def ensure_conversation_free(
     in the same round trip as the conversation's active request. `defer`: what settling that
     answer still writes to Redis is returned (recorder.Settled) for the caller to queue on its
     own next round trip, rather than written here, and the answer itself is left for the
-    caller to store with its own insert (Settled.unstored). `corpora_read`: the user's
-    corpora read in the same round trip, for the retrieval that follows."""
+    caller to store with its own insert (Settled.unstored). `reads`: more reads for the same
+    round trip, each queued by its `queue(pipe)` and given the replies from its commands on by
+    `received` (the user's corpora, corpora_cache.Read; the prompt's sources, PromptRead)."""
     try:
         pipe = get_redis().pipeline(transaction=False)
         pipe.get(keys().conversation_active(conversation.id))
         if expected:
             recorder.settle_read(pipe, expected)
         own = len(pipe)
-        if corpora_read is not None:
-            corpora_read.queue(pipe)
+        starts = []
+        for read in reads:
+            starts.append(len(pipe))
+            read.queue(pipe)
         replies = pipe.execute(raise_on_error=False)
-        if corpora_read is not None:
-            corpora_read.received(replies[own:])
+        for read, start in zip(reads, starts, strict=True):
+            read.received(replies[start:])
         for reply in replies[:own]:
             if isinstance(reply, Exception):
                 raise reply
@@ -168,14 +173,18 @@ def request_submit(
         raise ValueError("only_if guards a new question's insert, with the conversation's model")
     # The previous answer's writes to Redis (when this question settles it) ride with the
     # prompt's read; they are written on their own if the submit stops before that.
-    corpora_read = corpora_cache.Read(user.pk)  # for the retrieval, in the same round trip
+    # In the same round trip: the user's corpora, for the retrieval, and the prompt's sources.
+    corpora_read = corpora_cache.Read(user.pk)
+    prompt_read = (PromptRead(conversation, HISTORY_TURNS_MAX)
+                   if text is not None and hot.pushes_now() else None)  # fmt: skip
+    reads = [read for read in (corpora_read, prompt_read) if read is not None]
     settled = ensure_conversation_free(conversation=conversation, expected=expected, defer=True,
-                                       corpora_read=corpora_read)  # fmt: skip
+                                       reads=reads)  # fmt: skip
     try:
-        prompt, passages, question, user_message = _question_and_prompt(
+        prompt, passages, question, user_message, writes = _question_and_prompt(
             user=user, conversation=conversation, text=text, model=model,
             instruction=instruction, only_if=only_if, settled=settled,
-            corpora_read=corpora_read,
+            corpora_read=corpora_read, prompt_read=prompt_read,
         )  # fmt: skip
     except Exception:
         if settled is not None and not settled.queued:
@@ -201,7 +210,7 @@ def request_submit(
                                          message=user_message, request_id=request_id)  # fmt: skip
     try:
         request_publish(item=item, citations=citations_from(passages, question=question),
-                        also=announcement)  # fmt: skip
+                        also=announcement, first=writes)  # fmt: skip
     except RedisError as exc:
         if user_message is not None:
             user_message.delete()
@@ -212,10 +221,11 @@ def request_submit(
 
 
 def _question_and_prompt(
-    *, user, conversation, text, model, instruction, only_if, settled, corpora_read
+    *, user, conversation, text, model, instruction, only_if, settled, corpora_read, prompt_read
 ):
     """request_submit's middle part: the model, the question stored, the passages, the prompt
-    (whose read carries `settled`'s writes)."""
+    (whose read carries `settled`'s writes), and the writes left for the publication when the
+    prompt was read ahead (prompt_ahead.py)."""
     if model is not None and model != conversation.model:
         services.conversation_set_model(conversation=conversation, model=model)
     ensure_model_served(model=conversation.model)
@@ -237,16 +247,18 @@ def _question_and_prompt(
     try:
         question = text if text is not None else last_question(conversation=conversation)
         passages = passages_for(user=user, question=question, corpora_read=corpora_read)
+        sources, writes = prompt_ahead.sources_for(prompt_read, question=pushed, settled=settled)
+        also = settled.queue if settled is not None and writes is None else None
         prompt = prompt_build(conversation=conversation, extra_system=passages_block(passages),
-                              pushed=pushed,
-                              also=settled.queue if settled is not None else None)  # fmt: skip
+                              pushed=None if writes else pushed, also=also,
+                              sources=sources)  # fmt: skip
         if instruction:  # after the history, so the cached prefix of the turns still holds
             prompt.messages.append({"role": "user", "content": instruction})
     except Exception:
         if user_message is not None:
             user_message.delete()
         raise
-    return prompt, passages, question, user_message
+    return prompt, passages, question, user_message, writes
 
 
 def _question_store(*, conversation, text, only_if, settled, hot_push) -> Message | None:
@@ -297,43 +309,6 @@ def passages_for(
     except Exception:
         log.exception("retrieval failed; answering without passages")
         return []
-
-
-def request_publish(
-    *, item: WorkItem, citations: list | None = None, also: Callable[[Any], None] | None = None
-) -> None:
-    """Hands the request to admission. Past the Redis client's timeout the caller reports a
-    failure; Redis may still run the commands later (it was frozen), so the entry says by when
-    it counts and the dispatcher withdraws it after that. `also` queues more commands on the
-    same pipeline (the tabs' event): their failure is not the request's, so it is not raised."""
-    k = keys()
-    # Set by Sluice from what the request is (the dispatcher adds "long" by the plan's size).
-    item.kind = web_kind(requested=item.kind)
-    submit_by_ms = protocol.now_ms() + int(settings.REDIS_SOCKET_TIMEOUT * 1000)
-    pipe = get_redis().pipeline(transaction=False)
-    transitions.submitted(pipe, k, item, citations=citations or [],
-                          stream=submit_stream(k, model=item.model),
-                          submit_by_ms=submit_by_ms)  # fmt: skip
-    own = len(pipe)
-    if also is not None:
-        also(pipe)
-    replies = pipe.execute(raise_on_error=False)
-    failed = [reply for reply in replies[:own] if isinstance(reply, Exception)]
-    if failed:
-        raise failed[0]
-    for reply in replies[own:]:
-        if isinstance(reply, Exception):
-            log.warning("request %s: the event for the user's other tabs failed: %s", item.id,
-                        reply)  # fmt: skip
-    log.info("request %s submitted: %s by user %s in conversation %s, about %d prompt tokens",
-             item.id, item.kind, item.user_id, item.conversation_id,
-             item.prompt_tokens_estimate)  # fmt: skip
-
-
-def submit_stream(k: Keys, *, model: str = "") -> str:
-    """Where new requests go: the model's work stream directly (admission control comes in
-    front of it when SLUICE_ADMISSION is on)."""
-    return k.admit if settings.SLUICE_ADMISSION else k.work_for_model(model)
 
 
 def answer_regenerate(*, user: User, conversation: Conversation) -> Submitted:

@@ -204,8 +204,9 @@ def redis_round_trips(monkeypatch):
 def test_the_next_question_carries_the_settled_answers_writes_in_its_prompts_read(
     user, redis_round_trips
 ):
-    """The settled answer's skip mark, hot-tier turn and release ride with the prompt's read:
-    one round trip fewer, and the prompt still holds the answer before the question."""
+    """The prompt's sources are read with the conversation's state, and the settled answer's
+    skip mark, hot-tier turn and release ride with the publication, with the question's turn:
+    two round trips, and the prompt still holds the answer before the question."""
     from apps.chat import hot
     from apps.rag.selectors import searchable_corpora_for_user
 
@@ -219,16 +220,80 @@ def test_the_next_question_carries_the_settled_answers_writes_in_its_prompts_rea
     redis_round_trips.clear()
     submitted = submission.request_submit(user=user, conversation=conversation,
                                           text="And at night?", expected="r7")  # fmt: skip
-    # Settle read (with the user's corpora), prompt read (with the settled writes), publish.
-    assert len(redis_round_trips) == 3, redis_round_trips
+    # Settle read (with the user's corpora and the prompt's sources), publish.
+    assert len(redis_round_trips) == 2, redis_round_trips
     sent = get_redis().hgetall(keys().request(submitted.request_id))
     assert sent["conversation_id"] == str(conversation.id)
+    assert turns_sent(submitted.request_id)[-2:] == [("assistant", "Blue."),
+                                                     ("user", "And at night?")]  # fmt: skip
     prompt = hot.prompt_sources(conversation=conversation, limit=10)
     assert [t.text for t in prompt.history][:2] == ["And at night?", "Blue."]
     assert get_redis().hget(keys().request("r7"), "stored") == "1"
     with CaptureQueriesContext(connection) as queries:
         assert recorder.record_pending(consumer="c1", block_ms=10) == 1
     assert not [q for q in queries.captured_queries if "INSERT" in q["sql"]]
+
+
+def turns_sent(request_id: str) -> list[tuple[str, str]]:
+    """The (role, text) of the prompt a request was published with, system message left out."""
+    import json
+
+    entry = next(f for _, f in get_redis().xrange(keys().admit) if f["id"] == request_id)
+    return [(m["role"], m["content"]) for m in json.loads(entry["messages"])
+            if m["role"] != "system"]  # fmt: skip
+
+
+def test_a_prompt_read_ahead_is_not_used_when_the_recorder_stored_the_answer_meanwhile(
+    user, monkeypatch, redis_round_trips
+):
+    """The read ahead cannot hold an answer the recorder stored and pushed after it: the
+    question's insert finds the answer stored, and the prompt is read again, after it."""
+    from apps.chat import hot, services
+
+    conversation = conversation_create(owner=user)
+    answer = ended_request(conversation, "r9")
+    recorder.ensure_group()
+    get_redis().xadd(keys().done, answer.to_fields())
+    hot.prompt_sources(conversation=conversation, limit=10)
+    insert = services.question_create_after
+
+    def recorder_first(**kwargs):
+        assert recorder.record_pending(consumer="c1", block_ms=10) == 1
+        return insert(**kwargs)
+
+    monkeypatch.setattr(services, "question_create_after", recorder_first)
+    redis_round_trips.clear()
+    submitted = submission.request_submit(user=user, conversation=conversation,
+                                          text="And at night?", expected="r9")  # fmt: skip
+    assert turns_sent(submitted.request_id)[-2:] == [("assistant", "Blue."),
+                                                     ("user", "And at night?")]  # fmt: skip
+    assert Message.objects.filter(request_id="r9").count() == 1
+    history = hot.prompt_sources(conversation=conversation, limit=10).history
+    assert [t.text for t in history][:2] == ["And at night?", "Blue."]
+
+
+def test_a_prompt_read_ahead_holds_the_turns_the_recorder_stored_before(user, redis_round_trips):
+    """A question to a conversation whose last answer was recorded already: two round trips,
+    and the prompt holds every turn once, in order."""
+    from apps.chat import hot
+    from apps.rag.selectors import searchable_corpora_for_user
+
+    conversation = conversation_create(owner=user)
+    answer = ended_request(conversation, "r10")
+    recorder.ensure_group()
+    get_redis().xadd(keys().done, answer.to_fields())
+    hot.prompt_sources(conversation=conversation, limit=10)  # warm, as a busy chat is
+    searchable_corpora_for_user(user=user)
+    assert recorder.record_pending(consumer="c1", block_ms=10) == 1
+    redis_round_trips.clear()
+    submitted = submission.request_submit(user=user, conversation=conversation,
+                                          text="And at night?")  # fmt: skip
+    assert len(redis_round_trips) == 2, redis_round_trips
+    sent = turns_sent(submitted.request_id)
+    assert sent[-2:] == [("assistant", "Blue."), ("user", "And at night?")]
+    assert [text for _, text in sent].count("Blue.") == 1
+    history = hot.prompt_sources(conversation=conversation, limit=10).history
+    assert [t.text for t in history][:2] == ["And at night?", "Blue."]
 
 
 def test_a_question_refused_after_settling_still_writes_the_settled_answer(

@@ -1,0 +1,73 @@
+"""Publishing a request: its state, the conversation's active request, its first event and
+its admission entry, in one round trip to Redis (the web's last step of a submit)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from redis.exceptions import RedisError
+
+from apps.admission.kinds import web_kind
+from chatsite.redis_client import get_redis, keys
+from worker import protocol, transitions
+from worker.protocol import Keys, WorkItem
+
+from .prompt_ahead import WritesAhead
+
+log = logging.getLogger("sluice.chat.submission")
+
+
+def request_publish(
+    *,
+    item: WorkItem,
+    citations: list | None = None,
+    also: Callable[[Any], None] | None = None,
+    first: WritesAhead | None = None,
+) -> None:
+    """Hands the request to admission. Past the Redis client's timeout the caller reports a
+    failure; Redis may still run the commands later (it was frozen), so the entry says by when
+    it counts and the dispatcher withdraws it after that. `also` queues more commands on the
+    same pipeline (the tabs' event): their failure is not the request's, so it is not raised.
+    `first`: the writes a prompt read ahead left (the question's turn, the settled answer's),
+    queued before the request's own; a failure of theirs drops what they would have written."""
+    k = keys()
+    # Set by Sluice from what the request is (the dispatcher adds "long" by the plan's size).
+    item.kind = web_kind(requested=item.kind)
+    submit_by_ms = protocol.now_ms() + int(settings.REDIS_SOCKET_TIMEOUT * 1000)
+    pipe = get_redis().pipeline(transaction=False)
+    if first is not None:
+        first.queue(pipe)
+    start = len(pipe)
+    transitions.submitted(pipe, k, item, citations=citations or [],
+                          stream=submit_stream(k, model=item.model),
+                          submit_by_ms=submit_by_ms)  # fmt: skip
+    own = len(pipe)
+    if also is not None:
+        also(pipe)
+    try:
+        replies = pipe.execute(raise_on_error=False)
+    except RedisError:
+        if first is not None:
+            first.unwritten()
+        raise
+    if first is not None:
+        first.received(replies[:start])
+    failed = [reply for reply in replies[start:own] if isinstance(reply, Exception)]
+    if failed:
+        raise failed[0]
+    for reply in replies[own:]:
+        if isinstance(reply, Exception):
+            log.warning("request %s: the event for the user's other tabs failed: %s", item.id,
+                        reply)  # fmt: skip
+    log.info("request %s submitted: %s by user %s in conversation %s, about %d prompt tokens",
+             item.id, item.kind, item.user_id, item.conversation_id,
+             item.prompt_tokens_estimate)  # fmt: skip
+
+
+def submit_stream(k: Keys, *, model: str = "") -> str:
+    """Where new requests go: the model's work stream directly (admission control comes in
+    front of it when SLUICE_ADMISSION is on)."""
+    return k.admit if settings.SLUICE_ADMISSION else k.work_for_model(model)
