@@ -12,9 +12,9 @@ Two kinds of entry, each a string with a TTL under the dispatcher's hash tag:
 The TTL (`SLUICE_AFFINITY_TTL_SECONDS`) bounds how long a cache is trusted: a GPU under load
 evicts an idle conversation's blocks within minutes, and a stale entry costs only a routing
 choice that the load check can still overrule. Every answer refreshes its entries. What is
-learnt is written on the dispatcher's next pass, in one round trip; what a pass routes is read
-in one MGET, which for the requests that arrived since the last pass rides with the pass's read
-of the fleet (`read_ahead`): a request that finds a free slot waits on no read of its own.
+learnt is written on the dispatcher's next pass, with its read of the fleet; what a pass routes
+is read in one MGET, which for the requests that arrived since the last pass rides with that
+read too (`read_ahead`): a request that finds a free slot waits on no round trip of its own.
 """
 
 from __future__ import annotations
@@ -107,15 +107,27 @@ class AffinityStore:
         if fingerprint:
             self._learnt[self.keys.affinity("prefix", fingerprint)] = answer.worker_id
 
-    def flush(self) -> None:
-        """Writes what was learnt since the last flush (one round trip; none when nothing)."""
-        if not self._learnt:
-            return
+    def flush(self, pipe=None) -> Callable[[list], None]:
+        """Writes what was learnt since the last flush: in a round trip of its own (none when
+        nothing), or queued on the caller's `pipe`. Returns what takes that pipeline's replies
+        from these commands on: a failed write raises, as it does alone, and is kept for the
+        next flush."""
         learnt, self._learnt = self._learnt, {}
-        pipe = self.client.pipeline(transaction=False)
+        own = pipe is None and bool(learnt)
+        if own:
+            pipe = self.client.pipeline(transaction=False)
         for key, worker_id in learnt.items():
             pipe.set(key, worker_id, ex=self.ttl_seconds)
-        pipe.execute()
+
+        def written(replies: list) -> None:
+            failed = [r for r in replies[: len(learnt)] if isinstance(r, Exception)]
+            if failed:
+                self._learnt = {**learnt, **self._learnt}
+                raise failed[0]
+
+        if own:
+            written(pipe.execute(raise_on_error=False))
+        return written
 
     def lookup(self, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """For each (conversation, fingerprint): (its conversation's worker, its prefix's

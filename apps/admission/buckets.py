@@ -8,9 +8,11 @@ estimate + max_tokens); when it finishes the difference to the real usage is ref
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -62,6 +64,10 @@ def plan_buckets(plan, *, tokens: int, requests: float = 1.0) -> list[Bucket]:
     ]
 
 
+# Queues commands on a pipeline; returns what takes their replies.
+Alongside = Callable[[Any], Callable[[list], None]]
+
+
 class BucketStore:
     """Runs the bucket script; `now_ms` None uses Redis TIME (tests inject a clock)."""
 
@@ -71,23 +77,33 @@ class BucketStore:
         self._helper: ThreadPoolExecutor | None = None
 
     def take_in_background(
-        self, requests: list[tuple[str, list[Bucket]]], *, now_ms: int | None = None
+        self,
+        requests: list[tuple[str, list[Bucket]]],
+        *,
+        now_ms: int | None = None,
+        alongside: Alongside | None = None,
     ) -> Future[list[Decision]]:
         """`take` on a helper thread, so the caller can do its own work while Redis runs the
         script: the thread waits on the socket without holding the GIL."""
         if len(requests) < BACKGROUND_FROM:
             done: Future[list[Decision]] = Future()
-            done.set_result(self.take(requests, now_ms=now_ms))
+            done.set_result(self.take(requests, now_ms=now_ms, alongside=alongside))
             return done
         if self._helper is None:
             self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="buckets")
-        return self._helper.submit(self.take, requests, now_ms=now_ms)
+        return self._helper.submit(self.take, requests, now_ms=now_ms, alongside=alongside)
 
     def take(
-        self, requests: list[tuple[str, list[Bucket]]], *, now_ms: int | None = None
+        self,
+        requests: list[tuple[str, list[Bucket]]],
+        *,
+        now_ms: int | None = None,
+        alongside: Alongside | None = None,
     ) -> list[Decision]:
-        """Charges each (key, buckets) in order, all of a request's buckets or none."""
-        return self._run("take", requests, now_ms, self.client)
+        """Charges each (key, buckets) in order, all of a request's buckets or none.
+        `alongside` queues more commands to send with the script, in its round trip, and
+        returns what takes their replies (which must not raise: the charges are made)."""
+        return self._run("take", requests, now_ms, self.client, alongside)
 
     def adjust(
         self, requests: list[tuple[str, list[Bucket]]], *, now_ms: int | None = None
@@ -95,7 +111,7 @@ class BucketStore:
         """Adds each bucket's signed amount (positive refunds), capped at capacity."""
         self._run("adjust", requests, now_ms, self.client)
 
-    def _run(self, mode, requests, now_ms, client) -> list[Decision]:
+    def _run(self, mode, requests, now_ms, client, alongside=None) -> list[Decision]:
         if not requests:
             return []
         keys, args = [], ["" if now_ms is None else str(int(now_ms)), mode]
@@ -109,9 +125,26 @@ class BucketStore:
             for bucket in buckets:
                 args.extend(bucket.scaled())
             previous = buckets
-        raw = self.script(keys=keys, args=args, client=client)
+        if alongside is None:
+            raw = self.script(keys=keys, args=args, client=client)
+        else:
+            raw = self._run_alongside(keys, args, client, alongside)
         triples = zip(requests, raw[0::3], raw[1::3], raw[2::3], strict=True)
         return [
             Decision(int(code), int(wait), buckets[int(which) - 1].name if which else "")
             for (_, buckets), code, wait, which in triples
         ]
+
+    def _run_alongside(self, keys, args, client, alongside: Alongside):
+        pipe = client.pipeline(transaction=False)
+        received = alongside(pipe)
+        others = len(pipe)
+        # EVAL, not EVALSHA: a pipeline cannot load a script that Redis lost midway (and a
+        # cluster's pipeline refuses EVALSHA); Redis runs the body it has cached by its hash.
+        pipe.eval(SCRIPT, len(keys), *keys, *args)
+        replies = pipe.execute(raise_on_error=False)
+        received(replies[:others])
+        raw = replies[others]
+        if isinstance(raw, Exception):
+            raise raw
+        return raw

@@ -139,7 +139,10 @@ class Dispatcher:
             # slot leaves for a worker one round trip sooner. Written first, on its own, when
             # the held requests' retry or the sweep (which write the line too) comes between.
             pipe = self.client.pipeline(transaction=True)
-            decided = self.intake.decide(entries, level=self.degradation, pipe=pipe)
+            # The fleet is read in the bucket script's round trip, for the release below.
+            self.fleet.drop_read()
+            decided = self.intake.decide(entries, level=self.degradation, pipe=pipe,
+                                         alongside=self.release.read_ahead)  # fmt: skip
             sweep = self._every("sweep", o.sweep_interval)
             if decided and (sweep or self.intake.held_due()):
                 self.intake.written(pipe.execute())

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import redis
 
@@ -39,6 +40,8 @@ from .plans import PlanBook
 log = logging.getLogger("sluice.dispatcher")
 
 Entries = list[tuple[str, dict[str, str] | None]]
+# Queues reads on a pipeline, given the requests being charged; returns what takes the replies.
+ReadAlongside = Callable[[Any, list[QueuedRequest]], Callable[[list], None]]
 # Why a request was refused, for programs (the final event's `code`), by the metrics' reason.
 REJECTION_CODES = {"rate": "rate_limited", "too_large": "too_large", "shed": "shed",
                    "model": "model_not_allowed", "background": "shed"}  # fmt: skip
@@ -84,8 +87,11 @@ class Intake:
 
     # -- new requests ----------------------------------------------------------------------------
 
-    def decide(self, entries: Entries, *, level: Degradation, pipe=None) -> int:
-        """Decides `entries` (as `read` returns them); returns how many. `pipe`: a MULTI
+    def decide(self, entries: Entries, *, level: Degradation, pipe=None,
+               alongside: ReadAlongside | None = None) -> int:  # fmt: skip
+        """Decides `entries` (as `read` returns them); returns how many. `alongside(pipe,
+        requests)`: queues reads for the bucket script's round trip, given the requests it
+        charges (Release.read_ahead: the fleet and their routing). `pipe`: a MULTI
         pipeline of the caller's, which then executes it and hands its replies to `written`;
         the requests are in the line's mirror at once (a failed MULTI has the caller rebuild
         the mirrors from Redis, as every Redis error does)."""
@@ -142,8 +148,12 @@ class Intake:
                 buckets_of[size] = plan_buckets(plan, tokens=request.cost,
                                                 requests=request.kind_weight)  # fmt: skip
             to_charge.append((request, buckets_of[size]))
+        charging = [request for request, _ in to_charge]
+        reads = None if alongside is None else lambda pipe: alongside(pipe, charging)
         pending = self.buckets.take_in_background(
-            [(self.keys.bucket(r.user_id), b) for r, b in to_charge], now_ms=self.bucket_now()
+            [(self.keys.bucket(r.user_id), b) for r, b in to_charge],
+            now_ms=self.bucket_now(),
+            alongside=reads,
         )
         # While Redis runs the script, encode the queue records as charged, the usual outcome
         # (most of the Python work of a batch); the others are redone below.

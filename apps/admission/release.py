@@ -88,48 +88,85 @@ class FleetView:
         self.models_seen: set[str] = set()  # every model a live worker has served
         self._read_at = 0.0
         self._ids: list[str] = []  # the live workers' ids at the last reread
+        self._ready: Fleet | None = None  # read by `read_with` for this pass's `refresh`
 
     def refresh(self, candidates: Sequence[QueuedRequest] = ()) -> Fleet:
         """The live workers and how much work waits on their streams, with the affinity
-        entries of `candidates` (the requests this pass may route first), in one round trip.
-        Heartbeats change every few seconds, so they are reread at most every `interval` (and
-        at once while no worker is known); the streams' lengths are read on every call. The
-        lengths read are those of the streams of the workers known so far: when the live
-        workers, or what they serve, have changed, the lengths take a second round trip."""
+        entries of `candidates` (the requests this pass may route first), in one round trip;
+        none when this pass read them already (`read_with`). Heartbeats change every few
+        seconds, so they are reread at most every `interval` (and at once while no worker is
+        known); the streams' lengths are read on every call. The lengths read are those of
+        the streams of the workers known so far: when the live workers, or what they serve,
+        have changed, the lengths take a second round trip."""
+        ready, self._ready = self._ready, None
+        if ready is not None:
+            return ready
+        pipe = self.client.pipeline(transaction=False)
+        finish = self._queue(pipe, candidates)
+        return finish(pipe.execute(raise_on_error=False))
+
+    def read_with(self, pipe, candidates: Sequence[QueuedRequest]) -> Callable[[list], None]:
+        """`refresh`'s round trip queued on another pipeline of this pass (the bucket
+        script's), so that the pass's `refresh` reads nothing. Returns what takes that
+        pipeline's replies from these commands on; if making the fleet of them fails,
+        `refresh` reads it again."""
+        finish = self._queue(pipe, candidates)
+
+        def received(replies: list) -> None:
+            try:
+                self._ready = finish(replies)
+            except Exception as exc:  # the pass's refresh reads it again
+                log.warning("fleet read with the buckets failed (%s): read again", exc)
+
+        return received
+
+    def drop_read(self) -> None:
+        """Forgets a `read_with` this pass did not use: the next pass reads afresh."""
+        self._ready = None
+
+    def _queue(self, pipe, candidates: Sequence[QueuedRequest]) -> Callable[[list], Fleet]:
         fleet = self.fleet
         now = time.monotonic()
         reread = now >= self._read_at or not fleet.workers
         known = self._ids if reread else []  # their heartbeats are read in the same trip
-        pipe = self.client.pipeline(transaction=False)
+        start = len(pipe)
+        written = self.affinity.flush(pipe)  # what the last answers taught
+        flushed = len(pipe) - start
         if reread:
             self._read_at = now + self.interval
             pipe.zrangebyscore(self.keys.workers, time.time() - LIVE_SECONDS, "+inf")
             if known:
                 pipe.mget([self.keys.heartbeat(w) for w in known])
-        reads = len(pipe)
+        reads = len(pipe) - start - flushed
         streams = self._queue_lengths(pipe, fleet)
-        lengths_end = len(pipe)
+        lengths_end = len(pipe) - start - flushed
         routing = candidates if self.router.policy == AFFINITY else ()
         received = self.affinity.read_ahead(pipe, routing)
-        replies = pipe.execute(raise_on_error=False)
-        received(replies[lengths_end:])
-        if reread:
-            for reply in replies[:reads]:
-                if isinstance(reply, Exception):
-                    raise reply
-            ids, beats = replies[0], (replies[1] if known else [])
-            if ids != known:  # a worker came or went: its heartbeat is not among `beats`
-                beats = self.client.mget([self.keys.heartbeat(w) for w in ids]) if ids else []
-            fleet = self._from_heartbeats(beats)
-            self._ids = ids
-        replies = replies[reads:lengths_end]
-        if self._streams(fleet) != streams:  # the reread changed them: read their lengths
-            pipe = self.client.pipeline(transaction=False)
-            streams = self._queue_lengths(pipe, fleet)
-            replies = pipe.execute(raise_on_error=False)
-        self._lengths(fleet, streams, replies)
-        self.fleet = fleet
-        return fleet
+
+        def finish(replies: list) -> Fleet:
+            written(replies)
+            replies = replies[flushed:]  # from here on, counted from the first read
+            received(replies[lengths_end:])
+            fleet = self.fleet
+            if reread:
+                for reply in replies[:reads]:
+                    if isinstance(reply, Exception):
+                        raise reply
+                ids, beats = replies[0], (replies[1] if known else [])
+                if ids != known:  # a worker came or went: its heartbeat is not among `beats`
+                    beats = self.client.mget([self.keys.heartbeat(w) for w in ids]) if ids else []
+                fleet = self._from_heartbeats(beats)
+                self._ids = ids
+            lengths, names = replies[reads:lengths_end], streams
+            if self._streams(fleet) != names:  # the reread changed them: read their lengths
+                again = self.client.pipeline(transaction=False)
+                names = self._queue_lengths(again, fleet)
+                lengths = again.execute(raise_on_error=False)
+            self._lengths(fleet, names, lengths)
+            self.fleet = fleet
+            return fleet
+
+        return finish
 
     def _streams(self, fleet: Fleet) -> list[str]:
         return [*(self.keys.work_for_model(m) for m in fleet.model_slots),
@@ -230,15 +267,21 @@ class Release:
         self.now_ms = now_ms
         self.prefetch = prefetch
 
+    def read_ahead(self, pipe, requests: Sequence[QueuedRequest]) -> Callable[[list], None]:
+        """The fleet's read for this pass's `run`, queued on the caller's `pipe` with the
+        routing entries of `requests` (see FleetView.read_with)."""
+        return self.fleet.read_with(pipe, requests)
+
     def run(self, pipe=None) -> int:
         """Hands out as many requests as there are free slots; returns how many. `pipe`: a
         MULTI pipeline of the caller's to queue the writes on (the caller executes it)."""
         line = self.line
-        self.fleet.affinity.flush()  # what the last answers taught, for a standby too
         arrived = line.take_arrived(READ_AHEAD_MOST)
         if not len(line.fair):
+            self.fleet.drop_read()
+            self.fleet.affinity.flush()  # what the last answers taught, for a standby too
             return 0
-        fleet = self.fleet.refresh(arrived)
+        fleet = self.fleet.refresh(arrived)  # writes what they taught in the same round trip
         if self.fleet.router.pushes:  # a load balancer forwards at once: workers queue it
             room = {model: len(line.fair) for model, slots in fleet.model_slots.items() if slots}
         else:

@@ -115,8 +115,9 @@ def packets(monkeypatch) -> list[list[bytes]]:
 def test_a_new_requests_routing_entries_are_read_with_the_fleet_and_heartbeats_too(
     make_dispatcher, user, packets
 ):
-    """A request that finds a free slot waits on one read of the fleet (its heartbeats, the
-    streams' lengths and its conversation's worker), not on three."""
+    """A request that finds a free slot waits on one round trip for its buckets and the fleet
+    (the heartbeats, the streams' lengths, its conversation's worker, and the write of what
+    the last answer taught), not on five."""
     conversation = conversation_create(owner=user)
     give_the_fleet_slots(2, worker_id="w1")
     give_the_fleet_slots(2, worker_id="w2")
@@ -125,16 +126,16 @@ def test_a_new_requests_routing_entries_are_read_with_the_fleet_and_heartbeats_t
     dispatcher.step()
     worker_answers(first, worker_id="w2")
     dispatcher.step()  # the recorder's pass: the dispatcher learns who served it
-    dispatcher.step()  # and writes it
     follow_up = publish(user.id, conversation=conversation.id)
     packets.clear()
     dispatcher.step()
-    assert work_item_ids(keys().work_for("w2")) == [follow_up]  # the entry read ahead, used
+    assert work_item_ids(keys().work_for("w2")) == [follow_up]
     fleet_reads = [names for names in packets if b"XLEN" in names]
     assert len(fleet_reads) == 1, packets
-    assert {b"ZRANGEBYSCORE", b"MGET"} <= set(fleet_reads[0])  # heartbeats (interval 0)
+    assert {b"EVAL", b"ZRANGEBYSCORE", b"MGET", b"SET"} <= set(fleet_reads[0])
     assert fleet_reads[0].count(b"MGET") == 2  # the heartbeats and the routing entries
-    assert [names for names in packets if names == [b"MGET"]] == [], packets
+    assert [names for names in packets if names in ([b"MGET"], [b"SET"])] == [], packets
+    assert get_redis().get(keys().affinity("conv", str(conversation.id))) == "w2"
 
 
 def test_a_worker_that_joins_is_read_and_routed_to_in_the_same_pass(make_dispatcher, user):
@@ -151,3 +152,21 @@ def test_a_worker_that_joins_is_read_and_routed_to_in_the_same_pass(make_dispatc
     assert state(waiting) == "dispatched"
     assert dispatcher.fleet.fleet.slots == 2
     assert set(dispatcher.fleet.fleet.workers) == {"w1", "w2"}
+
+
+@pytest.mark.parametrize("arriving", [1, 20])  # the bucket script inline, and on its helper
+def test_the_buckets_and_the_fleet_are_read_together_even_when_redis_lost_its_scripts(
+    make_dispatcher, user, arriving
+):
+    """The bucket script rides in a pipeline with the fleet's reads: it still runs when Redis
+    has lost its scripts (a restart), and the fleet read beside it serves the pass."""
+    Plan.objects.filter(slug="free").update(max_concurrent=50, burst_requests=50,
+                                            burst_tokens=100_000)  # fmt: skip
+    give_the_fleet_slots(arriving)
+    dispatcher = make_dispatcher()
+    dispatcher.step()
+    get_redis().script_flush()
+    ids = [publish(user.id) for _ in range(arriving)]
+    dispatcher.step()
+    assert all(state(i) == "dispatched" for i in ids)
+    assert dispatcher.fleet.fleet.slots == arriving
