@@ -1,5 +1,5 @@
 """The web server's tuning: autobahn's per-frame debug arguments are plain text, made without
-terminal colour codes, and daphne runs on uvloop."""
+terminal colour codes, Twisted leaves a POST's body to Django, and daphne runs on uvloop."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from autobahn.twisted import websocket
 from autobahn.websocket import protocol
 
-from chatsite.daphne_tuning import plain_websocket_debug_arguments
+from chatsite.daphne_tuning import no_form_parsing, plain_websocket_debug_arguments
 from chatsite.stack import web_command
 from tests.conftest import BASE_DIR
 
@@ -19,6 +19,36 @@ def test_the_per_frame_debug_arguments_are_plain_text():
     for module in (protocol, websocket):
         assert module.hltype(protocol.WebSocketProtocol.sendData) == "<WebSocketProtocol.sendData>"
         assert module.hlval(42) == "42"
+
+
+def test_twisted_leaves_a_posted_form_to_django(monkeypatch):
+    """Neither the Content-Type nor the body of a POST is parsed by Twisted, and the body
+    reaches daphne whole."""
+    from types import SimpleNamespace
+
+    from daphne.http_protocol import WebRequest
+    from twisted.web import http
+    from twisted.web.test.requesthelper import DummyChannel
+
+    def parsed(line):
+        raise AssertionError(f"Twisted parsed the Content-Type {line!r}")
+
+    no_form_parsing()
+    monkeypatch.setattr(http, "_parseContentType", parsed)
+    channel = DummyChannel()
+    channel.factory = SimpleNamespace(server=SimpleNamespace(protocol_connected=lambda r: None))
+    request = WebRequest(channel)
+    request.process = lambda: None  # daphne's own handling is not what is tested here
+    body = b"text=Hello&csrfmiddlewaretoken=x"
+    request.requestHeaders.setRawHeaders(b"content-type",
+                                         [b"application/x-www-form-urlencoded"])  # fmt: skip
+    request.requestHeaders.setRawHeaders(b"content-length", [str(len(body)).encode()])
+    request.gotLength(len(body))
+    request.handleContentChunk(body)
+    request.requestReceived(b"POST", b"/c/1/messages/", b"HTTP/1.1")
+    assert request.args == {}
+    request.content.seek(0)
+    assert request.content.read() == body
 
 
 def test_the_web_command_runs_daphne_on_uvloop():

@@ -184,12 +184,13 @@ async def request_events(request: HttpRequest, request_id: str) -> HttpResponse:
         return _error(400, "Last-Event-ID must be an event id such as 1700000000000-0.")
     stream = keys().output(request_id)
 
-    async def events() -> AsyncIterator[str]:
-        yield "retry: 2000\n\n"
+    async def events() -> AsyncIterator[bytes]:  # bytes: Django need not encode each one
+        yield b"retry: 2000\n\n"
         async for entry_id, fields in get_hub().events(stream, after=after):
             frame = frame_for_event(request_id, entry_id, fields)
             if frame:
-                yield f"id: {entry_id}\nevent: {frame['type']}\ndata: {json.dumps(frame)}\n\n"
+                event = f"id: {entry_id}\nevent: {frame['type']}\ndata: {json.dumps(frame)}\n\n"
+                yield event.encode()
 
     response = StreamingHttpResponse(events(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"

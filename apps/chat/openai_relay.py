@@ -196,22 +196,22 @@ class StreamRelay:
 
 
 async def sse(follow: Follow, seen: list[Entry], relay: StreamRelay,
-              cancel: Callable[[], Awaitable[None]]) -> AsyncIterator[str]:  # fmt: skip
-    """The response body of a streamed completion. However it stops (the client went away,
-    the server is stopping), a request that has not ended is cancelled: its engine slot is
-    freed at once."""
+              cancel: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:  # fmt: skip
+    """The response body of a streamed completion, as bytes (Django would look the charset up
+    for every str chunk). However it stops (the client went away, the server is stopping), a
+    request that has not ended is cancelled: its engine slot is freed at once."""
     try:
         out = relay.feed(seen)
         if out:
-            yield out
+            yield out.encode()
         while not relay.ended:
             batch = await follow.next(timeout=None if relay.running else KEEPALIVE_SECONDS)
             if batch is None:
-                yield ": keep-alive\n\n"
+                yield b": keep-alive\n\n"
                 continue
             out = relay.feed(batch)
             if out:
-                yield out
+                yield out.encode()
     finally:
         await follow.close()
         if not relay.ended or relay.diverged:
