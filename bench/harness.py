@@ -11,7 +11,7 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -243,16 +243,19 @@ async def chat_client(
     until: float,
     timings: Timings,
     text: str = "Tell me about rivers.",
+    lengths: Callable[[], int] | None = None,
 ) -> None:
     """Sends a message, reads the answer, and sends the next as soon as it ends, until `until`.
-    The same code drives Sluice and the engine alone."""
+    The same code drives Sluice and the engine alone. `lengths`: each answer's length in
+    tokens, asked of the simulated engine by a marker in the message (None: its own)."""
     import websockets
 
     headers = {"Origin": origin_of(url), "Cookie": f"sessionid={cookie}"} if cookie else {}
     async with websockets.connect(url, additional_headers=headers, max_size=None) as ws:
         while time.perf_counter() < until:
+            asked = text if lengths is None else f"{text} [[sim:tokens={lengths()}]]"
             sent = time.perf_counter()
-            await ws.send(json.dumps({"type": "send", "text": text}))
+            await ws.send(json.dumps({"type": "send", "text": asked}))
             first = None
             while True:
                 frame = json.loads(await ws.recv())

@@ -5,10 +5,14 @@ CPU every Sluice process spent per answer (web, dispatcher, worker, Redis, Postg
 from /proc around the Sluice rounds).
 
     .venv/bin/python bench/overhead.py [--clients 1,10,100] [--seconds 8] [--rounds 2]
-                                       [--web-processes 1] [--ops-page]
+                                       [--web-processes 1] [--ops-page] [--lengths 50-150]
 
 --ops-page keeps the admin's operations page open during the run, as a browser would: its live
 part fetched every 2 s by a staff session, so the two runs tell what watching costs the service.
+
+--lengths draws each answer's length (in tokens, on both sides alike): with every answer 100
+tokens long, a level's answers end together and the next questions arrive in waves, the last of
+each wave queued behind the others; varied lengths spread them out, as people's questions are.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import re
 import subprocess
 import sys
@@ -42,16 +47,35 @@ from chatsite.stack import free_port
 ENGINE = {"first_token_ms": 50, "decode_ms": 10, "tokens": 100}
 
 
-async def run_level(urls_and_cookies: list[tuple[str, str | None]], seconds: float) -> Timings:
+async def run_level(
+    urls_and_cookies: list[tuple[str, str | None]], seconds: float, lengths: str = ""
+) -> Timings:
+    """`lengths` "LOW-HIGH": each answer's length drawn between them (the same draws on both
+    sides: each client's generator is seeded by its number); "": the engine's 100 tokens."""
     timings = Timings()
     until = time.perf_counter() + seconds
     await asyncio.gather(
         *(
-            chat_client(url, cookie=cookie, until=until, timings=timings)
-            for url, cookie in urls_and_cookies
+            chat_client(
+                url,
+                cookie=cookie,
+                until=until,
+                timings=timings,
+                lengths=length_draws(lengths, seed=n),
+            )
+            for n, (url, cookie) in enumerate(urls_and_cookies)
         )
     )
     return timings
+
+
+def length_draws(lengths: str, *, seed: int):
+    """A client's answer lengths: uniform between LOW and HIGH tokens."""
+    if not lengths:
+        return None
+    low, high = (int(n) for n in lengths.split("-"))
+    draw = random.Random(seed)
+    return lambda: draw.randint(low, high)
 
 
 def watch_ops_page(base_url: str, stop: threading.Event) -> None:
@@ -88,6 +112,9 @@ def main() -> None:
                         help="daphne processes, the clients spread over them")  # fmt: skip
     parser.add_argument("--ops-page", action="store_true",
                         help="the ops page open (polled every 2 s) during the run")  # fmt: skip
+    parser.add_argument("--lengths", default="", metavar="LOW-HIGH",
+                        help="answers of varied lengths (tokens), so they do not all end "
+                             "together: the steady state rather than waves")  # fmt: skip
     args = parser.parse_args()
     levels = [int(c) for c in args.clients.split(",")]
 
@@ -143,14 +170,16 @@ def main() -> None:
                     direct_clients = [(f"ws://127.0.0.1:{direct_port}/", None)] * clients
                     before, answered = running.cpu_seconds(), len(through.completion)
                     calls_before = running.redis_calls()
-                    through.extend(asyncio.run(run_level(sluice_clients, args.seconds)))
+                    through.extend(
+                        asyncio.run(run_level(sluice_clients, args.seconds, args.lengths))
+                    )
                     done = len(through.completion) - answered
                     spent = cpu_per_answer(before, running.cpu_seconds(), done)
                     calls_after = running.redis_calls()
                     commands = {name: (n - calls_before.get(name, 0)) / max(done, 1)
                                 for name, n in calls_after.items()}  # fmt: skip
                     cpu = {role: cpu.get(role, 0) + ms / args.rounds for role, ms in spent.items()}
-                    alone.extend(asyncio.run(run_level(direct_clients, args.seconds)))
+                    alone.extend(asyncio.run(run_level(direct_clients, args.seconds, args.lengths)))
                     seconds_each += args.seconds
                 print_row("sluice", clients, through, seconds_each)
                 print_row("direct", clients, alone, seconds_each)
