@@ -154,3 +154,21 @@ def roomy_plan(**limits):
 
 def queue_many(users, per_user: int) -> list[str]:
     return [publish(user.id) for _ in range(per_user) for user in users]
+
+
+@pytest.fixture
+def packets(monkeypatch) -> list[list[bytes]]:
+    """What the dispatcher sends Redis, one entry per round trip: its commands' names."""
+    import redis.connection
+
+    sent: list[list[bytes]] = []
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def watched(self, command, check_health=True):
+        packet = command if isinstance(command, bytes) else b"".join(command)
+        lines = packet.split(b"\r\n")
+        sent.append([lines[i + 2] for i, line in enumerate(lines[:-2]) if line.startswith(b"*")])
+        return send(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", watched)
+    return sent

@@ -94,24 +94,6 @@ def test_a_garbled_heartbeat_is_ignored(make_dispatcher):
     assert make_dispatcher().fleet.refresh().slots == 3
 
 
-@pytest.fixture
-def packets(monkeypatch) -> list[list[bytes]]:
-    """What the dispatcher sends Redis, one entry per round trip: its commands' names."""
-    import redis.connection
-
-    sent: list[list[bytes]] = []
-    send = redis.connection.AbstractConnection.send_packed_command
-
-    def watched(self, command, check_health=True):
-        packet = command if isinstance(command, bytes) else b"".join(command)
-        lines = packet.split(b"\r\n")
-        sent.append([lines[i + 2] for i, line in enumerate(lines[:-2]) if line.startswith(b"*")])
-        return send(self, command, check_health)
-
-    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", watched)
-    return sent
-
-
 def test_a_new_requests_routing_entries_are_read_with_the_fleet_and_heartbeats_too(
     make_dispatcher, user, packets
 ):

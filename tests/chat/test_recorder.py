@@ -146,6 +146,21 @@ def ended_request(conversation, request_id: str, text: str = "Blue.") -> Answer:
     return answer
 
 
+def warm_chat_with_an_ended_answer(user, request_id: str):
+    """A conversation whose answer has ended (its record on the done stream, not yet read),
+    with the hot tier and the user's corpora cached, as a busy chat has them."""
+    from apps.chat import hot
+    from apps.rag.selectors import searchable_corpora_for_user
+
+    conversation = conversation_create(owner=user)
+    answer = ended_request(conversation, request_id)
+    recorder.ensure_group()
+    get_redis().xadd(keys().done, answer.to_fields())
+    hot.prompt_sources(conversation=conversation, limit=10)
+    searchable_corpora_for_user(user=user)
+    return conversation
+
+
 @pytest.mark.parametrize("expected", ["r5", "another", None])
 def test_the_next_question_settles_an_ended_answer_and_the_recorder_does_not_insert_it_again(
     user, expected
@@ -208,14 +223,8 @@ def test_the_next_question_carries_the_settled_answers_writes_in_its_prompts_rea
     skip mark, hot-tier turn and release ride with the publication, with the question's turn:
     two round trips, and the prompt still holds the answer before the question."""
     from apps.chat import hot
-    from apps.rag.selectors import searchable_corpora_for_user
 
-    conversation = conversation_create(owner=user)
-    answer = ended_request(conversation, "r7")
-    recorder.ensure_group()
-    get_redis().xadd(keys().done, answer.to_fields())
-    hot.prompt_sources(conversation=conversation, limit=10)  # warm, as a busy chat is
-    searchable_corpora_for_user(user=user)
+    conversation = warm_chat_with_an_ended_answer(user, "r7")
 
     redis_round_trips.clear()
     submitted = submission.request_submit(user=user, conversation=conversation,
@@ -250,11 +259,7 @@ def test_a_prompt_read_ahead_is_not_used_when_the_recorder_stored_the_answer_mea
     question's insert finds the answer stored, and the prompt is read again, after it."""
     from apps.chat import hot, services
 
-    conversation = conversation_create(owner=user)
-    answer = ended_request(conversation, "r9")
-    recorder.ensure_group()
-    get_redis().xadd(keys().done, answer.to_fields())
-    hot.prompt_sources(conversation=conversation, limit=10)
+    conversation = warm_chat_with_an_ended_answer(user, "r9")
     insert = services.question_create_after
 
     def recorder_first(**kwargs):
@@ -276,14 +281,8 @@ def test_a_prompt_read_ahead_holds_the_turns_the_recorder_stored_before(user, re
     """A question to a conversation whose last answer was recorded already: two round trips,
     and the prompt holds every turn once, in order."""
     from apps.chat import hot
-    from apps.rag.selectors import searchable_corpora_for_user
 
-    conversation = conversation_create(owner=user)
-    answer = ended_request(conversation, "r10")
-    recorder.ensure_group()
-    get_redis().xadd(keys().done, answer.to_fields())
-    hot.prompt_sources(conversation=conversation, limit=10)  # warm, as a busy chat is
-    searchable_corpora_for_user(user=user)
+    conversation = warm_chat_with_an_ended_answer(user, "r10")
     assert recorder.record_pending(consumer="c1", block_ms=10) == 1
     redis_round_trips.clear()
     submitted = submission.request_submit(user=user, conversation=conversation,
