@@ -138,17 +138,22 @@ def test_a_worker_that_joins_is_read_and_routed_to_in_the_same_pass(make_dispatc
 
 @pytest.mark.parametrize("arriving", [1, 20])  # the bucket script inline, and on its helper
 def test_the_buckets_and_the_fleet_are_read_together_even_when_redis_lost_its_scripts(
-    make_dispatcher, user, arriving
+    make_dispatcher, user, arriving, packets
 ):
-    """The bucket script rides in a pipeline with the fleet's reads: it still runs when Redis
-    has lost its scripts (a restart), and the fleet read beside it serves the pass."""
+    """The bucket script rides in a pipeline with the fleet's reads (inline, and from the
+    helper thread for a large batch): it still runs when Redis has lost its scripts (a
+    restart), the fleet read beside it serves the pass, and nothing reads the fleet again."""
     Plan.objects.filter(slug="free").update(max_concurrent=50, burst_requests=50,
                                             burst_tokens=100_000)  # fmt: skip
-    give_the_fleet_slots(arriving)
+    give_the_fleet_slots(arriving + 1)
     dispatcher = make_dispatcher()
-    dispatcher.step()
+    publish(user.id)
+    dispatcher.step()  # the fleet is known from here on
     get_redis().script_flush()
     ids = [publish(user.id) for _ in range(arriving)]
+    packets.clear()
     dispatcher.step()
     assert all(state(i) == "dispatched" for i in ids)
-    assert dispatcher.fleet.fleet.slots == arriving
+    assert dispatcher.fleet.fleet.slots == arriving + 1
+    fleet_reads = [names for names in packets if b"XLEN" in names]
+    assert len(fleet_reads) == 1 and b"EVAL" in fleet_reads[0], packets
