@@ -244,12 +244,15 @@ async def chat_client(
     timings: Timings,
     text: str = "Tell me about rivers.",
     lengths: Callable[[], int] | None = None,
+    delay: float = 0.0,
 ) -> None:
     """Sends a message, reads the answer, and sends the next as soon as it ends, until `until`.
     The same code drives Sluice and the engine alone. `lengths`: each answer's length in
-    tokens, asked of the simulated engine by a marker in the message (None: its own)."""
+    tokens, asked of the simulated engine by a marker in the message (None: its own).
+    `delay`: seconds to wait before connecting (a ramp, `ramp_delay`)."""
     import websockets
 
+    await asyncio.sleep(delay)
     headers = {"Origin": origin_of(url), "Cookie": f"sessionid={cookie}"} if cookie else {}
     async with websockets.connect(url, additional_headers=headers, max_size=None) as ws:
         while time.perf_counter() < until:
@@ -272,6 +275,13 @@ async def chat_client(
                 done = time.perf_counter()
                 timings.ttft.append((first - sent) * 1000)
                 timings.completion.append((done - sent) * 1000)
+
+
+def ramp_delay(n: int, clients: int, ramp: float) -> float:
+    """When client `n` of `clients` starts: spread evenly over the first `ramp` seconds, so
+    they connect and ask their first questions as people do, one after another, rather than all
+    in the same millisecond (0: all at once)."""
+    return ramp * n / clients if clients else 0.0
 
 
 def print_row(label: str, clients: int, timings: Timings, seconds: float) -> None:

@@ -27,6 +27,7 @@ from harness import (
     median,
     percentile,
     print_row,
+    ramp_delay,
     say,
     setup_django,
     sluice,
@@ -121,9 +122,10 @@ async def _body_parts(reader: asyncio.StreamReader, headers: dict[str, str]):
         yield await reader.read()
 
 
-async def stream_client(host: str, port: int, *, key: str, until: float,
-                        timings: Timings) -> None:  # fmt: skip
-    """Streams completions back to back until `until`: time to the first text, and to the end."""
+async def stream_client(host: str, port: int, *, key: str, until: float, timings: Timings,
+                        delay: float = 0.0) -> None:  # fmt: skip
+    """Streams completions back to back until `until`: time to the first text, and to the end.
+    `delay`: seconds to wait before connecting (a ramp, harness.ramp_delay)."""
     body = json.dumps(
         {
             "model": MODEL,
@@ -135,6 +137,7 @@ async def stream_client(host: str, port: int, *, key: str, until: float,
     request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
                f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\n\r\n{body}").encode()  # fmt: skip
+    await asyncio.sleep(delay)
     reader, writer = await asyncio.open_connection(host, port)
     try:
         while time.perf_counter() < until:
@@ -162,11 +165,12 @@ async def stream_client(host: str, port: int, *, key: str, until: float,
         writer.close()
 
 
-async def run_level(port: int, keys: list[str], seconds: float) -> Timings:
+async def run_level(port: int, keys: list[str], seconds: float, ramp: float = 0.0) -> Timings:
     timings = Timings()
     until = time.perf_counter() + seconds
     await asyncio.gather(*(stream_client("127.0.0.1", port, key=key, until=until,
-                                         timings=timings) for key in keys))  # fmt: skip
+                                         timings=timings, delay=ramp_delay(n, len(keys), ramp))
+                           for n, key in enumerate(keys)))  # fmt: skip
     return timings
 
 
@@ -205,6 +209,9 @@ def main() -> None:
     parser.add_argument("--clients", default="1,10,100")
     parser.add_argument("--seconds", type=float, default=8.0, help="per round and side")
     parser.add_argument("--rounds", type=int, default=2, help="alternations of the two sides")
+    parser.add_argument("--ramp", type=float, default=0.0, metavar="SECONDS",
+                        help="the clients start one after another over this many seconds "
+                             "(both sides alike) instead of all at once")  # fmt: skip
     parser.add_argument("--serve-mock", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_mock:
@@ -235,11 +242,13 @@ def main() -> None:
                 for _ in range(args.rounds):
                     before, answered = running.cpu_seconds(), len(through.completion)
                     through.extend(uvloop.run(run_level(sluice_port, keys[:clients],
-                                                        args.seconds)))  # fmt: skip
+                                                        args.seconds, args.ramp)))  # fmt: skip
                     done = len(through.completion) - answered
                     spent = cpu_per_answer(before, running.cpu_seconds(), done)
                     cpu = {role: cpu.get(role, 0) + ms / args.rounds for role, ms in spent.items()}
-                    alone.extend(uvloop.run(run_level(mock_port, [""] * clients, args.seconds)))
+                    alone.extend(
+                        uvloop.run(run_level(mock_port, [""] * clients, args.seconds, args.ramp))
+                    )
                     seconds_each += args.seconds
                 print_row("sluice", clients, through, seconds_each)
                 print_row("direct", clients, alone, seconds_each)

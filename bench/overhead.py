@@ -36,6 +36,7 @@ from harness import (
     median,
     percentile,
     print_row,
+    ramp_delay,
     say,
     setup_django,
     sluice,
@@ -48,10 +49,14 @@ ENGINE = {"first_token_ms": 50, "decode_ms": 10, "tokens": 100}
 
 
 async def run_level(
-    urls_and_cookies: list[tuple[str, str | None]], seconds: float, lengths: str = ""
+    urls_and_cookies: list[tuple[str, str | None]],
+    seconds: float,
+    lengths: str = "",
+    ramp: float = 0.0,
 ) -> Timings:
     """`lengths` "LOW-HIGH": each answer's length drawn between them (the same draws on both
-    sides: each client's generator is seeded by its number); "": the engine's 100 tokens."""
+    sides: each client's generator is seeded by its number); "": the engine's 100 tokens.
+    `ramp`: the clients start one after another over this many seconds (harness.ramp_delay)."""
     timings = Timings()
     until = time.perf_counter() + seconds
     await asyncio.gather(
@@ -62,6 +67,7 @@ async def run_level(
                 until=until,
                 timings=timings,
                 lengths=length_draws(lengths, seed=n),
+                delay=ramp_delay(n, len(urls_and_cookies), ramp),
             )
             for n, (url, cookie) in enumerate(urls_and_cookies)
         )
@@ -115,6 +121,9 @@ def main() -> None:
     parser.add_argument("--lengths", default="", metavar="LOW-HIGH",
                         help="answers of varied lengths (tokens), so they do not all end "
                              "together: the steady state rather than waves")  # fmt: skip
+    parser.add_argument("--ramp", type=float, default=0.0, metavar="SECONDS",
+                        help="the clients start one after another over this many seconds "
+                             "(both sides alike) instead of all at once")  # fmt: skip
     args = parser.parse_args()
     levels = [int(c) for c in args.clients.split(",")]
 
@@ -171,7 +180,9 @@ def main() -> None:
                     before, answered = running.cpu_seconds(), len(through.completion)
                     calls_before = running.redis_calls()
                     through.extend(
-                        asyncio.run(run_level(sluice_clients, args.seconds, args.lengths))
+                        asyncio.run(
+                            run_level(sluice_clients, args.seconds, args.lengths, args.ramp)
+                        )
                     )
                     done = len(through.completion) - answered
                     spent = cpu_per_answer(before, running.cpu_seconds(), done)
@@ -179,7 +190,11 @@ def main() -> None:
                     commands = {name: (n - calls_before.get(name, 0)) / max(done, 1)
                                 for name, n in calls_after.items()}  # fmt: skip
                     cpu = {role: cpu.get(role, 0) + ms / args.rounds for role, ms in spent.items()}
-                    alone.extend(asyncio.run(run_level(direct_clients, args.seconds, args.lengths)))
+                    alone.extend(
+                        asyncio.run(
+                            run_level(direct_clients, args.seconds, args.lengths, args.ramp)
+                        )
+                    )
                     seconds_each += args.seconds
                 print_row("sluice", clients, through, seconds_each)
                 print_row("direct", clients, alone, seconds_each)
