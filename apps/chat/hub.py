@@ -38,10 +38,12 @@ log = logging.getLogger("sluice.hub")
 # Following this many streams, a read that found entries is followed by a short pause before
 # the next: a worker writes every running answer's text in one burst per tick, and a read sent
 # mid-burst takes a few of its entries where one sent a moment later takes them all. A read
-# costs the web and Redis in proportion to the streams it names, so under load fewer, fuller
-# reads are what is cheap; with few chats open every entry is read at once.
+# costs the web and Redis in proportion to the streams it names (Redis registers the blocked
+# read on each), so the pause grows with them: the reads' cost per second stays about level as
+# chats open, and each read takes more entries. With few chats open every entry is read at once.
 BUSY_STREAMS = 16
-BUSY_PAUSE_SECONDS = 0.003
+PAUSE_PER_STREAM_SECONDS = 0.0001  # 100 streams: 10 ms between reads
+PAUSE_MOST_SECONDS = 0.015  # the most an entry waits for its read (time to first token too)
 # A new stream ends a blocked read only once it has waited this long: a busy hub's read returns
 # by itself sooner, and the stream's first entries reach its subscriber meanwhile through the
 # subscriber's own catch-up read (hub_base.py).
@@ -165,7 +167,14 @@ class OutputHub(SubscriberHub):
             for stream, entries in response or []:
                 self._deliver(stream, entries)
             if response and len(streams) >= BUSY_STREAMS:
-                await asyncio.sleep(BUSY_PAUSE_SECONDS)
+                await asyncio.sleep(busy_pause(len(streams)))
+
+
+def busy_pause(streams: int) -> float:
+    """Seconds between a read that found entries and the next, with `streams` followed."""
+    if streams < BUSY_STREAMS:
+        return 0.0
+    return min(PAUSE_MOST_SECONDS, streams * PAUSE_PER_STREAM_SECONDS)
 
 
 class XreadPacker:

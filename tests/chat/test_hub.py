@@ -68,3 +68,12 @@ def test_the_pre_encoded_xread_is_what_redis_py_would_send():
         "XREAD", "COUNT", 500, "BLOCK", 5000, "STREAMS", *streams, *streams.values()))  # fmt: skip
     assert packer.xread(streams, block=5000) == expected
     assert packer.xread(streams, block=5000) == expected  # from the cache of encoded names
+
+
+def test_the_pause_between_busy_reads_grows_with_the_streams_up_to_a_bound():
+    from apps.chat.hub import BUSY_STREAMS, PAUSE_MOST_SECONDS, busy_pause
+
+    assert busy_pause(1) == busy_pause(BUSY_STREAMS - 1) == 0.0  # few chats: read at once
+    assert 0 < busy_pause(BUSY_STREAMS) < busy_pause(50) < busy_pause(100)
+    assert abs(busy_pause(100) - 0.010) < 1e-9  # a hundred chats: 10 ms
+    assert busy_pause(10_000) == PAUSE_MOST_SECONDS
