@@ -87,7 +87,9 @@ class Command(BaseCommand):
                 if not grouped:
                     recorder.ensure_group()
                     grouped = True
-                dispatcher.step()
+                pause = dispatcher.pause_after(dispatcher.step())
+                if pause:
+                    time.sleep(pause)
                 if not dispatcher.active:
                     time.sleep(0.5)  # standby: poll the lease
             except redis.RedisError as exc:
