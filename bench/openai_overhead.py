@@ -6,6 +6,10 @@ prints the CPU every Sluice process spent per answer (web, dispatcher, worker, R
 PostgreSQL, read from /proc around the Sluice rounds; the mock and the clients not counted).
 
     .venv/bin/python bench/openai_overhead.py [--clients 1,10,100] [--seconds 8] [--rounds 2]
+                                              [--ramp 1]
+
+--ramp starts the clients one after another over that many seconds, on both sides (by default
+all at once: the first hundred requests queue behind one another, which sets the p99).
 
 The clients are closed loops (a stream, then the next as soon as it ends) speaking raw HTTP/1.1
 over keep-alive connections, so the client's own CPU stays small on a machine it shares.

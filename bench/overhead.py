@@ -6,6 +6,7 @@ from /proc around the Sluice rounds).
 
     .venv/bin/python bench/overhead.py [--clients 1,10,100] [--seconds 8] [--rounds 2]
                                        [--web-processes 1] [--ops-page] [--lengths 50-150]
+                                       [--ramp 1]
 
 --ops-page keeps the admin's operations page open during the run, as a browser would: its live
 part fetched every 2 s by a staff session, so the two runs tell what watching costs the service.
@@ -13,6 +14,11 @@ part fetched every 2 s by a staff session, so the two runs tell what watching co
 --lengths draws each answer's length (in tokens, on both sides alike): with every answer 100
 tokens long, a level's answers end together and the next questions arrive in waves, the last of
 each wave queued behind the others; varied lengths spread them out, as people's questions are.
+
+--ramp starts the clients one after another over that many seconds (both sides alike): by
+default all of a level's clients connect and ask in the same millisecond, so its first hundred
+questions (and, with equal lengths, every later wave) queue behind one another, and that start
+sets the p99; ramped, the figures are those of a hundred streams running side by side.
 """
 
 from __future__ import annotations

@@ -22,16 +22,14 @@ def session_cookie(user) -> bytes:
 
 
 @asynccontextmanager
-async def chat_socket(user, conversation_id: int, *, origin: bytes = b"http://testserver",
-                      cookie: bytes | None = None):  # fmt: skip
-    """`cookie`: the user's session cookie, when the caller made it already."""
+async def chat_socket(user, conversation_id: int, *, origin: bytes = b"http://testserver"):
     from chatsite.asgi import application
 
     headers = [(b"origin", origin), (b"host", b"testserver")]
     if user is not None:
         from asgiref.sync import sync_to_async
 
-        headers.append((b"cookie", cookie or await sync_to_async(session_cookie)(user)))
+        headers.append((b"cookie", await sync_to_async(session_cookie)(user)))
     communicator = WebsocketCommunicator(application, f"/ws/chat/{conversation_id}/",
                                          headers=headers)  # fmt: skip
     connected, code = await communicator.connect(timeout=10)

@@ -3,9 +3,7 @@ connection."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -13,7 +11,7 @@ from asgiref.sync import sync_to_async
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
 from apps.chat.submission import request_submit
-from tests.chat.conftest import chat_socket, session_cookie
+from tests.chat.conftest import chat_socket
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -35,21 +33,6 @@ async def test_anonymous_and_foreign_conversations_are_refused(user, other_user)
         assert not ok and code == 4404
     async with chat_socket(user, 987654) as (_, ok, code):
         assert not ok and code == 4404
-
-
-async def test_a_socket_logs_in_while_the_shared_sync_thread_is_busy(user):
-    """The login lookup runs in the websockets' own pool, not on asgiref's one shared thread:
-    a long call there (a slow sync view, a migration check) holds up no one's socket."""
-    conversation = await sync_to_async(conversation_create)(owner=user)
-    cookie = await sync_to_async(session_cookie)(user)
-    release = threading.Event()
-    busy = asyncio.ensure_future(sync_to_async(release.wait)())  # holds the shared thread
-    try:
-        async with chat_socket(user, conversation.id, cookie=cookie) as (_, ok, code):
-            assert ok, code
-    finally:
-        release.set()
-        await busy
 
 
 async def _error_for(ws, payload: str) -> str:
