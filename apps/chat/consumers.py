@@ -25,7 +25,6 @@ import json
 import logging
 from urllib.parse import parse_qs
 
-from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError
@@ -41,7 +40,7 @@ from worker import protocol
 
 from . import continuation, live, selectors, submission, turns
 from .account_watch import get_account_watch
-from .frames import EVENT_ID, draft_of, frames_for_batch
+from .frames import EVENT_ID, frames_for_batch
 from .hub import get_hub
 from .models import Conversation
 from .offload import db_call
@@ -64,17 +63,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
     ended = False
 
     async def dispatch(self, message: dict) -> None:
-        # Channels tidies its one shared thread's database connections before every message
-        # and after a disconnect: hops a hundred opening sockets queue for. This consumer's
-        # database work goes through `db_call`, which tidies its own, so it skips them.
-        kind = message["type"]
-        if kind == "websocket.receive":
+        if message["type"] == "websocket.receive":
+            # Channels first tidies the database connections of its one shared sync thread,
+            # before every frame: a hop through that thread on each message sent. This
+            # consumer's frames do their database work through `db_call`, which tidies the
+            # pool thread's own connection, so they skip it.
             await self.websocket_receive(message)
-        elif kind == "websocket.connect":
-            await self.websocket_connect(message)
-        elif kind == "websocket.disconnect":  # channels' handler, less the hop (no groups here)
-            await self.disconnect(message["code"])
-            raise StopConsumer
         else:
             await super().dispatch(message)
 
@@ -132,7 +126,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except OUTAGES as exc:
             log.warning("websocket frame failed: %s: %s", type(exc).__name__, exc)
             reply = {"type": "error", "message": OUTAGE_MESSAGE}
-            draft = draft_of(text_data)
+            draft = _draft_of(text_data)
             if draft is not None:
                 reply["draft"] = draft  # nothing typed is lost
             await self._send(reply)
@@ -387,3 +381,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return False
         submission.request_cancel(user=self.user, request_id=request_id)
         return True
+
+
+def _draft_of(text_data: str | None) -> str | None:
+    """The text of a "send" frame, to hand back when it could not be sent."""
+    try:
+        frame = json.loads(text_data or "")
+    except ValueError:
+        return None
+    if isinstance(frame, dict) and frame.get("type") == "send":
+        text = frame.get("text")
+        return text if isinstance(text, str) else None
+    return None

@@ -77,15 +77,3 @@ def _superseded(frame: dict) -> bool:
     """A status frame whose whole news is its state: no position, reason or citations."""
     return frame["type"] == "status" and frame.keys() <= {"type", "state", "request_id",
                                                           "event_id"}  # fmt: skip
-
-
-def draft_of(text_data: str | None) -> str | None:
-    """The text of a browser's "send" frame, to hand back when it could not be sent."""
-    try:
-        frame = json.loads(text_data or "")
-    except ValueError:
-        return None
-    if isinstance(frame, dict) and frame.get("type") == "send":
-        text = frame.get("text")
-        return text if isinstance(text, str) else None
-    return None
