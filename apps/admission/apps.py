@@ -6,3 +6,8 @@ from django.apps import AppConfig
 class AdmissionConfig(AppConfig):
     name = "apps.admission"
     label = "admission"
+
+    def ready(self) -> None:
+        from . import callers
+
+        callers.connect()  # the API callers' cache follows keys, users and plans
