@@ -30,6 +30,7 @@
   // -- following the answer ----------------------------------------------------------------------
 
   let stuck = true; // the reader is at the bottom: new text keeps it in view
+  let seenTop = 0; // the list's scrollTop when last looked at
   function distanceFromBottom() {
     return list.scrollHeight - list.scrollTop - list.clientHeight;
   }
@@ -38,16 +39,23 @@
   }
   function toBottom() {
     list.scrollTop = list.scrollHeight;
+    seenTop = list.scrollTop;
     stuck = true;
     showJump();
   }
   window.sluiceFollow = function () {
     if (!list) return;
+    // A scroll event comes a frame after the scroll: text that lands in between must not pull
+    // back down a reader who has just moved up (new text below never lowers scrollTop).
+    if (stuck && list.scrollTop < seenTop - 1 && distanceFromBottom() > NEAR_BOTTOM_PX) {
+      stuck = false;
+    }
     if (stuck) toBottom();
     else showJump();
   };
   if (list) {
     list.addEventListener("scroll", function () {
+      seenTop = list.scrollTop;
       stuck = distanceFromBottom() <= NEAR_BOTTOM_PX;
       showJump();
     }, { passive: true });

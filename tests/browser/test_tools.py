@@ -278,3 +278,33 @@ def test_the_answer_is_followed_unless_the_reader_scrolls_up(
     assert at_bottom(page)
     expect(page.locator(".message.user").last).to_contain_text("Say goodbye.")
     expect(page.locator("#message-list")).not_to_contain_text("Say hello.")
+
+
+def test_text_that_lands_before_the_scroll_event_keeps_the_reader_where_they_went(
+    live_web, browser_page
+):
+    """A scroll event comes a frame after the scroll: a delta that lands in between used to see
+    the reader still "at the bottom" and pull them back down."""
+    walker = user_create(username="walker", password=PASSWORD)
+    conversation = long_conversation(walker)
+    page = browser_page
+    log_in(page, live_web, "walker")
+    page.goto(f"{live_web}/c/{conversation.id}/")
+    assert at_bottom(page)
+    page.evaluate(
+        "() => { const list = document.getElementById('message-list');"
+        " list.scrollTop = 0;"  # the reader moves up, and in the same frame text arrives
+        " list.querySelector('.message.assistant:last-child .text')"
+        "     .appendChild(document.createTextNode(' and one more thing')); }"
+    )
+    page.wait_for_timeout(300)  # the observer, the scroll event, a few frames
+    assert page.evaluate("document.getElementById('message-list').scrollTop") < 50
+    expect(page.locator("#jump-latest")).to_be_visible()
+    # Back at the bottom, new text is followed again.
+    page.locator("#jump-latest").click()
+    page.evaluate(
+        "() => document.getElementById('message-list')"
+        "  .querySelector('.message.assistant:last-child .text')"
+        "  .appendChild(document.createTextNode(' and another'))"
+    )
+    assert at_bottom(page)
