@@ -22,6 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import metrics, transitions
+from .ahead import EngineAhead
 from .batching import CommandBatcher
 from .engines import Engine, GenerationRequest
 from .heartbeat import WorkerStats
@@ -76,18 +77,21 @@ class Attempts:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def run(self, entry_id: str, fields: dict[str, str], stream: str) -> None:
+    async def run(self, entry_id: str, fields: dict[str, str], stream: str, *,
+                  fresh: bool = False) -> None:  # fmt: skip
         """Runs one work item to its end. If the worker stops it past its grace period
-        (cancelled), the work item goes back to the shared stream for another worker."""
+        (cancelled), the work item goes back to the shared stream for another worker.
+        `fresh`: the item's first delivery, whose generation begins beside its claim
+        (ahead.py)."""
         finished = False
         try:
-            finished = await self._run(entry_id, fields, stream)
+            finished = await self._run(entry_id, fields, stream, fresh)
         except asyncio.CancelledError:
             if not finished:
                 await self._give_back(entry_id, fields, stream)
             raise
 
-    async def _run(self, entry_id: str, fields: dict[str, str], stream: str) -> bool:
+    async def _run(self, entry_id: str, fields: dict[str, str], stream: str, fresh: bool) -> bool:
         try:
             item = WorkItem.from_fields(fields)
         except (KeyError, ValueError, TypeError) as exc:
@@ -100,10 +104,27 @@ class Attempts:
             ))  # fmt: skip
             return True
         token = f"{self.worker_id}/{uuid.uuid4().hex[:12]}"
-        start = transitions.start_result(await self.write(lambda p: transitions.start(
+        claim = asyncio.ensure_future(self.write(lambda p: transitions.start(
             p, self.keys, item.id, token=token, worker_id=self.worker_id,
             max_attempts=self.max_attempts,
             prompt_tokens=item.prompt_tokens_estimate)))  # fmt: skip
+        ahead = None
+        try:
+            if fresh:
+                await asyncio.sleep(0)  # the claim is queued, and sent, before the engine starts
+                ahead = EngineAhead(self.engine, _request_of(item))
+            start = transitions.start_result(await claim)
+            if start.code != transitions.STARTED and ahead is not None:
+                await ahead.drop()
+            return await self._claimed(item, start, token, stream, entry_id, fields, ahead)
+        finally:
+            claim.cancel()  # done by now, unless the attempt itself was cancelled
+            if ahead is not None and not ahead.taken:  # the attempt ended before its answer
+                await ahead.drop()
+
+    async def _claimed(self, item: WorkItem, start: transitions.Start, token: str,
+                       stream: str, entry_id: str, fields: dict[str, str],
+                       ahead: EngineAhead | None) -> bool:  # fmt: skip
         if start.code == transitions.START_ENDED:  # ended meanwhile (stopped, or run already)
             await self.write(lambda p: transitions.work_done(p, stream, entry_id))
             return True
@@ -123,27 +144,27 @@ class Attempts:
                             f"{start.attempt - 1} times and failed each time. Please try again "
                             "or rephrase the question.")  # fmt: skip
         else:
-            buffer = await self._generate(item, answer, token)
+            buffer = await self._generate(item, answer, token, ahead)
             if buffer.lost:
                 log.warning("request %s: attempt %d lost its claim to a newer one; stopped",
                             item.id, start.attempt)  # fmt: skip
                 return True  # the current attempt acknowledges the work item
         return await self._end(answer, token, stream, entry_id, fields, exhausted=exhausted)
 
-    async def _generate(self, item: WorkItem, answer: Answer, token: str) -> OutputBuffer:
+    async def _generate(self, item: WorkItem, answer: Answer, token: str,
+                        ahead: EngineAhead | None) -> OutputBuffer:  # fmt: skip
         buffer = self.output.open(item.id, token)
-        request = GenerationRequest(
-            id=item.id, messages=item.messages, max_tokens=item.max_tokens,
-            temperature=item.temperature, top_p=item.top_p, stop=item.stop,
-        )  # fmt: skip
-        started = time.perf_counter()
+        if ahead is not None:
+            started, outputs = ahead.started, ahead.outputs()
+        else:
+            started, outputs = time.perf_counter(), self.engine.generate(_request_of(item))
         parts: list[str] = []
         loops = LoopDetector()
         unchecked: list[str] = []  # text the loop detector has not read yet
         usage = answer.usage
         try:
             async with asyncio.timeout(self.answer_timeout):
-                async for output in self.engine.generate(request):
+                async for output in outputs:
                     usage.prompt_tokens = output.prompt_tokens
                     usage.cached_tokens = output.cached_tokens
                     usage.completion_tokens = output.completion_tokens
@@ -226,3 +247,10 @@ class Attempts:
             log.info("returned %s to the shared stream for another worker", fields.get("id"))
         except (TimeoutError, *TRANSIENT) as exc:  # left pending: a live worker reclaims it
             log.warning("could not return %s (%s); it will be reclaimed", fields.get("id"), exc)
+
+
+def _request_of(item: WorkItem) -> GenerationRequest:
+    return GenerationRequest(
+        id=item.id, messages=item.messages, max_tokens=item.max_tokens,
+        temperature=item.temperature, top_p=item.top_p, stop=item.stop,
+    )  # fmt: skip

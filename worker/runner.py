@@ -257,7 +257,7 @@ class Worker:
             log.info("returned %d work items just read (%s)", len(returned),
                      "stopping" if self._stopping.is_set() else "breaker open")  # fmt: skip
         for stream, (entry_id, fields) in entries:
-            self._start(entry_id, fields, stream)
+            self._start(entry_id, fields, stream, fresh=protocol.RETURNED not in fields)
         return len(entries)
 
     async def _pause(self, seconds: float) -> None:
@@ -286,9 +286,11 @@ class Worker:
             permits += 1
         return permits
 
-    def _start(self, entry_id: str, fields: dict[str, str], stream: str) -> None:
-        """Runs one entry in its own task; the task owns one slot permit and releases it."""
-        task = asyncio.create_task(self.attempts.run(entry_id, fields, stream))
+    def _start(self, entry_id: str, fields: dict[str, str], stream: str, *,
+               fresh: bool = False) -> None:  # fmt: skip
+        """Runs one entry in its own task; the task owns one slot permit and releases it.
+        `fresh`: its first delivery (not reclaimed, not given back: Attempts.run)."""
+        task = asyncio.create_task(self.attempts.run(entry_id, fields, stream, fresh=fresh))
         self._tasks[(stream, entry_id)] = (task, fields.get("id", ""))
         self.breaker.started(fields.get("id", ""))
 

@@ -248,8 +248,9 @@ def work_done(pipe, stream: str, entry_id: str) -> None:
 
 def work_returned(pipe, keys: Keys, stream: str, entry_id: str, fields: dict[str, str]) -> None:
     """A work item this worker will not run (it is stopping, or the stream's owner left) goes
-    back to its model's shared stream for any other worker serving that model."""
-    pipe.xadd(keys.work_for_model(fields.get("model", "")), fields)
+    back to its model's shared stream for any other worker serving that model, marked as
+    returned: no longer a first delivery (worker/ahead.py)."""
+    pipe.xadd(keys.work_for_model(fields.get("model", "")), {**fields, protocol.RETURNED: "1"})
     work_done(pipe, stream, entry_id)
 
 

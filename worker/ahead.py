@@ -1,0 +1,54 @@
+"""An answer's generation begun while its attempt's claim is on its way to Redis.
+
+An attempt claims its request (transitions.start: the fencing token, the attempt's number)
+before it may write anything, and that claim is a round trip. The engine needs the prompt
+only, so for a work item's first delivery it starts at once, beside the claim, and the round
+trip no longer adds to the time to first token. Nothing it generates is written before the
+claim has answered; a claim that says not to run (stopped, ended already) drops the
+generation and frees the engine's slot.
+
+A redelivered work item (its worker died, or it was given back) waits for its claim first,
+as every item once did: it may be the request that kills its workers, and the claim is what
+counts its attempts and stops it after the last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from .engines import Engine, EngineOutput, GenerationRequest
+
+
+class EngineAhead:
+    def __init__(self, engine: Engine, request: GenerationRequest) -> None:
+        self.engine = engine
+        self.request = request
+        self.started = time.perf_counter()
+        self._outputs = engine.generate(request)
+        self._first = asyncio.ensure_future(anext(self._outputs))
+        self.taken = False  # its outputs went to the attempt, which now owns the generation
+        self._dropped = False
+
+    async def outputs(self) -> AsyncIterator[EngineOutput]:
+        """The generation's outputs, the first of them already under way."""
+        self.taken = True
+        try:
+            first = await self._first
+        except StopAsyncIteration:
+            return
+        yield first
+        async for output in self._outputs:
+            yield output
+
+    async def drop(self) -> None:
+        """Stops the generation (the claim said not to run it, or the attempt ended before
+        taking it); once only."""
+        if self._dropped:
+            return
+        self._dropped = True
+        await self.engine.abort(self.request.id)
+        self._first.cancel()
+        await asyncio.gather(self._first, return_exceptions=True)
+        await self._outputs.aclose()
