@@ -2,14 +2,17 @@
 
 An attempt claims its request (transitions.start: the fencing token, the attempt's number)
 before it may write anything, and that claim is a round trip. The engine needs the prompt
-only, so for a work item's first delivery it starts at once, beside the claim, and the round
-trip no longer adds to the time to first token. Nothing it generates is written before the
-claim has answered; a claim that says not to run (stopped, ended already) drops the
-generation and frees the engine's slot.
+only, so for a work item's first delivery it starts as soon as the claim has been written to
+Redis (CommandBatcher's `sent`), not when its reply comes back, and the round trip no longer
+adds to the time to first token. Written first, the claim counts the attempt even if the
+engine then kills the worker. Nothing generated is written before the claim has answered; a
+claim that says not to run (stopped, ended already) drops the generation and frees the
+engine's slot.
 
-A redelivered work item (its worker died, or it was given back) waits for its claim first,
-as every item once did: it may be the request that kills its workers, and the claim is what
-counts its attempts and stops it after the last.
+A redelivered work item (its worker died, or it was given back) waits for its claim's reply,
+as every item once did: it may be the request that kills its workers, and the reply is what
+stops it after its last attempt. So does every item where the connection cannot report its
+writes (a Redis Cluster, TLS: worker/redis_connection.py).
 """
 
 from __future__ import annotations

@@ -60,9 +60,11 @@ class Attempts:
     answer_timeout: float = 600.0
     redis_patience: float = 300.0
 
-    async def write(self, queue: Callable[[Any], Any]) -> Any:
-        """Runs the commands `queue` puts on a pipeline, retried while Redis is away."""
-        return await self.retrying(lambda: self.batcher.call(queue))
+    async def write(self, queue: Callable[[Any], Any], *,
+                    sent: Callable[[], Any] | None = None) -> Any:  # fmt: skip
+        """Runs the commands `queue` puts on a pipeline, retried while Redis is away (`sent`:
+        CommandBatcher.call's)."""
+        return await self.retrying(lambda: self.batcher.call(queue, sent=sent))
 
     async def retrying(self, call: Callable[[], Awaitable[Any]]) -> Any:
         deadline = time.monotonic() + self.redis_patience
@@ -104,23 +106,26 @@ class Attempts:
             ))  # fmt: skip
             return True
         token = f"{self.worker_id}/{uuid.uuid4().hex[:12]}"
-        claim = asyncio.ensure_future(self.write(lambda p: transitions.start(
-            p, self.keys, item.id, token=token, worker_id=self.worker_id,
-            max_attempts=self.max_attempts,
-            prompt_tokens=item.prompt_tokens_estimate)))  # fmt: skip
-        ahead = None
+        begun: list[EngineAhead] = []
+
+        def claim_sent() -> None:
+            # The claim has been written: a request that kills the worker now has its attempt
+            # counted, so a fresh item's engine may start before the claim's reply.
+            if fresh and not begun:
+                begun.append(EngineAhead(self.engine, _request_of(item)))
+
         try:
-            if fresh:
-                await asyncio.sleep(0)  # the claim is queued, and sent, before the engine starts
-                ahead = EngineAhead(self.engine, _request_of(item))
-            start = transitions.start_result(await claim)
+            start = transitions.start_result(await self.write(lambda p: transitions.start(
+                p, self.keys, item.id, token=token, worker_id=self.worker_id,
+                max_attempts=self.max_attempts, prompt_tokens=item.prompt_tokens_estimate,
+            ), sent=claim_sent))  # fmt: skip
+            ahead = begun[0] if begun else None
             if start.code != transitions.STARTED and ahead is not None:
                 await ahead.drop()
             return await self._claimed(item, start, token, stream, entry_id, fields, ahead)
         finally:
-            claim.cancel()  # done by now, unless the attempt itself was cancelled
-            if ahead is not None and not ahead.taken:  # the attempt ended before its answer
-                await ahead.drop()
+            if begun and not begun[0].taken:  # the attempt ended before its answer
+                await begun[0].drop()
 
     async def _claimed(self, item: WorkItem, start: transitions.Start, token: str,
                        stream: str, entry_id: str, fields: dict[str, str],

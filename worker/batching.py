@@ -20,6 +20,8 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from .redis_connection import after_write
+
 # Queues commands on the pipeline, e.g. `lambda p: p.get(key)`.
 Queue = Callable[[Pipeline], Any]
 
@@ -28,15 +30,20 @@ class CommandBatcher:
     def __init__(self, client: aioredis.Redis, *, max_batch: int = 500) -> None:
         self.client = client
         self.max_batch = max_batch
-        self._pending: list[tuple[Queue, asyncio.Future]] = []
+        # Each caller's commands, its future, and what to call once they are sent (or None).
+        self._pending: list[tuple[Queue, asyncio.Future, Callable[[], Any] | None]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
-    async def call(self, queue: Queue) -> Any:
+    async def call(self, queue: Queue, *, sent: Callable[[], Any] | None = None) -> Any:
         """Runs the commands `queue` puts on a pipeline, in order; returns the reply (a list of
-        replies when it queued several) or raises the first error."""
+        replies when it queued several) or raises the first error. `sent` is called once the
+        pipeline that carries them has been written to the connection, before its reply: what
+        must not happen before Redis has the commands can wait for that, not for the reply.
+        Only over connections that report their writes (redis_connection.py); elsewhere it is
+        never called."""
         future = asyncio.get_running_loop().create_future()
-        self._pending.append((queue, future))
+        self._pending.append((queue, future, sent))
         self._wake.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="redis-batcher")
@@ -48,7 +55,7 @@ class CommandBatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        for _, future in self._pending:
+        for _, future, _ in self._pending:
             if not future.done():
                 future.set_exception(RedisConnectionError("the worker's Redis batcher closed"))
         self._pending.clear()
@@ -62,10 +69,12 @@ class CommandBatcher:
                 del self._pending[: self.max_batch]
                 await self._send(batch)
 
-    async def _send(self, batch: list[tuple[Queue, asyncio.Future]]) -> None:
+    async def _send(self, batch: list[tuple[Queue, asyncio.Future, Callable[[], Any] | None]]
+                    ) -> None:  # fmt: skip
         pipe = self.client.pipeline(transaction=False)
         spans: list[tuple[asyncio.Future, int, int]] = []  # each caller's slice of the replies
-        for queue, future in batch:
+        written: list[Callable[[], Any]] = []
+        for queue, future, sent in batch:
             start = len(pipe.command_stack)
             try:
                 queue(pipe)
@@ -74,8 +83,11 @@ class CommandBatcher:
                 future.set_exception(exc)
                 continue
             spans.append((future, start, len(pipe.command_stack)))
+            if sent is not None:
+                written.append(sent)
         try:
-            replies = await pipe.execute(raise_on_error=False) if pipe.command_stack else []
+            with after_write(written):
+                replies = await pipe.execute(raise_on_error=False) if pipe.command_stack else []
         except Exception as exc:  # the connection failed: every command in it failed
             for future, _, _ in spans:
                 if not future.done():

@@ -7,7 +7,10 @@ thousand commands a second, and that packing was about a fifth of its CPU.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
+from typing import Any
 
 import hiredis
 import redis.asyncio as aioredis
@@ -15,8 +18,39 @@ from redis.exceptions import DataError
 
 from . import cluster
 
+# Called once the current task's next write has reached the connection (CommandBatcher's
+# `sent`): the commands are then on their way to Redis, whatever happens to this process.
+_AFTER_WRITE: ContextVar[list[Callable[[], Any]] | None] = ContextVar("after_write", default=None)
+
+
+@contextlib.contextmanager
+def after_write(callbacks: list[Callable[[], Any]]) -> Iterator[None]:
+    """Within it, the task's first write over a HiredisPackedConnection calls `callbacks`."""
+    token = _AFTER_WRITE.set(callbacks or None)
+    try:
+        yield
+    finally:
+        _AFTER_WRITE.reset(token)
+
 
 class HiredisPackedConnection(aioredis.Connection):
+    _connecting = False  # its handshake's writes (CLIENT SETNAME, ...) are not the task's
+
+    async def connect_check_health(self, *args, **kwargs) -> None:
+        self._connecting = True
+        try:
+            await super().connect_check_health(*args, **kwargs)
+        finally:
+            self._connecting = False
+
+    async def send_packed_command(self, command, check_health: bool = True) -> None:
+        await super().send_packed_command(command, check_health)
+        callbacks = _AFTER_WRITE.get()
+        if callbacks and not self._connecting:
+            _AFTER_WRITE.set(None)  # once: a retry's write calls them again from its own block
+            for callback in callbacks:
+                callback()
+
     def pack_command(self, *args) -> list[bytes]:
         # A command name holding several words ("CLIENT SETNAME") goes as separate arguments,
         # as redis-py sends it.

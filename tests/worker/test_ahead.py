@@ -55,7 +55,7 @@ async def test_a_returned_item_of_an_exhausted_request_never_reaches_the_engine(
     engine = RecordingEngine()
     # The request as a dying worker left it: started three times, then given back.
     await enqueue(redis_async, keys, "poison", stream=keys.work + ":held")
-    [(entry_id, fields)] = await redis_async.xrange(keys.work + ":held")
+    [(_, fields)] = await redis_async.xrange(keys.work + ":held")
     await redis_async.hset(keys.request("poison"), "attempt", 3)
     await redis_async.xadd(keys.work, {**fields, protocol.RETURNED: "1"})
     await run_worker(engine=engine, max_attempts=3)

@@ -10,6 +10,7 @@ from django.conf import settings
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, ResponseError
 
+from worker import redis_connection
 from worker.batching import CommandBatcher
 
 
@@ -68,3 +69,23 @@ async def test_a_lost_connection_fails_every_waiting_caller():
     with pytest.raises(RedisConnectionError):
         await asyncio.wait_for(batcher.call(lambda p: p.get("x")), timeout=10)
     await batcher.close()
+
+
+async def test_sent_is_called_once_its_commands_are_written_and_before_their_reply(redis_prefix):
+    client = redis_connection.connect(settings.REDIS_URL, decode_responses=True)
+    batcher = CommandBatcher(client)
+    key = f"{redis_prefix}:sent"
+    calls = []
+    pending = asyncio.ensure_future(
+        batcher.call(lambda p: p.incr(key), sent=lambda: calls.append(pending.done()))
+    )
+    assert await pending == 1
+    assert calls == [False]  # once, while the reply was still to come
+    # On a plain redis-py connection (as a cluster's or TLS client) nobody reports the write.
+    plain = CommandBatcher(aioredis.Redis.from_url(settings.REDIS_URL, decode_responses=True))
+    assert await plain.call(lambda p: p.incr(key), sent=lambda: calls.append("plain")) == 2
+    assert calls == [False]
+    await batcher.close()
+    await plain.close()
+    await client.aclose()
+    await plain.client.aclose()
