@@ -24,9 +24,7 @@ from enum import StrEnum
 PROTOCOL_VERSION = "1"
 
 WORKER_GROUP = "workers"  # consumer group of every worker on the work streams
-# A work item's field when a worker gave it back: the next worker to read it waits for its
-# claim before starting the engine, as for any redelivery (worker/ahead.py).
-RETURNED = "returned"
+RETURNED = "returned"  # a given-back work item's mark: not a first delivery (worker/ahead.py)
 RECORDER_GROUP = "recorder"  # consumer group of the answer recorder on the done stream
 DISPATCHER_GROUP = "dispatcher"  # consumer group of the dispatcher on the admission stream
 # One consumer name for whichever dispatcher holds the lease: a new holder re-reads what the old
