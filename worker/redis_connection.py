@@ -8,6 +8,7 @@ thousand commands a second, and that packing was about a fifth of its CPU.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -17,6 +18,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import DataError
 
 from . import cluster
+
+log = logging.getLogger("sluice.worker")
 
 # Called once the current task's next write has reached the connection (CommandBatcher's
 # `sent`): the commands are then on their way to Redis, whatever happens to this process.
@@ -49,7 +52,10 @@ class HiredisPackedConnection(aioredis.Connection):
         if callbacks and not self._connecting:
             _AFTER_WRITE.set(None)  # once: a retry's write calls them again from its own block
             for callback in callbacks:
-                callback()
+                try:
+                    callback()
+                except Exception:  # the caller's failure, not the pipeline's
+                    log.exception("a callback after a Redis write failed")
 
     def pack_command(self, *args) -> list[bytes]:
         # A command name holding several words ("CLIENT SETNAME") goes as separate arguments,
