@@ -37,19 +37,25 @@ def after_write(callbacks: list[Callable[[], Any]]) -> Iterator[None]:
 
 
 class HiredisPackedConnection(aioredis.Connection):
-    _connecting = False  # its handshake's writes (CLIENT SETNAME, ...) are not the task's
+    # Inside a connect or a write: the writes made there (the handshake's CLIENT SETNAME, a
+    # health check's PING) come before the task's own and must not count as it.
+    _inside = 0
 
     async def connect_check_health(self, *args, **kwargs) -> None:
-        self._connecting = True
+        self._inside += 1
         try:
             await super().connect_check_health(*args, **kwargs)
         finally:
-            self._connecting = False
+            self._inside -= 1
 
     async def send_packed_command(self, command, check_health: bool = True) -> None:
-        await super().send_packed_command(command, check_health)
+        self._inside += 1
+        try:
+            await super().send_packed_command(command, check_health)
+        finally:
+            self._inside -= 1
         callbacks = _AFTER_WRITE.get()
-        if callbacks and not self._connecting:
+        if callbacks and not self._inside:
             _AFTER_WRITE.set(None)  # once: a retry's write calls them again from its own block
             for callback in callbacks:
                 try:
