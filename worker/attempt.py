@@ -247,8 +247,9 @@ class Attempts:
 
     async def _give_back(self, entry_id: str, fields: dict[str, str], stream: str) -> None:
         try:
-            await asyncio.wait_for(self.batcher.call(lambda p: transitions.work_returned(
-                p, self.keys, stream, entry_id, fields)), timeout=5)  # fmt: skip
+            async with asyncio.timeout(5):
+                await self.batcher.call(lambda p: transitions.work_returned(
+                    p, self.keys, stream, entry_id, fields))  # fmt: skip
             log.info("returned %s to the shared stream for another worker", fields.get("id"))
         except (TimeoutError, *TRANSIENT) as exc:  # left pending: a live worker reclaims it
             log.warning("could not return %s (%s); it will be reclaimed", fields.get("id"), exc)

@@ -12,7 +12,6 @@ hundred.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from .cancelling import cancel_and_wait
 from .redis_connection import after_write
 
 # Queues commands on the pipeline, e.g. `lambda p: p.get(key)`.
@@ -51,9 +51,7 @@ class CommandBatcher:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
         for _, future, _ in self._pending:
             if not future.done():

@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 
 from . import transitions
 from .batching import CommandBatcher
+from .cancelling import cancel_and_wait
 from .protocol import Keys
 
 log = logging.getLogger("sluice.worker")
@@ -160,9 +161,7 @@ class OutputWriter:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:

@@ -23,6 +23,7 @@ from . import heartbeat, protocol, transitions
 from .attempt import TRANSIENT, Attempts
 from .batching import CommandBatcher
 from .breaker import BreakerSettings, CircuitBreaker
+from .cancelling import cancel_and_wait
 from .engines import Engine
 from .heartbeat import WorkerStats
 from .output import OutputWriter
@@ -139,9 +140,7 @@ class Worker:
             await self._hand_back_backlog(announce=True)
             await self._drain()
             self._beating = False  # ends the loop even if a Redis call swallowed the cancel
-            beating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beating
+            await cancel_and_wait(beating)
             await self.output.stop()
             await self._leave()
             await self.batcher.close()
@@ -263,8 +262,8 @@ class Worker:
     async def _pause(self, seconds: float) -> None:
         """Sleeps up to `seconds` (at most one read's block), waking at once on a stop."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(),
-                                   timeout=min(seconds, self.read_block_ms / 1000))  # fmt: skip
+            async with asyncio.timeout(min(seconds, self.read_block_ms / 1000)):
+                await self._stopping.wait()
 
     async def _acquire_free_slots(self) -> int:
         """Waits for one free slot, then takes every other free one: the read's COUNT. 0 when

@@ -36,6 +36,7 @@ from redis.exceptions import RedisError
 
 from chatsite.redis_client import CLUSTER_CONNECTIONS_PER_NODE, cluster_client, get_redis
 from worker import cluster
+from worker.cancelling import cancel_and_wait
 
 from .hub_base import Entry, SubscriberHub
 
@@ -78,9 +79,8 @@ class NodeListener:
 
     async def close(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            with contextlib.suppress(Exception):
+                await cancel_and_wait(self._task)
         await self._disconnect()
 
     async def _run(self) -> None:
@@ -289,7 +289,8 @@ class ClusterOutputHub(SubscriberHub):
             unplaced = any(stream not in self._owner for stream in self._cursors)
             if not self._dirty and not self._regroup_now and not unplaced:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), max(0, full_read_at - loop.time()))
+                    async with asyncio.timeout(max(0, full_read_at - loop.time())):
+                        await self._wake.wait()
             try:
                 await self._place_new()
                 if loop.time() >= full_read_at or self._regroup_now:

@@ -20,7 +20,6 @@ every frame re-checks the session before anything is stored or answered.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from urllib.parse import parse_qs
@@ -37,6 +36,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from apps.accounts.sessions import SessionCheck, SessionEnded, events_last_id, session_digest
 from chatsite.redis_client import keys
 from worker import protocol
+from worker.cancelling import cancel_and_wait
 
 from . import continuation, live, selectors, submission, turns
 from .account_watch import get_account_watch
@@ -110,9 +110,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             self.stop_listening()
         for task in (self.relay, self.session_watch):
             if task is not None and task is not asyncio.current_task():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancel_and_wait(task)
 
     # -- frames from the browser ---------------------------------------------------------------
 

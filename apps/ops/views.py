@@ -35,7 +35,8 @@ async def health(request: HttpRequest) -> JsonResponse:
 
 async def _checked(ping, timeout: float) -> str:
     try:
-        await asyncio.wait_for(ping, timeout)
+        async with asyncio.timeout(timeout):
+            await ping
     except TimeoutError:
         return f"error: no answer within {timeout:g}s"
     except Exception as exc:  # any failure means unhealthy; the class name helps the operator

@@ -129,3 +129,17 @@ async def test_commands_past_the_bound_wait_and_the_process_keeps_three_per_node
     assert all(r == ["0", "1", "2", "."] for r in results)
     assert len(most) == 3 and all(2 <= n <= 3 for n in most.values()), most
     await client.aclose()
+
+
+async def test_the_hub_ends_when_it_is_cancelled_as_it_wakes(redis_prefix):
+    """Closing an event loop cancels each task once and waits for them all. A hub that swallows
+    that cancel (asyncio.wait_for does on Python 3.11 when the awaited event is set in the same
+    step) keeps reading for ever, and the loop's close never returns."""
+    hub = ClusterOutputHub(settings.REDIS_URL, name=f"hub-test-{redis_prefix}", block_ms=60_000)
+    reader = asyncio.create_task(collect(hub, f"{redis_prefix}:out:{{w}}"))
+    await asyncio.sleep(0.5)  # placed, subscribed and read once: the hub waits to be woken
+    hub._wake.set()  # what a notification does
+    hub._task.cancel()  # what the loop's close does, in the same step
+    done, _ = await asyncio.wait({hub._task}, timeout=5)
+    assert done and hub._task.cancelled()
+    reader.cancel()
