@@ -26,6 +26,31 @@ from chatsite.stack import free_port, socket_database_url, web_command
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
+_TIMED_OUT: list[str] = []
+_HARNESS_FRAMES = ("/_pytest/", "/pluggy/", "pytest_timeout", "pytest_asyncio")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Remembers where a test that pytest-timeout stopped was: its thread's last frames. The
+    other threads' stacks come first in the report, so a log's tail would not show them."""
+    outcome = yield
+    crash = getattr(outcome.get_result().longrepr, "reprcrash", None)
+    if call.excinfo is None or crash is None or "pytest-timeout" not in crash.message:
+        return
+    frames = [entry for entry in call.excinfo.traceback
+              if not any(part in str(entry.path) for part in _HARNESS_FRAMES)][-5:]  # fmt: skip
+    where = " < ".join(f"{Path(str(entry.path)).name}:{entry.lineno + 1} {entry.name}"
+                       for entry in reversed(frames))  # fmt: skip
+    _TIMED_OUT.append(f"{item.nodeid} ({call.when}): {where or 'in the test harness'}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter):
+    for line in _TIMED_OUT:
+        terminalreporter.write_line(f"timed out: {line}")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def db_call_pool_closed(django_db_setup):
     """The websocket's database pool threads hold connections to the test database: they are
