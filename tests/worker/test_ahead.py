@@ -47,6 +47,7 @@ async def test_a_stopped_request_drops_the_generation_begun_beside_its_claim(
     await enqueue(redis_async, keys, "next")
     assert (await final_of(redis_async, keys, "next"))["state"] == "done"
     assert "next" not in engine.aborted
+    assert len(engine._aborted) == 0  # no flag kept for the dropped generation
 
 
 async def test_a_returned_item_of_an_exhausted_request_never_reaches_the_engine(

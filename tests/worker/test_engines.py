@@ -10,8 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from worker.engines import create_engine
-from worker.engines.base import GenerationRequest
+from worker.engines.base import AbortFlags, GenerationRequest
 from worker.engines.openai import sse_data
+from worker.engines.simulated import SimulatedEngine
 
 QUESTION = [{"role": "user", "content": "What colour is the sky on a clear day?"}]
 
@@ -138,3 +139,34 @@ async def test_sse_payloads_are_read_whole_however_the_body_is_cut():
     for cuts in ([], [1], [5, 6, 7], list(range(1, len(body)))):
         read = [data async for data in sse_data(_Pieces(body, cuts))]
         assert read == ['{"a": 1}', '{"b": "x\\ny"}', "[DONE]"], cuts
+
+
+def test_abort_flags_hold_only_generations_under_way():
+    flags = AbortFlags()
+    flags.abort("ended-already")  # nothing runs under that id: nothing to stop, nothing kept
+    assert "ended-already" not in flags and len(flags) == 0
+    with flags.running("r1"):
+        assert "r1" not in flags
+        flags.abort("r1")
+        assert "r1" in flags
+    assert "r1" not in flags and len(flags) == 0
+
+
+async def test_a_generation_closed_after_its_abort_leaves_no_flag():
+    """A generation begun ahead of its claim is aborted and then closed without reading
+    further (ahead.py's drop), and an abort may come after the end: neither stays flagged."""
+    engine = SimulatedEngine(slots=2, first_token_ms=1, decode_ms_per_token=1, tokens=50)
+    request = GenerationRequest(id="dropped", messages=[{"role": "user", "content": "hi"}])
+    outputs = engine.generate(request)
+    await anext(outputs)
+    await engine.abort("dropped")
+    await outputs.aclose()
+    stopped = GenerationRequest(id="stopped", messages=request.messages)
+    seen = []
+    async for output in engine.generate(stopped):
+        seen.append(output)
+        if len(seen) == 3:
+            await engine.abort("stopped")
+    await engine.abort("stopped")  # after its end
+    assert seen[-1].finish_reason == "abort" and len(seen) == 4
+    assert len(engine._aborted) == 0

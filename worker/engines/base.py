@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -60,3 +61,37 @@ class Engine(Protocol):
     async def abort(self, request_id: str) -> None: ...
 
     async def health(self) -> EngineHealth: ...
+
+
+class AbortFlags:
+    """The generations asked to stop, for engines that look for a flag between tokens.
+
+    Only a generation under way is flagged: an abort that comes after its generation ended, or
+    before it began (a generation begun ahead of its claim and dropped unread, ahead.py), has
+    nothing to stop, and its flag would otherwise stay for the life of the worker. A flag goes
+    when its generation ends, however it ends."""
+
+    def __init__(self) -> None:
+        self._running: set[str] = set()
+        self._aborted: set[str] = set()
+
+    @contextmanager
+    def running(self, request_id: str) -> Iterator[None]:
+        """Around a generation's body: it can be flagged while inside."""
+        self._running.add(request_id)
+        try:
+            yield
+        finally:
+            self._running.discard(request_id)
+            self._aborted.discard(request_id)
+
+    def abort(self, request_id: str) -> None:
+        if request_id in self._running:
+            self._aborted.add(request_id)
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._aborted
+
+    def __len__(self) -> int:
+        """Flags and generations held (none once every generation has ended)."""
+        return len(self._running) + len(self._aborted)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import EngineHealth, EngineOutput, GenerationRequest
+from .base import AbortFlags, EngineHealth, EngineOutput, GenerationRequest
 
 _DONE = object()
 # The penalty on tokens of the last 64 (llama.cpp's window): 1.0 is none. Higher stops loops
@@ -86,7 +86,7 @@ class LlamaCppEngine:
         self.repeat_penalty = repeat_penalty
         self._idle: list[Slot] = []
         self._free: asyncio.Semaphore | None = None
-        self._aborted: set[str] = set()
+        self._aborted = AbortFlags()
         self._error: str = ""
         # Prompt tokens asked for, and those found in a slot's cache (not read again).
         self.prompt_tokens = 0
@@ -120,7 +120,7 @@ class LlamaCppEngine:
                 slot.model.close()
 
     async def abort(self, request_id: str) -> None:
-        self._aborted.add(request_id)
+        self._aborted.abort(request_id)
 
     async def health(self) -> EngineHealth:
         return EngineHealth(
@@ -143,7 +143,6 @@ class LlamaCppEngine:
         model = slot.model
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
-        self._aborted.discard(request.id)
         answer: list[str] = []
 
         def run() -> None:
@@ -188,26 +187,26 @@ class LlamaCppEngine:
             finally:
                 loop.call_soon_threadsafe(queue.put_nowait, _DONE)
 
-        thread = threading.Thread(target=run, name=f"llama-{request.id[:8]}", daemon=True)
-        thread.start()
-        try:
-            while True:
-                item = await queue.get()
-                if item is _DONE:
-                    break
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            # Leaving early (cancel, error): stop the thread before the model is reused.
-            self._aborted.add(request.id)
-            await asyncio.to_thread(thread.join)
-            self._aborted.discard(request.id)
-            # What the cache now holds (an answer cut short holds less: the prefix match
-            # finds how much).
-            slot.turns = [*request.messages, {"role": "assistant", "content": "".join(answer)}]
-            self._idle.append(slot)
-            self._free.release()
+        with self._aborted.running(request.id):
+            thread = threading.Thread(target=run, name=f"llama-{request.id[:8]}", daemon=True)
+            thread.start()
+            try:
+                while True:
+                    item = await queue.get()
+                    if item is _DONE:
+                        break
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
+            finally:
+                # Leaving early (cancel, error): stop the thread before the model is reused.
+                self._aborted.abort(request.id)
+                await asyncio.to_thread(thread.join)
+                # What the cache now holds (an answer cut short holds less: the prefix match
+                # finds how much).
+                slot.turns = [*request.messages, {"role": "assistant", "content": "".join(answer)}]
+                self._idle.append(slot)
+                self._free.release()
 
     def _count_prompt(self, cached: list[int], prompt: list[int]) -> int:
         """Counts the prompt and its tokens found in the cache; returns those."""

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from .base import EngineHealth, EngineOutput, GenerationRequest
+from .base import AbortFlags, EngineHealth, EngineOutput, GenerationRequest
 
 
 class OpenAIEngine:
@@ -33,7 +33,7 @@ class OpenAIEngine:
         self.slots = slots
         self.timeout_seconds = timeout_seconds
         self._client: aiohttp.ClientSession | None = None
-        self._aborted: set[str] = set()
+        self._aborted = AbortFlags()
         self._last_error = ""
 
     @property
@@ -54,7 +54,7 @@ class OpenAIEngine:
 
     async def abort(self, request_id: str) -> None:
         # Leaving the response stream closes the HTTP connection, which aborts upstream.
-        self._aborted.add(request_id)
+        self._aborted.abort(request_id)
 
     async def health(self) -> EngineHealth:
         assert self._client is not None
@@ -84,30 +84,32 @@ class OpenAIEngine:
         prompt_tokens = completion_tokens = 0
         finish = None  # the upstream's own reason, "length" included
         url = self.base_url + "/chat/completions"
-        async with self._client.post(url, json=body) as response:
-            if response.status >= 400:
-                detail = (await response.read()).decode(errors="replace")[:200]
-                raise RuntimeError(f"upstream answered {response.status}: {detail}")
-            async for data in sse_data(response.content):
-                if request.id in self._aborted:
-                    self._aborted.discard(request.id)
-                    yield EngineOutput("", prompt_tokens, completion_tokens, "abort")
-                    return
-                if data == "[DONE]":
-                    break
-                chunk = json.loads(data)
-                if chunk.get("usage"):
-                    prompt_tokens = chunk["usage"].get("prompt_tokens", prompt_tokens)
-                    completion_tokens = chunk["usage"].get("completion_tokens", completion_tokens)
-                for choice in chunk.get("choices", []):
-                    text = (choice.get("delta") or {}).get("content") or ""
-                    if text and not chunk.get("usage"):
-                        completion_tokens += 1
-                    finish = choice.get("finish_reason") or finish
-                    if text or choice.get("finish_reason"):
-                        yield EngineOutput(text, prompt_tokens, completion_tokens,
-                                           choice.get("finish_reason"))  # fmt: skip
-        yield EngineOutput("", prompt_tokens, completion_tokens, finish or "stop")
+        with self._aborted.running(request.id):
+            async with self._client.post(url, json=body) as response:
+                if response.status >= 400:
+                    detail = (await response.read()).decode(errors="replace")[:200]
+                    raise RuntimeError(f"upstream answered {response.status}: {detail}")
+                async for data in sse_data(response.content):
+                    if request.id in self._aborted:
+                        yield EngineOutput("", prompt_tokens, completion_tokens, "abort")
+                        return
+                    if data == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    if chunk.get("usage"):
+                        prompt_tokens = chunk["usage"].get("prompt_tokens", prompt_tokens)
+                        completion_tokens = chunk["usage"].get(
+                            "completion_tokens", completion_tokens
+                        )
+                    for choice in chunk.get("choices", []):
+                        text = (choice.get("delta") or {}).get("content") or ""
+                        if text and not chunk.get("usage"):
+                            completion_tokens += 1
+                        finish = choice.get("finish_reason") or finish
+                        if text or choice.get("finish_reason"):
+                            yield EngineOutput(text, prompt_tokens, completion_tokens,
+                                               choice.get("finish_reason"))  # fmt: skip
+            yield EngineOutput("", prompt_tokens, completion_tokens, finish or "stop")
 
 
 async def sse_data(content) -> AsyncIterator[str]:

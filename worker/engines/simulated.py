@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 
-from .base import EngineHealth, EngineOutput, GenerationRequest
+from .base import AbortFlags, EngineHealth, EngineOutput, GenerationRequest
 
 LENGTH_MARKER = re.compile(r"\[\[sim:tokens=(\d+)\]\]")
 
@@ -74,7 +74,7 @@ class SimulatedEngine:
         self.kv_capacity_tokens = kv_capacity_tokens  # 0: bounded by entries only
         self.kv_tokens = 0
         self.running = 0
-        self._aborted: set[str] = set()
+        self._aborted = AbortFlags()
         self.cache_hits = 0
         self.cache_lookups = 0
         self.prompt_tokens = 0
@@ -99,7 +99,7 @@ class SimulatedEngine:
         return None
 
     async def abort(self, request_id: str) -> None:
-        self._aborted.add(request_id)
+        self._aborted.abort(request_id)
 
     async def health(self) -> EngineHealth:
         rate = self.cache_hits / self.cache_lookups if self.cache_lookups else 0.0
@@ -174,35 +174,35 @@ class SimulatedEngine:
         tokens = int(marker.group(1)) if marker else self.tokens
         count = request.max_tokens if tokens is None else min(tokens, request.max_tokens)
         natural_end = "length" if count == request.max_tokens else "stop"
-        if not self.running:
-            self._busy_since = time.perf_counter()
-        self._slot_seconds()
-        self.running += 1
-        try:
-            start = time.perf_counter()
-            prefill = self.first_token_ms + self.prefill_ms_per_token * uncached
-            await _sleep_until(start, self._slowed(prefill))
-            deadline = time.perf_counter()
-            for i in range(count):
-                if request.id in self._aborted:
-                    self._aborted.discard(request.id)
-                    yield EngineOutput("", prompt_tokens, i, "abort", cached)
-                    return
-                if i:
-                    deadline += self._slowed(self.decode_ms_per_token) / 1000
-                    await _sleep_until(deadline, 0)
-                token = f"tok{i} "
-                if request.stop and any(s in token for s in request.stop):
-                    yield EngineOutput("", prompt_tokens, i, "stop", cached)  # as engines do
-                    return
-                last = i == count - 1
-                end = natural_end if last else None
-                yield EngineOutput(token, prompt_tokens, i + 1, end, cached)
-        finally:
-            self._slot_seconds()
-            self.running -= 1
+        with self._aborted.running(request.id):
             if not self.running:
-                self.busy_seconds += time.perf_counter() - self._busy_since
+                self._busy_since = time.perf_counter()
+            self._slot_seconds()
+            self.running += 1
+            try:
+                start = time.perf_counter()
+                prefill = self.first_token_ms + self.prefill_ms_per_token * uncached
+                await _sleep_until(start, self._slowed(prefill))
+                deadline = time.perf_counter()
+                for i in range(count):
+                    if request.id in self._aborted:
+                        yield EngineOutput("", prompt_tokens, i, "abort", cached)
+                        return
+                    if i:
+                        deadline += self._slowed(self.decode_ms_per_token) / 1000
+                        await _sleep_until(deadline, 0)
+                    token = f"tok{i} "
+                    if request.stop and any(s in token for s in request.stop):
+                        yield EngineOutput("", prompt_tokens, i, "stop", cached)  # as engines do
+                        return
+                    last = i == count - 1
+                    end = natural_end if last else None
+                    yield EngineOutput(token, prompt_tokens, i + 1, end, cached)
+            finally:
+                self._slot_seconds()
+                self.running -= 1
+                if not self.running:
+                    self.busy_seconds += time.perf_counter() - self._busy_since
 
 
 async def _sleep_until(start: float, delay_ms: float) -> None:
