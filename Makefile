@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/submit.py
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/connections.py
+	$(BIN)/python bench/reconnect.py
 	$(BIN)/python bench/admission.py
 	$(BIN)/python bench/rag.py
 	$(BIN)/python bench/engine.py --engine llamacpp
