@@ -24,7 +24,6 @@ import json
 import logging
 from urllib.parse import parse_qs
 
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError
 from django.http import Http404
@@ -44,6 +43,7 @@ from .frames import EVENT_ID, frames_for_batch
 from .hub import get_hub
 from .models import Conversation
 from .offload import db_call
+from .pooled_consumer import PooledConsumer
 
 log = logging.getLogger("sluice.chat.ws")
 
@@ -55,22 +55,12 @@ OUTAGES = (OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutE
 OUTAGE_MESSAGE = "Sluice cannot reach its database or queue right now. Please try again shortly."
 
 
-class ChatConsumer(AsyncWebsocketConsumer):
+class ChatConsumer(PooledConsumer):
     relay: asyncio.Task | None = None
     following: str | None = None  # the request the relay follows
     session_watch: asyncio.Task | None = None
     stop_listening = None  # stops the account events of this socket's user
     ended = False
-
-    async def dispatch(self, message: dict) -> None:
-        if message["type"] == "websocket.receive":
-            # Channels first tidies the database connections of its one shared sync thread,
-            # before every frame: a hop through that thread on each message sent. This
-            # consumer's frames do their database work through `db_call`, which tidies the
-            # pool thread's own connection, so they skip it.
-            await self.websocket_receive(message)
-        else:
-            await super().dispatch(message)
 
     async def connect(self) -> None:
         self.user = self.scope.get("user")

@@ -12,7 +12,6 @@ import asyncio
 import json
 import logging
 
-from channels.generic.websocket import AsyncWebsocketConsumer
 from redis.exceptions import RedisError
 
 from apps.accounts.sessions import (
@@ -26,6 +25,7 @@ from apps.accounts.sessions import (
 from . import inbox
 from .account_watch import AccountWatch, get_account_watch
 from .offload import db_call
+from .pooled_consumer import PooledConsumer
 
 log = logging.getLogger("sluice.chat.inbox")
 
@@ -41,7 +41,7 @@ class InboxWatch(AccountWatch):
         return inbox.inbox_events_key()
 
 
-class InboxConsumer(AsyncWebsocketConsumer):
+class InboxConsumer(PooledConsumer):
     stop_listening = ()
     ended = False
 

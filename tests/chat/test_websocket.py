@@ -3,15 +3,18 @@ connection."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
 
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
 from apps.chat.submission import request_submit
-from tests.chat.conftest import chat_socket
+from tests.chat.conftest import chat_socket, session_cookie
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -120,3 +123,28 @@ async def test_a_question_to_a_conversation_deleted_meanwhile_gets_a_clear_error
         assert "no longer exists" in message
         assert "Unknown action" in await _error_for(ws, json.dumps({"type": "?"}))  # still open
     assert not await sync_to_async(Message.objects.exists)()
+
+
+async def test_sockets_open_answer_and_close_while_the_shared_sync_thread_is_busy(user):
+    """Channels logs a socket in, and tidies database connections before each of its messages,
+    in one sync thread shared by the whole process: after a web restart every page's sockets
+    would queue there. Sluice's two sockets never wait on it."""
+    from chatsite.asgi import application
+
+    conversation = await sync_to_async(conversation_create)(owner=user)
+    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver"),
+               (b"cookie", await sync_to_async(session_cookie)(user))]  # fmt: skip
+    release = threading.Event()
+    busy = asyncio.ensure_future(sync_to_async(release.wait)())  # holds the shared thread
+    try:
+        for path in (f"/ws/chat/{conversation.id}/", "/ws/inbox/"):
+            ws = WebsocketCommunicator(application, path, headers=headers)
+            connected, code = await ws.connect(timeout=10)
+            assert connected, (path, code)
+            if path.startswith("/ws/chat/"):
+                assert "Unknown action" in await _error_for(ws, json.dumps({"type": "?"}))
+            await ws.disconnect(timeout=10)
+        assert not busy.done()  # all of that while the shared thread was held
+    finally:
+        release.set()
+        await busy

@@ -1,0 +1,22 @@
+"""The base of Sluice's websocket consumers: their database work goes through the pool."""
+
+from __future__ import annotations
+
+from channels.consumer import get_handler_name
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+
+class PooledConsumer(AsyncWebsocketConsumer):
+    """A websocket consumer whose database work all goes through `db_call`.
+
+    Channels tidies the database connections of its one shared sync thread before every
+    message a consumer handles (a socket's connect, each frame, its close): a hop through that
+    one thread each time, which every socket of the process waits in line for when pages
+    reconnect together after a restart. These consumers never use that thread's connection
+    (each pool call tidies its own), so they skip it."""
+
+    async def dispatch(self, message: dict) -> None:
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
