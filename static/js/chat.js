@@ -201,7 +201,9 @@
       }
       connectionState.textContent = "Reconnecting…";
       connectionState.hidden = false;
-      setTimeout(connect, retryDelay);
+      // A random share of the delay: the pages of a web process that went away do not all
+      // come back to the others in the same instant.
+      setTimeout(connect, retryDelay * (0.5 + Math.random() / 2));
       retryDelay = Math.min(retryDelay * 2, 10000);
     });
   }

@@ -149,7 +149,7 @@
     });
     socket.addEventListener("close", function (event) {
       if (event.code === 4401) return; // logged out: nothing more to receive
-      setTimeout(connect, retryDelay);
+      setTimeout(connect, retryDelay * (0.5 + Math.random() / 2)); // spread out, as in chat.js
       retryDelay = Math.min(retryDelay * 2, 30000);
     });
   }
