@@ -25,27 +25,28 @@ from django.db import connections
 # round trip in every few. A connection that saw an error is still checked at once.
 HEALTH_CHECK_SECONDS = 1.0
 
-_pool: ThreadPoolExecutor | None = None
+# The lanes' threads: `frames` for the sockets' frames (WEB_DB_THREADS of them), `logins` (one)
+# for their logins, so that a crowd of sockets opening at once never holds up the frames of
+# the chats already open.
+LOGINS = "logins"
+_pools: dict[str, ThreadPoolExecutor] = {}
 _thread_connections: list = []  # each pool thread's connection wrappers, closed at shutdown
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(
-            max_workers=settings.WEB_DB_THREADS,
-            thread_name_prefix="sluice-db",
+def _executor(lane: str = "frames") -> ThreadPoolExecutor:
+    if lane not in _pools:
+        _pools[lane] = ThreadPoolExecutor(
+            max_workers=1 if lane == LOGINS else settings.WEB_DB_THREADS,
+            thread_name_prefix=f"sluice-db-{lane}",
             initializer=lambda: _thread_connections.extend(connections.all()),
         )
-    return _pool
+    return _pools[lane]
 
 
 def shutdown() -> None:
-    """Stops the pool and closes its threads' database connections."""
-    global _pool
-    if _pool is not None:
-        _pool.shutdown(wait=True)
-        _pool = None
+    """Stops the pools and closes their threads' database connections."""
+    while _pools:
+        _pools.popitem()[1].shutdown(wait=True)
     for conn in _thread_connections:
         if conn.connection is not None:  # its thread has ended: nothing else uses it
             conn.connection.close()
@@ -83,6 +84,6 @@ class PooledDatabaseCall(SyncToAsync):
             tidy_connections()
 
 
-def db_call(func: Callable[..., Any]) -> Callable[..., Any]:
-    """`func` as an awaitable run in the pool."""
-    return PooledDatabaseCall(func, thread_sensitive=False, executor=_executor())
+def db_call(func: Callable[..., Any], *, lane: str = "frames") -> Callable[..., Any]:
+    """`func` as an awaitable run in the pool's `lane`."""
+    return PooledDatabaseCall(func, thread_sensitive=False, executor=_executor(lane))

@@ -13,8 +13,8 @@ class PooledConsumer(AsyncWebsocketConsumer):
     message a consumer handles (a socket's connect, each frame, its close): a hop through that
     one thread each time, which every socket of the process waits in line for when pages
     reconnect together after a restart. These consumers never use that thread's connection
-    (each pool call tidies its own; the login, chatsite/ws_auth.py, tidies around itself), so
-    they skip it."""
+    (each pool call tidies its own, the login's included: chatsite/ws_auth.py), so they skip
+    it."""
 
     async def dispatch(self, message: dict) -> None:
         handler = getattr(self, get_handler_name(message), None)
