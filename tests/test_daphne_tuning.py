@@ -3,6 +3,7 @@ terminal colour codes, Twisted leaves a POST's body to Django, and daphne runs o
 
 from __future__ import annotations
 
+import pprint
 import subprocess
 import sys
 
@@ -19,6 +20,22 @@ def test_the_per_frame_debug_arguments_are_plain_text():
     for module in (protocol, websocket):
         assert module.hltype(protocol.WebSocketProtocol.sendData) == "<WebSocketProtocol.sendData>"
         assert module.hlval(42) == "42"
+
+
+def test_each_sockets_settings_are_pretty_printed_only_for_a_debug_line_that_is_written(
+    monkeypatch,
+):
+    """autobahn formats a new socket's settings for a debug line on every connection."""
+    printed = []
+    monkeypatch.setattr(pprint, "pformat", lambda value: printed.append(value) or repr(value))
+    plain_websocket_debug_arguments()
+    settings = [("openHandshakeTimeout", 5, "Factory")]
+    line = protocol.pformat(settings)  # as autobahn's _connectionMade calls it
+    assert printed == []
+    assert f"\n{line}" == "\n[('openHandshakeTimeout', 5, 'Factory')]" and printed == [settings]
+    timings = protocol.Timings()
+    timings.track("opening")
+    assert isinstance(str(timings), str) and "opening" in str(timings)
 
 
 def test_twisted_leaves_a_posted_form_to_django(monkeypatch):
