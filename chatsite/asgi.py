@@ -20,6 +20,7 @@ from chatsite.origin import SameOriginValidator  # noqa: E402
 from chatsite.request_threads import ReusedThreads, with_reused_threads  # noqa: E402
 from chatsite.routing import websocket_urlpatterns  # noqa: E402
 from chatsite.ws_auth import SessionAuthMiddleware  # noqa: E402
+from worker.gc_tuning import freeze_startup_objects  # noqa: E402
 
 plain_websocket_debug_arguments()
 no_form_parsing()
@@ -54,3 +55,5 @@ def _warm_up_retrieval() -> None:
 
 
 _warm_up_retrieval()
+if os.environ.get("SLUICE_PROCESS") == "web":  # a web server (chatsite/serve.py), not a test
+    freeze_startup_objects()  # the whole application is built

@@ -21,6 +21,7 @@ import uvloop
 
 from . import breaker, logs, metrics, redis_connection
 from .engines import ENGINES, Engine, create_engine, simulated
+from .gc_tuning import freeze_startup_objects
 from .protocol import Keys
 from .runner import Worker, default_worker_id
 
@@ -308,6 +309,7 @@ async def serve(args: argparse.Namespace) -> None:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, worker.stop)
+            freeze_startup_objects()  # the engine and its model loaded
             await worker.run()
     finally:
         await client.aclose()

@@ -24,6 +24,7 @@ from apps.admission.dispatcher import Dispatcher, Options
 from apps.chat import recorder
 from apps.ops import dispatcher_metrics
 from chatsite.redis_client import get_redis, keys
+from worker.gc_tuning import freeze_startup_objects
 from worker.protocol import ACTIVE_CONSUMER
 
 log = logging.getLogger("sluice.dispatcher")
@@ -79,6 +80,7 @@ class Command(BaseCommand):
             dispatcher_metrics.serve(dispatcher, settings.DISPATCHER_METRICS_PORT,
                                      addr=settings.DISPATCHER_METRICS_ADDR)  # fmt: skip
         self.stdout.write("[sluice] dispatcher running (active when it holds the lease)")
+        freeze_startup_objects()
         grouped = False
         while not stopping["now"]:
             # Bad data never reaches here (it is dead-lettered where it is read); what does is
