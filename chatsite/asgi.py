@@ -15,7 +15,11 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (after Django setup)
 
 from chatsite.api_handler import ApiHandler, route_api  # noqa: E402
-from chatsite.daphne_tuning import no_form_parsing, plain_websocket_debug_arguments  # noqa: E402
+from chatsite.daphne_tuning import (  # noqa: E402
+    no_form_parsing,
+    plain_websocket_debug_arguments,
+    write_through,
+)
 from chatsite.origin import SameOriginValidator  # noqa: E402
 from chatsite.request_threads import ReusedThreads, with_reused_threads  # noqa: E402
 from chatsite.routing import websocket_urlpatterns  # noqa: E402
@@ -24,6 +28,7 @@ from worker.gc_tuning import freeze_startup_objects  # noqa: E402
 
 plain_websocket_debug_arguments()
 no_form_parsing()
+write_through()
 application = ProtocolTypeRouter(
     {
         "http": route_api(with_reused_threads(django_asgi_app, ReusedThreads()), ApiHandler()),

@@ -10,7 +10,7 @@ import sys
 from autobahn.twisted import websocket
 from autobahn.websocket import protocol
 
-from chatsite.daphne_tuning import no_form_parsing, plain_websocket_debug_arguments
+from chatsite.daphne_tuning import no_form_parsing, plain_websocket_debug_arguments, write_through
 from chatsite.stack import web_command
 from tests.conftest import BASE_DIR
 
@@ -75,3 +75,59 @@ def test_the_web_command_runs_daphne_on_uvloop():
     done = subprocess.run([sys.executable, "-c", probe], cwd=BASE_DIR, capture_output=True,
                           text=True, timeout=60)  # fmt: skip
     assert done.stdout.strip() == "True", done.stderr
+
+
+class RecordingReactor:
+    """Just enough of a reactor for a TCP connection: it records who asked to write."""
+
+    def __init__(self) -> None:
+        self.writers: list = []
+
+    def addWriter(self, writer) -> None:
+        if writer not in self.writers:  # as a reactor keeps them: once each
+            self.writers.append(writer)
+
+    def removeWriter(self, writer) -> None:
+        if writer in self.writers:
+            self.writers.remove(writer)
+
+    def addReader(self, reader) -> None:
+        pass
+
+    def removeReader(self, reader) -> None:
+        pass
+
+
+def test_a_write_goes_out_at_once_and_only_what_the_socket_refuses_waits_in_order():
+    import socket
+
+    from twisted.internet import tcp
+    from twisted.internet.protocol import Protocol
+
+    write_through()
+    ours, peer = socket.socketpair()
+    ours.setblocking(False)
+    peer.settimeout(5)
+    reactor = RecordingReactor()
+    connection = tcp.Connection(ours, Protocol(), reactor=reactor)
+    connection.connected = True
+    try:
+        connection.write(b"frame one")
+        assert peer.recv(100) == b"frame one"  # sent by the write itself...
+        assert reactor.writers == []  # ...with no writer registered with the reactor
+
+        # The peer stops reading: the kernel takes what fits, the rest waits for the reactor.
+        chunk = b"x" * 65536
+        for _ in range(64):
+            connection.write(chunk)
+        connection.write(b"last")
+        assert reactor.writers == [connection]
+        received = bytearray()
+        while len(received) < 64 * len(chunk) + 4:
+            if reactor.writers:
+                connection.doWrite()  # as the reactor would when the socket can take more
+            received += peer.recv(1 << 20)
+        assert bytes(received) == chunk * 64 + b"last"  # nothing lost, nothing reordered
+    finally:
+        ours.close()
+        peer.close()
