@@ -18,7 +18,10 @@ from apps.chat.services import conversation_create, message_create
 
 from .conftest import end_without_event, logged_in, websocket
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("close_thread_connections"),
+]
 
 ENDINGS = ["session deleted", "session expired", "password changed", "user deactivated"]
 
