@@ -32,8 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from apps.accounts.sessions import SessionEnded, session_digest
-from apps.accounts.socket_login import SocketLogin
+from apps.accounts.sessions import SessionCheck, SessionEnded, events_last_id, session_digest
 from chatsite.redis_client import keys
 from worker import protocol
 from worker.cancelling import cancel_and_wait
@@ -42,7 +41,6 @@ from . import continuation, live, selectors, submission, turns
 from .account_watch import get_account_watch
 from .frames import EVENT_ID, frames_for_batch
 from .hub import get_hub
-from .hub_base import Entry
 from .models import Conversation
 from .offload import db_call
 from .pooled_consumer import PooledConsumer
@@ -69,18 +67,22 @@ class ChatConsumer(PooledConsumer):
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=4401)
             return
-        login: SocketLogin = self.scope["login"]  # its check passed as the socket opened
-        self.session = login.session
-        self.session_digest = session_digest(self.session.session_key)
+        session = self.scope.get("session")
+        self.session_key = getattr(session, "session_key", None)
+        self.session_digest = session_digest(self.session_key)
+        self.session = SessionCheck(session_key=self.session_key, user_id=self.user.pk)
         conversation_id = self.scope["url_route"]["kwargs"]["conversation_id"]
         try:
-            self.conversation, active = await self._open(conversation_id)
+            self.conversation, active, events_after = await self._open(conversation_id)
         except Http404:
             await self.close(code=4404)
             return
+        except SessionEnded:
+            await self.close(code=SESSION_ENDED_CODE)
+            return
         await self.accept()
         self.stop_listening = get_account_watch().listen(self.user.pk, self._account_event,
-                                                         after=login.events_after)  # fmt: skip
+                                                         after=events_after)  # fmt: skip
         if active:
             await self._follow(active, after=self._resume_point(active))
 
@@ -187,7 +189,7 @@ class ChatConsumer(PooledConsumer):
         message = submitted.user_message
         await self._send({"type": "user_message", "id": message.id,
                           "html": linebreaks(escape(message.text))})  # fmt: skip
-        await self._started(submitted.request_id, written=submitted.first_event)
+        await self._started(submitted.request_id)
         if published:
             return
         await db_call(live.question_published)(
@@ -206,7 +208,7 @@ class ChatConsumer(PooledConsumer):
             return
         if again:
             await self._send({"type": "regenerating"})
-        await self._started(submitted.request_id, written=submitted.first_event)
+        await self._started(submitted.request_id)
 
     async def _on_stop(self, frame: dict) -> None:
         try:
@@ -237,20 +239,19 @@ class ChatConsumer(PooledConsumer):
 
     # -- relaying the answer -------------------------------------------------------------------
 
-    async def _started(self, request_id: str, written: Entry | None = None) -> None:
-        """`written`: the answer's first event, when this socket published it."""
+    async def _started(self, request_id: str) -> None:
         await self._send({"type": "request", "request_id": request_id})
-        await self._follow(request_id, after="0", written=written)
+        await self._follow(request_id, after="0")
 
-    async def _follow(self, request_id: str, *, after: str, written: Entry | None = None):
+    async def _follow(self, request_id: str, *, after: str) -> None:
         if self.relay and not self.relay.done():
             self.relay.cancel()
         self.following = request_id
-        self.relay = asyncio.create_task(self._relay(request_id, after, written))
+        self.relay = asyncio.create_task(self._relay(request_id, after))
 
-    async def _relay(self, request_id: str, after: str, written: Entry | None) -> None:
+    async def _relay(self, request_id: str, after: str) -> None:
         stream = keys().output(request_id)
-        async for batch in get_hub().batches(stream, after=after, written=written):
+        async for batch in get_hub().batches(stream, after=after):
             for frame in frames_for_batch(request_id, batch):
                 await self._send(frame)
 
@@ -330,16 +331,24 @@ class ChatConsumer(PooledConsumer):
     # -- database ------------------------------------------------------------------------------
 
     @db_call
-    def _open(self, conversation_id: int) -> tuple[Conversation, str | None]:
-        """The conversation (Http404 unless it is the user's) and its answer in progress, if
-        any, to show at once (a refresh or a second tab continues live): one trip through the
-        pool, as every tab that opens asks both. The login checked the session just before."""
+    def _open(self, conversation_id: int) -> tuple[Conversation, str | None, str]:
+        """The conversation (Http404 unless it is the user's), its answer in progress, if any,
+        to show at once (a refresh or a second tab continues live), and the id after which to
+        follow the user's account events. One trip through the pool, as every tab that opens
+        asks all three."""
+        try:
+            # Read before the session is checked: an event published after the check would
+            # otherwise fall between the two and go unseen.
+            events_after = events_last_id()
+        except RedisError:
+            events_after = "0"  # every event the stream still holds: at worst one more check
+        self._require_session()
         conversation = selectors.conversation_get_for_user(user=self.user, id=conversation_id)
         try:
             active = submission.active_request_id(conversation=conversation)
         except RedisError:
             active = None  # the page still works; sending will explain the outage
-        return conversation, active
+        return conversation, active, events_after
 
     @db_call
     def _submit(self, text: str, request_id: str, previous: str | None) -> submission.Submitted:

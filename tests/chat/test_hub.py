@@ -77,39 +77,3 @@ def test_the_pause_between_busy_reads_grows_with_the_streams_up_to_a_bound():
     assert 0 < busy_pause(BUSY_STREAMS) < busy_pause(50) < busy_pause(100)
     assert abs(busy_pause(100) - 0.010) < 1e-9  # a hundred chats: 10 ms
     assert busy_pause(10_000) == PAUSE_MOST_SECONDS
-
-
-async def test_a_reader_given_the_entry_it_wrote_misses_nothing_without_a_catch_up_read(
-    redis_prefix,
-):
-    """A request's publisher follows its answer from the first event it wrote: entries written
-    after it, even before the reader came, all arrive, with no catch-up read. A second reader
-    of a stream already followed (another tab) catches up as usual."""
-    client = aioredis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
-    stream = f"{redis_prefix}:out:{{w}}"
-    first = await client.xadd(stream, {"type": "status", "text": "queued"})
-    await client.xadd(stream, {"type": "delta", "text": "a"})  # before anyone reads
-    hub = OutputHub(settings.REDIS_URL)
-    catch_ups = []
-    backlog = hub._backlog
-
-    async def counted(stream: str, last: str):
-        catch_ups.append(stream)
-        return await backlog(stream, last)
-
-    hub._backlog = counted
-    written = (first, {"type": "status", "text": "queued"})
-
-    async def read() -> list[str]:
-        return [fields["text"] async for batch in hub.batches(stream, written=written)
-                for _, fields in batch]  # fmt: skip
-
-    publisher = asyncio.create_task(read())
-    await asyncio.sleep(0.2)
-    other_tab = asyncio.create_task(read())
-    await asyncio.sleep(0.2)
-    await client.xadd(stream, {"type": "final", "text": "b"})
-    texts = await asyncio.wait_for(asyncio.gather(publisher, other_tab), timeout=10)
-    assert texts == [["queued", "a", "b"], ["queued", "a", "b"]]
-    assert catch_ups == [stream]  # the other tab's only
-    await client.aclose()
