@@ -16,6 +16,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (after
 
 from chatsite.api_handler import ApiHandler, route_api  # noqa: E402
 from chatsite.daphne_tuning import (  # noqa: E402
+    direct_messages,
     no_form_parsing,
     plain_websocket_debug_arguments,
     write_through,
@@ -29,6 +30,7 @@ from worker.gc_tuning import freeze_startup_objects  # noqa: E402
 plain_websocket_debug_arguments()
 no_form_parsing()
 write_through()
+direct_messages()
 application = ProtocolTypeRouter(
     {
         "http": route_api(with_reused_threads(django_asgi_app, ReusedThreads()), ApiHandler()),

@@ -23,6 +23,10 @@ from apps.chat import offload
 from chatsite.redis_client import get_redis
 from chatsite.stack import free_port, socket_database_url, web_command
 
+from . import loop_watch
+
+loop_watch.install()  # a test stuck in its event loop's close names the task that holds it
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 

@@ -10,7 +10,12 @@ import sys
 from autobahn.twisted import websocket
 from autobahn.websocket import protocol
 
-from chatsite.daphne_tuning import no_form_parsing, plain_websocket_debug_arguments, write_through
+from chatsite.daphne_tuning import (
+    direct_messages,
+    no_form_parsing,
+    plain_websocket_debug_arguments,
+    write_through,
+)
 from chatsite.stack import web_command
 from tests.conftest import BASE_DIR
 
@@ -131,3 +136,74 @@ def test_a_write_goes_out_at_once_and_only_what_the_socket_refuses_waits_in_orde
     finally:
         ours.close()
         peer.close()
+
+
+def _open_server_socket():
+    """An autobahn server protocol past its handshake, writing to a string transport."""
+    from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
+    from twisted.internet.testing import StringTransport
+
+    factory = WebSocketServerFactory()
+    factory.protocol = WebSocketServerProtocol
+    server = factory.buildProtocol(None)
+    transport = StringTransport()
+    server.makeConnection(transport)
+    server.state = server.STATE_OPEN
+    return server, transport
+
+
+def _traffic(server) -> dict:
+    return {name: value for name, value in vars(server.trafficStats).items()
+            if name.startswith("outgoing")}  # fmt: skip
+
+
+def test_a_plain_message_is_the_same_frame_written_in_one_step():
+    """Every length class of the header (7-bit, 16-bit, 64-bit), text and binary: the same
+    bytes and the same statistics as autobahn's layered send, without its frame layer."""
+    direct_messages()
+    for payload in (b"", b"x", b"{" + b"a" * 123 + b"}", b"a" * 126, b"b" * 65535, b"c" * 70000):
+        for binary in (False, True):
+            ours, ours_out = _open_server_socket()
+            theirs, theirs_out = _open_server_socket()
+            writes = []
+            real_write = ours_out.write
+            ours_out.write = lambda data, real=real_write, writes=writes: (
+                writes.append(data),
+                real(data),
+            )
+            ours.sendFrame = None  # not through autobahn's frame layer: calling it would fail
+            ours.sendMessage(payload, binary)
+            protocol.WebSocketProtocol.layered_sendMessage(theirs, payload, binary)
+            assert ours_out.value() == theirs_out.value(), (len(payload), binary)
+            assert len(writes) == 1
+            assert _traffic(ours) == _traffic(theirs)
+
+
+def test_other_messages_still_go_autobahns_way():
+    """Fragmented, compressed, queued behind earlier data, or on a socket that is closing:
+    autobahn's own send, with its framing and its checks."""
+    from autobahn.websocket.compress import PerMessageDeflate
+    from autobahn.websocket.protocol import Disconnected
+
+    direct_messages()
+    fragmented, out = _open_server_socket()
+    fragmented.sendMessage(b"a" * 10, fragmentSize=4)
+    assert out.value() == b"\x01\x04aaaa\x00\x04aaaa\x80\x02aa"  # three frames
+    compressed, out = _open_server_socket()
+    compressed._perMessageCompress = PerMessageDeflate(True, False, False, 15, 15, 8)
+    compressed.sendMessage(b"b" * 100)
+    assert out.value()[0] == 0xC1 and len(out.value()) < 100  # RSV1: deflated
+    queued, out = _open_server_socket()
+    queued.send_queue.append((b"earlier", False))
+    queued.triggered = True  # its writer is already scheduled
+    queued.sendMessage(b"later")
+    assert out.value() == b"" and queued.send_queue[-1] == (b"\x81\x05later", False)
+    closing, out = _open_server_socket()
+    closing.state = closing.STATE_CLOSING
+    try:
+        closing.sendMessage(b"late")
+    except Disconnected:
+        pass
+    else:
+        raise AssertionError("a message was sent on a closing socket")
+    assert out.value() == b""

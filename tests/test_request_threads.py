@@ -64,9 +64,13 @@ def test_api_requests_start_no_thread_of_their_own(started):
         more = [await get(app, "/v1/models") for _ in range(5)]
         return [first, *more], started[warm:]
 
-    replies, per_request = asyncio.run(requests())
+    replies, started_later = asyncio.run(requests())
     assert [status for status, _ in replies] == [401] * 6  # no key: OpenAI's error shape
     assert all(json.loads(body)["error"]["code"] == "invalid_api_key" for _, body in replies)
+    # Django logs a 4xx through the loop's shared default executor (`thread_sensitive=False`),
+    # a pool that starts a thread only when none of its own is idle: on a busy machine its
+    # first thread may still be finishing the previous log line. Its threads are not per request.
+    per_request = [name for name in started_later if not name.startswith("asyncio_")]
     assert per_request == []  # Django's own handler: two threads a request
     app.signals_thread.shutdown()
 

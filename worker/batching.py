@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from .cancelling import cancel_and_wait
+from .cancelling import cancel_and_wait, raise_if_cancelled
 from .redis_connection import after_write
 
 # Queues commands on the pipeline, e.g. `lambda p: p.get(key)`.
@@ -60,6 +60,7 @@ class CommandBatcher:
 
     async def _run(self) -> None:
         while True:
+            raise_if_cancelled()  # one a write of its swallowed (cancelling.py)
             await self._wake.wait()
             self._wake.clear()
             while self._pending:

@@ -1,12 +1,20 @@
-"""The worker's Redis client: commands packed by hiredis' C packer.
+"""The worker's Redis client: commands packed by hiredis' C packer, replies that have
+arrived read without a timer.
 
 redis-py's synchronous client already packs with hiredis when it is installed; its asyncio
 client packs in Python, argument by argument. A worker streaming a hundred answers sends a few
 thousand commands a second, and that packing was about a fifth of its CPU.
+
+redis-py's asyncio client also arms a timeout (a timer scheduled on the loop, then cancelled)
+around the read of every reply, a pipeline's included, whose replies arrive together: most of a
+pipeline's reads find their reply already in the parser's buffer, and then no timer is needed.
+A reply not yet (wholly) arrived is read as redis-py reads it, under the socket timeout, so a
+frozen Redis still fails the read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -15,7 +23,9 @@ from typing import Any
 
 import hiredis
 import redis.asyncio as aioredis
-from redis.exceptions import DataError
+from redis._parsers.hiredis import NOT_ENOUGH_DATA  # what its reader's gets() says then
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import DataError, ResponseError
 
 from . import cluster
 
@@ -62,6 +72,25 @@ class HiredisPackedConnection(aioredis.Connection):
                     callback()
                 except Exception:  # the caller's failure, not the pipeline's
                     log.exception("a callback after a Redis write failed")
+
+    async def read_response(self, disable_decoding: bool = False, timeout=None, **options):
+        reader = getattr(self._parser, "_reader", None)  # hiredis': RESP2 and RESP3 alike
+        if (timeout is not None or options or reader is None or self.protocol in ("3", 3)
+                or not getattr(self._parser, "_connected", False)):  # fmt: skip
+            return await super().read_response(disable_decoding, timeout, **options)
+        reply = reader.gets(False) if disable_decoding else reader.gets()
+        if reply is NOT_ENOUGH_DATA:  # not all here yet: what arrived stays in the buffer
+            return await super().read_response(disable_decoding, timeout)
+        if isinstance(reply, RedisConnectionError) or (
+            isinstance(reply, list) and reply and isinstance(reply[0], RedisConnectionError)
+        ):  # as redis-py's parser and connection treat it
+            await self.disconnect(nowait=True)
+            raise reply if isinstance(reply, RedisConnectionError) else reply[0]
+        if self.health_check_interval:
+            self.next_health_check = asyncio.get_running_loop().time() + self.health_check_interval
+        if isinstance(reply, ResponseError):
+            raise reply from None
+        return reply
 
     def pack_command(self, *args) -> list[bytes]:
         # A command name holding several words ("CLIENT SETNAME") goes as separate arguments,

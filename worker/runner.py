@@ -23,7 +23,7 @@ from . import heartbeat, protocol, transitions
 from .attempt import TRANSIENT, Attempts
 from .batching import CommandBatcher
 from .breaker import BreakerSettings, CircuitBreaker
-from .cancelling import cancel_and_wait
+from .cancelling import cancel_and_wait, raise_if_cancelled
 from .engines import Engine
 from .heartbeat import WorkerStats
 from .output import OutputWriter
@@ -204,6 +204,7 @@ class Worker:
     async def _read_loop(self) -> None:
         delay = 0.2
         while not self._stopping.is_set():
+            raise_if_cancelled()  # one a Redis write swallowed (cancelling.py)
             permits = await self._acquire_free_slots()
             if not permits:  # stopped while every slot was busy
                 break
@@ -307,6 +308,7 @@ class Worker:
 
     async def _heartbeat_loop(self) -> None:
         while self._beating:
+            raise_if_cancelled()
             try:
                 await self._beat()
             except Exception as exc:  # keep beating through transient Redis errors

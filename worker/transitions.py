@@ -120,9 +120,18 @@ class Start:
 # -- the web ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class FirstEvent:
+    """A new request's first event as `submitted` queued it: its fields, and where in the
+    pipeline's replies its id lands (a reader that starts after it needs no catch-up read)."""
+
+    reply_index: int
+    fields: dict
+
+
 def submitted(
     pipe, keys: Keys, item: WorkItem, *, citations: list, stream: str, submit_by_ms: int
-) -> None:
+) -> FirstEvent:
     """A new request: its state, the conversation's active request, the first event for
     readers, and the admission entry. `submit_by_ms`: the web gives up waiting for Redis by
     then, so an entry Redis only runs later (it was frozen) is withdrawn by the dispatcher."""
@@ -138,9 +147,12 @@ def submitted(
     if item.conversation_id:  # a stateless API request belongs to no conversation
         pipe.set(keys.conversation_active(item.conversation_id), item.id,
                  ex=protocol.REQUEST_TTL_SECONDS)  # fmt: skip
-    _event(pipe, out_key, {"type": EventType.STATUS, "state": State.QUEUED, "citations": cited})
+    first = FirstEvent(len(pipe), {"type": EventType.STATUS, "state": State.QUEUED,
+                                   "citations": cited})  # fmt: skip
+    _event(pipe, out_key, first.fields)
     pipe.expire(out_key, protocol.OUTPUT_TTL_SECONDS)
     pipe.xadd(stream, {**item.to_fields(), "submit_by_ms": str(submit_by_ms)})
+    return first
 
 
 def stopped(pipe, keys: Keys, request_id: str) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from redis.exceptions import RedisError
 
 from chatsite.redis_client import keys
+from worker.cancelling import raise_if_cancelled
 
 from .hub import get_hub, stream_id_key
 
@@ -60,6 +61,7 @@ class AccountWatch:
 
     async def _run(self) -> None:
         while True:  # for the process's life: one stream in the hub's read, idle or not
+            raise_if_cancelled()  # one its Redis client swallowed (worker/cancelling.py)
             try:
                 async for batch in get_hub().batches(self.stream_name(), after=self._cursor):
                     self._cursor = batch[-1][0]

@@ -36,7 +36,7 @@ from redis.exceptions import RedisError
 
 from chatsite.redis_client import CLUSTER_CONNECTIONS_PER_NODE, cluster_client, get_redis
 from worker import cluster
-from worker.cancelling import cancel_and_wait
+from worker.cancelling import cancel_and_wait, raise_if_cancelled
 
 from .hub_base import Entry, SubscriberHub
 
@@ -86,6 +86,7 @@ class NodeListener:
     async def _run(self) -> None:
         subscribed: set[str] = set()
         while True:
+            raise_if_cancelled()  # one its Redis client swallowed (worker/cancelling.py)
             try:
                 if self._pubsub is None:
                     subscribed = set()
@@ -282,6 +283,7 @@ class ClusterOutputHub(SubscriberHub):
         loop = asyncio.get_running_loop()
         full_read_at = loop.time() + self.block_ms / 1000
         while True:
+            raise_if_cancelled()
             self._wake.clear()  # before looking: a wake-up from now on is not lost
             if not self._subs:
                 await self._wake.wait()

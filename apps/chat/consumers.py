@@ -24,6 +24,7 @@ import json
 import logging
 from urllib.parse import parse_qs
 
+import orjson
 from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError
 from django.http import Http404
@@ -41,6 +42,7 @@ from . import continuation, live, selectors, submission, turns
 from .account_watch import get_account_watch
 from .frames import EVENT_ID, frames_for_batch
 from .hub import get_hub
+from .hub_base import Entry
 from .models import Conversation
 from .offload import db_call
 from .pooled_consumer import PooledConsumer
@@ -189,7 +191,7 @@ class ChatConsumer(PooledConsumer):
         message = submitted.user_message
         await self._send({"type": "user_message", "id": message.id,
                           "html": linebreaks(escape(message.text))})  # fmt: skip
-        await self._started(submitted.request_id)
+        await self._started(submitted.request_id, written=submitted.first_event)
         if published:
             return
         await db_call(live.question_published)(
@@ -208,7 +210,7 @@ class ChatConsumer(PooledConsumer):
             return
         if again:
             await self._send({"type": "regenerating"})
-        await self._started(submitted.request_id)
+        await self._started(submitted.request_id, written=submitted.first_event)
 
     async def _on_stop(self, frame: dict) -> None:
         try:
@@ -239,24 +241,25 @@ class ChatConsumer(PooledConsumer):
 
     # -- relaying the answer -------------------------------------------------------------------
 
-    async def _started(self, request_id: str) -> None:
+    async def _started(self, request_id: str, written: Entry | None = None) -> None:
+        """`written`: the answer's first event, when this socket published it."""
         await self._send({"type": "request", "request_id": request_id})
-        await self._follow(request_id, after="0")
+        await self._follow(request_id, after="0", written=written)
 
-    async def _follow(self, request_id: str, *, after: str) -> None:
+    async def _follow(self, request_id: str, *, after: str, written: Entry | None = None):
         if self.relay and not self.relay.done():
             self.relay.cancel()
         self.following = request_id
-        self.relay = asyncio.create_task(self._relay(request_id, after))
+        self.relay = asyncio.create_task(self._relay(request_id, after, written))
 
-    async def _relay(self, request_id: str, after: str) -> None:
+    async def _relay(self, request_id: str, after: str, written: Entry | None) -> None:
         stream = keys().output(request_id)
-        async for batch in get_hub().batches(stream, after=after):
+        async for batch in get_hub().batches(stream, after=after, written=written):
             for frame in frames_for_batch(request_id, batch):
                 await self._send(frame)
 
     async def _send(self, frame: dict) -> None:
-        await self.send(text_data=json.dumps(frame))
+        await self.send(text_data=orjson.dumps(frame).decode())
 
     async def _error(self, message: str) -> None:
         await self._send({"type": "error", "message": message})

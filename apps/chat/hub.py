@@ -26,6 +26,7 @@ from django.conf import settings
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from worker.cancelling import raise_if_cancelled
 from worker.cluster import is_cluster_url
 
 from .cluster_hub import ClusterOutputHub
@@ -140,6 +141,7 @@ class OutputHub(SubscriberHub):
 
     async def _run(self) -> None:
         while True:
+            raise_if_cancelled()  # one its Redis client swallowed (worker/cancelling.py)
             if not self._subs:
                 self._wake.clear()
                 await self._wake.wait()

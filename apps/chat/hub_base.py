@@ -42,16 +42,21 @@ class SubscriberHub:
             for entry in batch:
                 yield entry
 
-    async def batches(self, stream: str, *, after: str = "0") -> AsyncIterator[list[Entry]]:
+    async def batches(
+        self, stream: str, *, after: str = "0", written: Entry | None = None
+    ) -> AsyncIterator[list[Entry]]:
         """The same entries, in lists of those already arrived together: a reader that fell
-        behind catches up in one step instead of one wake-up per entry."""
+        behind catches up in one step instead of one wake-up per entry. `written`: the
+        stream's first entry, as the caller just wrote it (a request it published): when no
+        one follows the stream yet, the reader starts after it, so no catch-up read is made."""
         sub = Subscription(stream)
-        self._add(sub, after)
+        known = [written] if written is not None and stream not in self._cursors else []
+        self._add(sub, known[-1][0] if known else after)
         last = after if after not in ("", "$") else "0"
         try:
             # First what the stream already holds, then what the reader hands over; entries
             # the backlog already covered are dropped.
-            arrived = await self._backlog(stream, last)
+            arrived = known or await self._backlog(stream, last)
             while True:
                 fresh = [e for e in arrived if stream_id_key(e[0]) > stream_id_key(last)]
                 batch, ended = until_final(fresh)

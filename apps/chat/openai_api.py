@@ -30,6 +30,7 @@ from worker.protocol import WorkItem
 
 from . import openai_shapes as shapes
 from . import submission
+from .hub_base import Entry
 from .offload import db_call
 from .openai_embeddings import embeddings_create
 from .openai_limits import rate_limit_headers
@@ -108,6 +109,7 @@ class Started:
     request_id: str
     model: str
     created: int
+    first_event: Entry  # its output stream's first entry, as published
 
 
 def start_completion(raw_key: str | None, body: bytes) -> tuple[Caller, shapes.ChatRequest,
@@ -137,8 +139,8 @@ def start_completion(raw_key: str | None, body: bytes) -> tuple[Caller, shapes.C
         prompt_tokens_estimate=prompt_tokens, kind=KIND, model=model,
         top_p=None if asked.top_p is None else float(asked.top_p), stop=asked.stop,
     )  # fmt: skip
-    submission.request_publish(item=item, citations=[])
-    return caller, asked, Started(item.id, model, int(time.time()))
+    first_event = submission.request_publish(item=item, citations=[])
+    return caller, asked, Started(item.id, model, int(time.time()), first_event)
 
 
 def refusal(final: dict[str, str], caller: Caller, model: str, *,
@@ -183,7 +185,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         except Exception as exc:  # the answer then runs to its end, and is settled as usual
             log.warning("could not stop request %s: %s", request_id, exc)
 
-    follow: Follow | None = Follow(request_id)
+    follow: Follow | None = Follow(request_id, written=started.first_event)
     ended = False  # its final event is here: nothing to stop
     try:
         seen, _ = await await_decision(follow, wait=DECISION_WAIT_SECONDS if asked.stream else None)

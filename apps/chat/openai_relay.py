@@ -19,9 +19,8 @@ from worker.cancelling import cancel_and_wait
 from worker.protocol import EventType, State
 
 from .hub import get_hub
+from .hub_base import Entry
 from .openai_shapes import ApiError, Chunks, queued_comment
-
-Entry = tuple[str, dict[str, str]]
 
 # A streamed request not decided by then (the dispatcher is slow to say) starts its stream
 # anyway; a refusal after that arrives in the stream as an error.
@@ -35,8 +34,9 @@ class Follow:
     """One request's output events as the hub delivers them, in batches, readable with a
     timeout that leaves the reading intact (the next call continues where it stopped)."""
 
-    def __init__(self, request_id: str) -> None:
-        self._batches = get_hub().batches(keys().output(request_id), after="0")
+    def __init__(self, request_id: str, *, written: Entry | None = None) -> None:
+        """`written`: the request's first event, as its caller published it (hub_base)."""
+        self._batches = get_hub().batches(keys().output(request_id), after="0", written=written)
         self._next: asyncio.Task | None = None
 
     async def next(self, timeout: float | None = None) -> list[Entry] | None:

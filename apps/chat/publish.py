@@ -15,6 +15,7 @@ from chatsite.redis_client import get_redis, keys
 from worker import protocol, transitions
 from worker.protocol import Keys, WorkItem
 
+from .hub_base import Entry
 from .prompt_ahead import WritesAhead
 
 log = logging.getLogger("sluice.chat.submission")
@@ -26,13 +27,15 @@ def request_publish(
     citations: list | None = None,
     also: Callable[[Any], None] | None = None,
     first: WritesAhead | None = None,
-) -> None:
-    """Hands the request to admission. Past the Redis client's timeout the caller reports a
-    failure; Redis may still run the commands later (it was frozen), so the entry says by when
-    it counts and the dispatcher withdraws it after that. `also` queues more commands on the
-    same pipeline (the tabs' event): their failure is not the request's, so it is not raised.
-    `first`: the writes a prompt read ahead left (the question's turn, the settled answer's),
-    queued before the request's own; a failure of theirs drops what they would have written."""
+) -> Entry:
+    """Hands the request to admission; returns the first event of its output stream (id and
+    fields), for the caller's reader to start after. Past the Redis client's timeout the
+    caller reports a failure; Redis may still run the commands later (it was frozen), so the
+    entry says by when it counts and the dispatcher withdraws it after that. `also` queues
+    more commands on the same pipeline (the tabs' event): their failure is not the request's,
+    so it is not raised. `first`: the writes a prompt read ahead left (the question's turn,
+    the settled answer's), queued before the request's own; a failure of theirs drops what
+    they would have written."""
     k = keys()
     # Set by Sluice from what the request is (the dispatcher adds "long" by the plan's size).
     item.kind = web_kind(requested=item.kind)
@@ -41,9 +44,9 @@ def request_publish(
     if first is not None:
         first.queue(pipe)
     start = len(pipe)
-    transitions.submitted(pipe, k, item, citations=citations or [],
-                          stream=submit_stream(k, model=item.model),
-                          submit_by_ms=submit_by_ms)  # fmt: skip
+    event = transitions.submitted(pipe, k, item, citations=citations or [],
+                                  stream=submit_stream(k, model=item.model),
+                                  submit_by_ms=submit_by_ms)  # fmt: skip
     own = len(pipe)
     if also is not None:
         also(pipe)
@@ -65,6 +68,7 @@ def request_publish(
     log.info("request %s submitted: %s by user %s in conversation %s, about %d prompt tokens",
              item.id, item.kind, item.user_id, item.conversation_id,
              item.prompt_tokens_estimate)  # fmt: skip
+    return replies[event.reply_index], event.fields
 
 
 def submit_stream(k: Keys, *, model: str = "") -> str:

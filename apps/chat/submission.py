@@ -31,6 +31,7 @@ from worker import protocol, transitions
 from worker.protocol import WorkItem
 
 from . import background, hot, live, prompt_ahead, recorder, services
+from .hub_base import Entry
 from .models import Conversation, Message
 from .prompt_ahead import PromptRead
 from .prompting import HISTORY_TURNS_MAX, prompt_build
@@ -44,6 +45,7 @@ class Submitted:
     request_id: str
     conversation_id: int
     user_message: Message | None
+    first_event: Entry | None = None  # the output stream's first entry, as published
 
 
 class ConversationBusy(Exception):
@@ -209,15 +211,19 @@ def request_submit(
         announcement = functools.partial(live.question_event, conversation=conversation,
                                          message=user_message, request_id=request_id)  # fmt: skip
     try:
-        request_publish(item=item, citations=citations_from(passages, question=question),
-                        also=announcement, first=writes)  # fmt: skip
+        first_event = request_publish(
+            item=item,
+            also=announcement,
+            first=writes,
+            citations=citations_from(passages, question=question),
+        )
     except RedisError as exc:
         if user_message is not None:
             user_message.delete()
         raise QueueUnavailable from exc
     # After the person's request, so the summary it asks for queues behind it.
     background.summary_schedule(conversation=conversation, prompt=prompt)
-    return Submitted(request_id, conversation.id, user_message)
+    return Submitted(request_id, conversation.id, user_message, first_event)
 
 
 def _question_and_prompt(

@@ -8,6 +8,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from apps.chat.hub import OutputHub
+from worker.cancelling import cancel_and_wait
 
 
 async def collect(hub: OutputHub, stream: str, after: str = "0") -> list[str]:
@@ -24,6 +25,16 @@ async def connections_named(client, name: str, *, at_least: int, timeout: float 
         if len(named) >= at_least or loop.time() > deadline:
             return named
         await asyncio.sleep(0.05)
+
+
+async def close_hub(hub: OutputHub) -> None:
+    """Ends a test's hub within its loop (a process's hub lives as long as the process)."""
+    for task in (hub._task, hub._unblocking):
+        if task is not None:
+            await cancel_and_wait(task)
+    for client in (hub._reader, hub._control):
+        if client is not None:
+            await client.aclose()
 
 
 async def test_many_readers_share_two_connections_and_see_every_entry(redis_prefix):
@@ -43,6 +54,7 @@ async def test_many_readers_share_two_connections_and_see_every_entry(redis_pref
     assert all(r == ["a", "b", "c"] for r in results)
     # The reader plus one or two control connections, not one connection per reader.
     assert 2 <= len(hub_clients) <= 1 + 2, hub_clients
+    await close_hub(hub)
     await client.aclose()
 
 
@@ -53,6 +65,7 @@ async def test_resuming_after_an_event_id_skips_what_was_seen(redis_prefix):
     await client.xadd(stream, {"type": "final", "text": "!"})
     hub = OutputHub(settings.REDIS_URL)
     assert await collect(hub, stream, after=ids[1]) == ["z", "!"]
+    await close_hub(hub)
     await client.aclose()
 
 
@@ -77,3 +90,55 @@ def test_the_pause_between_busy_reads_grows_with_the_streams_up_to_a_bound():
     assert 0 < busy_pause(BUSY_STREAMS) < busy_pause(50) < busy_pause(100)
     assert abs(busy_pause(100) - 0.010) < 1e-9  # a hundred chats: 10 ms
     assert busy_pause(10_000) == PAUSE_MOST_SECONDS
+
+
+async def test_a_reader_given_the_entry_it_wrote_misses_nothing_without_a_catch_up_read(
+    redis_prefix,
+):
+    """A request's publisher follows its answer from the first event it wrote: entries written
+    after it, even before the reader came, all arrive, with no catch-up read. A second reader
+    of a stream already followed (another tab) catches up as usual."""
+    client = aioredis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+    stream = f"{redis_prefix}:out:{{w}}"
+    first = await client.xadd(stream, {"type": "status", "text": "queued"})
+    await client.xadd(stream, {"type": "delta", "text": "a"})  # before anyone reads
+    hub = OutputHub(settings.REDIS_URL)
+    catch_ups = []
+    backlog = hub._backlog
+
+    async def counted(stream: str, last: str):
+        catch_ups.append(stream)
+        return await backlog(stream, last)
+
+    hub._backlog = counted
+    written = (first, {"type": "status", "text": "queued"})
+
+    async def read() -> list[str]:
+        return [fields["text"] async for batch in hub.batches(stream, written=written)
+                for _, fields in batch]  # fmt: skip
+
+    publisher = asyncio.create_task(read())
+    await asyncio.sleep(0.2)
+    other_tab = asyncio.create_task(read())
+    await asyncio.sleep(0.2)
+    await client.xadd(stream, {"type": "final", "text": "b"})
+    texts = await asyncio.wait_for(asyncio.gather(publisher, other_tab), timeout=10)
+    assert texts == [["queued", "a", "b"], ["queued", "a", "b"]]
+    assert catch_ups == [stream]  # the other tab's only
+    await close_hub(hub)
+    await client.aclose()
+
+
+async def test_a_hub_stopped_as_its_reader_connects_ends(redis_prefix):
+    """Its reader's connect writes through `asyncio.wait_for`, which on Python 3.11 can swallow
+    the cancel that arrives as a write completes: the reader then went on to wait for
+    subscribers forever, and so did whoever stopped it (an event loop's close, for one)."""
+    client = aioredis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+    stream = f"{redis_prefix}:out:{{c}}"
+    first = await client.xadd(stream, {"type": "delta", "text": "x"})
+    await client.xadd(stream, {"type": "final", "text": "!"})
+    for _ in range(20):  # the cancel lands at a different point of the connect each time
+        hub = OutputHub(settings.REDIS_URL)
+        assert await collect(hub, stream, after=first) == ["!"]
+        await asyncio.wait_for(close_hub(hub), timeout=10)
+    await client.aclose()

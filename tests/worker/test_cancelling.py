@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from worker.cancelling import cancel_and_wait
+from worker.cancelling import cancel_and_wait, raise_if_cancelled
 
 
 async def slow_to_stop(stopped: list[str]) -> None:
@@ -65,3 +65,30 @@ async def test_cleanup_after_the_stoppers_own_cancellation_stops_every_helper():
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert stopped == ["helper", "helper", "owner cleaned up"]
+
+
+async def test_a_loop_stops_even_when_a_call_it_awaited_swallowed_its_cancel():
+    """As `asyncio.wait_for` on Python 3.11 may (and redis-py writes through it): the call
+    returns normally though the task was cancelled. The loop's next turn raises it."""
+    turns: list[int] = []
+
+    async def swallowing_call():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+
+    async def process_long_loop():
+        while True:
+            raise_if_cancelled()
+            turns.append(len(turns))
+            await swallowing_call()
+
+    task = asyncio.create_task(process_long_loop())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    await asyncio.wait_for(asyncio.wait([task]), timeout=5)  # without the check: forever
+    assert task.cancelled() and turns == [0]
+
+
+async def test_a_task_never_cancelled_carries_on():
+    raise_if_cancelled()
+    assert not asyncio.current_task().cancelling()
