@@ -36,7 +36,7 @@ T = TypeVar("T")
 # thousand matter.
 EVENTS_MAXLEN = 10_000
 
-_DATABASE_ENGINES = (
+DATABASE_SESSION_ENGINES = (
     "django.contrib.sessions.backends.db",
     "django.contrib.sessions.backends.cached_db",
 )
@@ -107,7 +107,7 @@ class SessionCheck:
         self._password = None  # set again below only if this check passes
         if not self.session_key:
             return False
-        if settings.SESSION_ENGINE not in _DATABASE_ENGINES:
+        if settings.SESSION_ENGINE not in DATABASE_SESSION_ENGINES:
             return self._decoded_current(_session_store_class()(self.session_key).load())
         with connection.cursor() as cursor:
             cursor.execute(_check_sql(), [self.session_key, self.user_id])
@@ -120,6 +120,16 @@ class SessionCheck:
         if self._auth_hash is None:
             if not self._decoded_current(_session_store_class()().decode(session_data)):
                 return False
+        return self._matches(password)
+
+    def passed(self, data: dict, *, password: str) -> bool:
+        """The full check on a session already read from the database and decoded (`data`)
+        and its user's password hash, read with it (a socket's login): True leaves this check
+        as passed as `current()` would, so `condition()` is ready."""
+        self._password = None
+        return self._decoded_current(data) and self._matches(password)
+
+    def _matches(self, password: str) -> bool:
         matches = _hash_matches(self._auth_hash, password)
         self._password = password if matches else None
         return matches
@@ -146,7 +156,7 @@ class SessionCheck:
         and its auth hash matched the password hash read then, so an unchanged password hash
         gives the same answer. None until a check has passed, or when sessions are not kept in
         the database (the caller then calls `require()` first)."""
-        if self._password is None or settings.SESSION_ENGINE not in _DATABASE_ENGINES:
+        if self._password is None or settings.SESSION_ENGINE not in DATABASE_SESSION_ENGINES:
             return None
         return SqlCondition(_condition_sql(), {"session_key": self.session_key,
                                                "session_user": self.user_id,
@@ -159,7 +169,7 @@ class SessionCheck:
         if data.get(BACKEND_SESSION_KEY) not in settings.AUTHENTICATION_BACKENDS:
             return False
         self._auth_hash = data.get(HASH_SESSION_KEY) or ""
-        if settings.SESSION_ENGINE in _DATABASE_ENGINES:
+        if settings.SESSION_ENGINE in DATABASE_SESSION_ENGINES:
             return True  # the caller compares the hash with the password it read
         user = get_user_model().objects.filter(pk=self.user_id, is_active=True).first()
         return user is not None and _hash_matches(self._auth_hash, user.password)

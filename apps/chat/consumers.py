@@ -33,7 +33,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from apps.accounts.sessions import SessionCheck, SessionEnded, events_last_id, session_digest
+from apps.accounts.sessions import SessionEnded, session_digest
+from apps.accounts.socket_login import SocketLogin
 from chatsite.redis_client import keys
 from worker import protocol
 from worker.cancelling import cancel_and_wait
@@ -69,22 +70,18 @@ class ChatConsumer(PooledConsumer):
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=4401)
             return
-        session = self.scope.get("session")
-        self.session_key = getattr(session, "session_key", None)
-        self.session_digest = session_digest(self.session_key)
-        self.session = SessionCheck(session_key=self.session_key, user_id=self.user.pk)
+        login: SocketLogin = self.scope["login"]  # its check passed as the socket opened
+        self.session = login.session
+        self.session_digest = session_digest(self.session.session_key)
         conversation_id = self.scope["url_route"]["kwargs"]["conversation_id"]
         try:
-            self.conversation, active, events_after = await self._open(conversation_id)
+            self.conversation, active = await self._open(conversation_id)
         except Http404:
             await self.close(code=4404)
             return
-        except SessionEnded:
-            await self.close(code=SESSION_ENDED_CODE)
-            return
         await self.accept()
         self.stop_listening = get_account_watch().listen(self.user.pk, self._account_event,
-                                                         after=events_after)  # fmt: skip
+                                                         after=login.events_after)  # fmt: skip
         if active:
             await self._follow(active, after=self._resume_point(active))
 
@@ -334,24 +331,16 @@ class ChatConsumer(PooledConsumer):
     # -- database ------------------------------------------------------------------------------
 
     @db_call
-    def _open(self, conversation_id: int) -> tuple[Conversation, str | None, str]:
-        """The conversation (Http404 unless it is the user's), its answer in progress, if any,
-        to show at once (a refresh or a second tab continues live), and the id after which to
-        follow the user's account events. One trip through the pool, as every tab that opens
-        asks all three."""
-        try:
-            # Read before the session is checked: an event published after the check would
-            # otherwise fall between the two and go unseen.
-            events_after = events_last_id()
-        except RedisError:
-            events_after = "0"  # every event the stream still holds: at worst one more check
-        self._require_session()
+    def _open(self, conversation_id: int) -> tuple[Conversation, str | None]:
+        """The conversation (Http404 unless it is the user's) and its answer in progress, if
+        any, to show at once (a refresh or a second tab continues live): one trip through the
+        pool, as every tab that opens asks both. The login checked the session just before."""
         conversation = selectors.conversation_get_for_user(user=self.user, id=conversation_id)
         try:
             active = submission.active_request_id(conversation=conversation)
         except RedisError:
             active = None  # the page still works; sending will explain the outage
-        return conversation, active, events_after
+        return conversation, active
 
     @db_call
     def _submit(self, text: str, request_id: str, previous: str | None) -> submission.Submitted:

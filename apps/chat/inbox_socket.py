@@ -14,13 +14,8 @@ import logging
 
 from redis.exceptions import RedisError
 
-from apps.accounts.sessions import (
-    AccountEvent,
-    SessionCheck,
-    SessionEnded,
-    events_last_id,
-    session_digest,
-)
+from apps.accounts.sessions import AccountEvent, SessionEnded, session_digest
+from apps.accounts.socket_login import SocketLogin
 
 from . import inbox
 from .account_watch import AccountWatch, get_account_watch
@@ -50,16 +45,13 @@ class InboxConsumer(PooledConsumer):
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=SESSION_ENDED_CODE)
             return
-        session_key = getattr(self.scope.get("session"), "session_key", None)
-        self.session_digest = session_digest(session_key)
-        self.session = SessionCheck(session_key=session_key, user_id=self.user.pk)
+        login: SocketLogin = self.scope["login"]  # its check passed as the socket opened
+        self.session = login.session
+        self.session_digest = session_digest(self.session.session_key)
         self._tasks: set[asyncio.Task] = set()
         self.delivered = 0  # the newest message id sent, so a re-read sends only newer ones
-        try:
-            unread, inbox_after, accounts_after = await self._open()
-        except SessionEnded:
-            await self.close(code=SESSION_ENDED_CODE)
-            return
+        unread, inbox_after = await self._open()
+        accounts_after = login.events_after
         await self.accept()
         self.stop_listening = (
             get_account_watch(InboxWatch).listen(self.user.pk, self._inbox_event,
@@ -161,14 +153,14 @@ class InboxConsumer(PooledConsumer):
 
     @db_call
     def _open(self):
-        """Unread messages and the event ids to follow each stream after, read before the
-        messages so nothing published in between goes unseen (the page drops repeats)."""
+        """Unread messages and the id to follow the inbox's events after, read before the
+        messages so nothing published in between goes unseen (the page drops repeats). The
+        login checked the session just before."""
         try:
-            inbox_after, accounts_after = inbox.inbox_events_last_id(), events_last_id()
+            inbox_after = inbox.inbox_events_last_id()
         except RedisError:
-            inbox_after = accounts_after = "0"
-        self._require_session()
-        return inbox.inbox_unread_for_user(user_id=self.user.pk), inbox_after, accounts_after
+            inbox_after = "0"
+        return inbox.inbox_unread_for_user(user_id=self.user.pk), inbox_after
 
     @db_call
     def _unread_after(self, after_id: int):

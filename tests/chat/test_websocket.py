@@ -144,6 +144,8 @@ async def test_sockets_open_answer_and_close_while_the_shared_sync_thread_is_bus
             if path.startswith("/ws/chat/"):
                 assert "Unknown action" in await _error_for(ws, json.dumps({"type": "?"}))
             await ws.disconnect(timeout=10)
+            # The socket's close ended its consumer by itself, not the timeout's cancel.
+            assert ws.future.done() and not ws.future.cancelled(), path
         assert not busy.done()  # all of that while the shared thread was held
     finally:
         release.set()

@@ -10,9 +10,13 @@ from html.parser import HTMLParser
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth.hashers import make_password
+from django.contrib.sessions.models import Session
 from django.db import connections
 from django.test import Client
+from django.utils import timezone
 
+from apps.accounts.models import User
 from chatsite.stack import free_port, web_command
 from tests.conftest import BASE_DIR, process_env, stop_process, wait_for_http
 
@@ -48,6 +52,23 @@ async def close_thread_connections():
     there, so that the test database can be dropped at the end of the session."""
     yield
     await sync_to_async(connections.close_all)()
+
+
+NEW_PASSWORD = "a-brand-new-passphrase-7"
+
+
+def end_without_event(how: str, *, user_id: int, session_key: str) -> None:
+    """Ends the session as a shell or another process could, with no account event."""
+    if how == "session deleted":
+        Session.objects.filter(session_key=session_key).delete()
+    elif how == "session expired":
+        Session.objects.filter(session_key=session_key).update(expire_date=timezone.now())
+    elif how == "password changed":
+        User.objects.filter(pk=user_id).update(password=make_password(NEW_PASSWORD))
+    elif how == "user deactivated":
+        User.objects.filter(pk=user_id).update(is_active=False)
+    else:
+        raise ValueError(how)
 
 
 def logged_in(user) -> tuple[Client, str]:

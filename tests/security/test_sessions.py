@@ -9,11 +9,9 @@ import json
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.contrib.auth.hashers import make_password
 from django.contrib.sessions.models import Session
 from django.test import Client
 from django.urls import reverse
-from django.utils import timezone
 
 from apps.accounts.models import User
 from apps.accounts.services import user_create
@@ -21,7 +19,7 @@ from apps.accounts.sessions import SessionCheck
 from apps.chat.models import Message
 from apps.chat.services import conversation_create, message_create
 
-from .conftest import closed_with, form_data, logged_in, websocket
+from .conftest import NEW_PASSWORD, closed_with, end_without_event, form_data, logged_in, websocket
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -29,7 +27,6 @@ pytestmark = [
 ]
 
 PASSWORD = "correct-horse-battery"
-NEW_PASSWORD = "a-brand-new-passphrase-7"
 
 
 @pytest.fixture
@@ -84,20 +81,6 @@ async def test_every_frame_rechecks_the_session_even_when_no_event_came(user, ch
         await ws.send_to(text_data=json.dumps({"type": "send", "text": "from a dead session"}))
         assert await ws.receive_output(timeout=10) == {"type": "websocket.close", "code": 4401}
     assert not await sync_to_async(Message.objects.exists)()
-
-
-def end_without_event(how: str, *, user_id: int, session_key: str) -> None:
-    """Ends the session as a shell or another process could, with no account event."""
-    if how == "session deleted":
-        Session.objects.filter(session_key=session_key).delete()
-    elif how == "session expired":
-        Session.objects.filter(session_key=session_key).update(expire_date=timezone.now())
-    elif how == "password changed":
-        User.objects.filter(pk=user_id).update(password=make_password(NEW_PASSWORD))
-    elif how == "user deactivated":
-        User.objects.filter(pk=user_id).update(is_active=False)
-    else:
-        raise ValueError(how)
 
 
 @pytest.mark.parametrize("how", ["session expired", "password changed", "user deactivated"])
