@@ -74,7 +74,7 @@ class HiredisPackedConnection(aioredis.Connection):
                     log.exception("a callback after a Redis write failed")
 
     async def read_response(self, disable_decoding: bool = False, timeout=None, **options):
-        reader = getattr(self._parser, "_reader", None)  # hiredis': RESP2 and RESP3 alike
+        reader = getattr(self._parser, "_reader", None)  # hiredis' reader; RESP2 replies only
         if (timeout is not None or options or reader is None or self.protocol in ("3", 3)
                 or not getattr(self._parser, "_connected", False)):  # fmt: skip
             return await super().read_response(disable_decoding, timeout, **options)
