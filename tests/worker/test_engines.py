@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -170,3 +173,59 @@ async def test_a_generation_closed_after_its_abort_leaves_no_flag():
     await engine.abort("stopped")  # after its end
     assert seen[-1].finish_reason == "abort" and len(seen) == 4
     assert len(engine._aborted) == 0
+
+
+async def test_simulated_answers_share_their_decode_steps():
+    """Answers decoding together wake on one tick per step, not one timer per token each; and
+    each still gets all its tokens, the right number of steps apart."""
+    engine = SimulatedEngine(slots=8, first_token_ms=1, decode_ms_per_token=5, tokens=20)
+    ticks = []
+    tick = engine.steps._tick
+    engine.steps._tick = lambda due: (ticks.append(due), tick(due))
+
+    async def answer(n: int) -> list:
+        request = GenerationRequest(id=f"r{n}", messages=[{"role": "user", "content": "hi"}])
+        return [output async for output in engine.generate(request)]
+
+    answers = await asyncio.gather(*(answer(n) for n in range(8)))
+    assert [len(outputs) for outputs in answers] == [20] * 8
+    assert all(outputs[-1].finish_reason == "stop" for outputs in answers)
+    assert 19 <= len(ticks) <= 21  # 8 x 19 waits for the next token, on about 19 ticks
+    gaps = [later - earlier for earlier, later in itertools.pairwise(ticks)]
+    assert min(gaps) == pytest.approx(0.005, abs=1e-6)  # the cadence, kept from tick to tick
+
+
+async def test_a_cancelled_answer_leaves_the_others_on_the_step():
+    engine = SimulatedEngine(slots=2, first_token_ms=1, decode_ms_per_token=5, tokens=10)
+    messages = [{"role": "user", "content": "hi"}]
+
+    async def read(request_id: str) -> list:
+        return [o async for o in engine.generate(GenerationRequest(id=request_id,
+                                                                   messages=messages))]  # fmt: skip
+
+    doomed = asyncio.create_task(read("doomed"))
+    kept = asyncio.create_task(read("kept"))
+    await asyncio.sleep(0.02)
+    doomed.cancel()
+    assert len(await asyncio.wait_for(kept, 5)) == 10
+    assert doomed.cancelled()
+
+
+def test_the_decode_steps_start_afresh_on_a_new_event_loop():
+    """An engine outlives an event loop closed mid-step (tests run one loop each): its pending
+    tick went with that loop, and the next loop's answers are not left waiting for it."""
+    engine = SimulatedEngine(slots=1, first_token_ms=1, decode_ms_per_token=50, tokens=5)
+    request = GenerationRequest(id="r", messages=[{"role": "user", "content": "hi"}])
+
+    async def first_tokens() -> None:
+        outputs = engine.generate(request)
+        await anext(outputs)
+        with contextlib.suppress(TimeoutError):  # waiting on the step when the loop ends
+            await asyncio.wait_for(anext(outputs), 0.01)
+
+    asyncio.run(first_tokens())
+
+    async def whole_answer() -> list:
+        return [o async for o in engine.generate(request)]
+
+    assert len(asyncio.run(asyncio.wait_for(whole_answer(), 5))) == 5
