@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import orjson
 import redis
 
 from worker import protocol, transitions
@@ -31,6 +32,16 @@ log = logging.getLogger("sluice.dispatcher")
 ENCODING = 2  # first element of an encoded record: a new layout gets a new number
 READABLE = (1, 2)  # 1: before answer-length estimates (the answer reserved max_tokens)
 Flow = tuple[str, str]  # (user id, model): whose turn it is in the fair queue
+
+
+def _dumps(value) -> str:
+    """JSON text of a queue or charge record: orjson's, several times faster than the standard
+    library's on a prompt-sized record (the dispatcher encodes every request it admits). A value
+    orjson refuses (text with a lone surrogate) is written as the standard library writes it."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value)
 
 
 @dataclass(slots=True)  # tens of thousands may wait: no per-instance __dict__
@@ -77,7 +88,7 @@ class QueuedRequest:
 
     def encode(self) -> str:
         # A list, not an object: no keys to write or parse, on the admission hot path.
-        return json.dumps([
+        return _dumps([
             ENCODING, self.id, self.user_id, self.conversation_id, self.kind, self.plan,
             self.prompt_tokens, self.max_tokens, self.weight, self.submitted_ms,
             self.deadline_ms, self.queued_ns, self.charged, self.retry_at_ms, self.held_by,
@@ -104,10 +115,10 @@ class QueuedRequest:
     def charge_record(self) -> str:
         """What its buckets were charged, kept in the charges hash until its answer settles it,
         with what its answer's real length teaches the estimator and the service times."""
-        return json.dumps({"user": self.user_id, "plan": self.plan, "tokens": self.cost,
-                           "w": self.kind_weight, "est": self.estimate,
-                           "max": self.max_tokens, "model": self.model,
-                           "x": [round(v, 4) for v in self.features]})  # fmt: skip
+        return _dumps({"user": self.user_id, "plan": self.plan, "tokens": self.cost,
+                       "w": self.kind_weight, "est": self.estimate,
+                       "max": self.max_tokens, "model": self.model,
+                       "x": [round(v, 4) for v in self.features]})  # fmt: skip
 
     def ended(self, state: State, error: str = "", retry_after: int | None = None,
               code: str = "") -> Answer:  # fmt: skip

@@ -20,7 +20,6 @@ every frame re-checks the session before anything is stored or answered.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from urllib.parse import parse_qs
 
@@ -123,9 +122,14 @@ class ChatConsumer(PooledConsumer):
             await self._refuse("That message could not be read (send JSON text under 64 KB).")
             return
         try:
-            frame = json.loads(text_data)
+            # Strict JSON: a lone UTF-16 surrogate escape is text no database or model takes.
+            frame = orjson.loads(text_data)
+        except orjson.JSONDecodeError as exc:
+            await self._refuse(f"That message could not be read (malformed JSON: {exc}).")
+            return
+        try:
             kind = frame["type"]
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError):
             await self._refuse("That message could not be read (malformed JSON).")
             return
         handler = {
@@ -366,8 +370,8 @@ class ChatConsumer(PooledConsumer):
 def _draft_of(text_data: str | None) -> str | None:
     """The text of a "send" frame, to hand back when it could not be sent."""
     try:
-        frame = json.loads(text_data or "")
-    except ValueError:
+        frame = orjson.loads(text_data or "")
+    except orjson.JSONDecodeError:
         return None
     if isinstance(frame, dict) and frame.get("type") == "send":
         text = frame.get("text")

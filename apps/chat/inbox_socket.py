@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 
+import orjson
 from redis.exceptions import RedisError
 
 from apps.accounts.sessions import AccountEvent, SessionEnded, session_digest
@@ -68,8 +69,8 @@ class InboxConsumer(PooledConsumer):
         if self.ended:
             return
         try:
-            frame = json.loads(text_data or "") if len(text_data or "") <= MAX_FRAME_BYTES else {}
-        except ValueError:
+            frame = orjson.loads(text_data or "") if len(text_data or "") <= MAX_FRAME_BYTES else {}
+        except orjson.JSONDecodeError:
             frame = {}
         if not isinstance(frame, dict) or frame.get("type") != "read":
             await self.send(text_data=json.dumps({"type": "error",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+import orjson
 from django.http import JsonResponse
 
 from .prompting import estimate_tokens
@@ -62,10 +63,12 @@ def no_worker(model: str, *, retry_after: int = 30) -> ApiError:
 
 
 def body_of(raw: bytes) -> dict:
+    """The request's JSON object. Strict JSON (orjson): NaN, infinities and a lone UTF-16
+    surrogate escape (text no database or model can take) are refused here, with the reason."""
     try:
-        body = json.loads(raw or b"{}")
-    except ValueError:
-        raise invalid("", "The body must be JSON.") from None
+        body = orjson.loads(raw or b"{}")
+    except orjson.JSONDecodeError as exc:
+        raise invalid("", f"The body must be JSON: {exc}.") from None
     if not isinstance(body, dict):
         raise invalid("", "The body must be a JSON object.")
     return body

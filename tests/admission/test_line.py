@@ -27,6 +27,15 @@ def test_a_queue_record_reads_back_as_it_was_written(request):
     assert QueuedRequest.decode(request.encode()) == request
 
 
+def test_a_record_orjson_cannot_write_is_written_all_the_same():
+    """Text with a lone surrogate (refused at every door, but a record must never stop the
+    dispatcher) goes the standard library's way, and reads back."""
+    odd = QueuedRequest("r1", "7", "3", "chat", "free", 10, 100, 1.0, 1, 2, 3, True, 0, "",
+                        {"messages": "hi \ud800"})  # fmt: skip
+    assert QueuedRequest.decode(odd.encode()) == odd
+    assert json.loads(odd.charge_record())["user"] == "7"
+
+
 @pytest.mark.django_db
 def test_a_reload_restores_the_line_and_its_order(make_dispatcher, user, other_user):
     roomy_plan()

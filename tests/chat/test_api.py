@@ -89,6 +89,8 @@ def test_another_user_cannot_read_resume_or_stop_my_request(api, other_api, user
     [
         (b"not json", 400, "JSON object"),
         (b"[1, 2]", 400, "JSON object"),
+        (b'{"text": "hi \\ud800"}', 400, "surrogate"),
+        (b'{"text": NaN}', 400, "JSON object"),
         (b"{}", 400, "'text'"),
         (b'{"text": "   "}', 400, "Type a message first."),
         (b'{"text": "' + b"x" * 8001 + b'"}', 400, "the limit is 8,000"),

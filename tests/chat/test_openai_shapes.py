@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from apps.chat.openai_shapes import Chunks, completion
+from apps.chat.openai_shapes import ApiError, Chunks, body_of, completion
 
 
 @pytest.mark.parametrize(
@@ -23,3 +23,12 @@ def test_every_ending_reads_as_one_of_openais_finish_reasons(ours, theirs):
     assert chunks[0]["choices"][0]["finish_reason"] == theirs
     assert chunks[1]["choices"] == [] and chunks[1]["usage"]["total_tokens"] == 0
     assert lines.endswith("data: [DONE]\n\n")
+
+
+def test_a_body_is_strict_json_and_names_what_is_wrong():
+    assert body_of(b'{"text": "\\ud83d\\ude00"}') == {"text": "\N{GRINNING FACE}"}  # a pair
+    for raw, reason in [(b'{"text": "\\ud800"}', "surrogate"), (b'{"t": NaN}', "JSON"),
+                        (b"[1]", "JSON object"), (b"{", "JSON")]:  # fmt: skip
+        with pytest.raises(ApiError) as caught:
+            body_of(raw)
+        assert caught.value.status == 400 and reason in caught.value.body()["error"]["message"]

@@ -51,6 +51,9 @@ async def test_bad_frames_get_clear_errors_and_the_socket_stays_open(user):
         assert ok
         assert "malformed JSON" in await _error_for(ws, "{not json")
         assert "malformed JSON" in await _error_for(ws, json.dumps(["send"]))
+        # A lone UTF-16 surrogate is no text: refused at the door, not by the database.
+        lone = await _error_for(ws, '{"type": "send", "text": "hi \\ud800"}')
+        assert "malformed JSON" in lone and "surrogate" in lone
         assert "Unknown action" in await _error_for(ws, json.dumps({"type": "explode"}))
         assert "Type a message first" in await _error_for(ws, json.dumps({"type": "send"}))
         assert "Type a message first" in await _error_for(
