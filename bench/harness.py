@@ -79,6 +79,11 @@ def _stat_fields(pid: int) -> list[str]:
         return []
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) one process has used so far."""
+    return _cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
+
+
 def _cpu_ticks(pid: int) -> int:
     fields = _stat_fields(pid)
     return int(fields[11]) + int(fields[12]) if fields else 0  # utime, stime

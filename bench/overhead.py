@@ -42,6 +42,7 @@ from harness import (
     median,
     percentile,
     print_row,
+    process_cpu_seconds,
     ramp_delay,
     say,
     setup_django,
@@ -176,6 +177,7 @@ def main() -> None:
                 through, alone = Timings(), Timings()
                 seconds_each = 0.0
                 cpu = {}
+                direct_cpu = 0.0  # the direct server's CPU, ms per answer
                 for _ in range(args.rounds):
                     urls = running.ws_urls
                     sluice_clients = [
@@ -196,16 +198,24 @@ def main() -> None:
                     commands = {name: (n - calls_before.get(name, 0)) / max(done, 1)
                                 for name, n in calls_after.items()}  # fmt: skip
                     cpu = {role: cpu.get(role, 0) + ms / args.rounds for role, ms in spent.items()}
+                    direct_before, answered = process_cpu_seconds(direct.pid), len(alone.completion)
                     alone.extend(
                         asyncio.run(
                             run_level(direct_clients, args.seconds, args.lengths, args.ramp)
                         )
                     )
+                    direct_spent = process_cpu_seconds(direct.pid) - direct_before
+                    done = max(len(alone.completion) - answered, 1)
+                    direct_cpu += direct_spent * 1000 / done / args.rounds
                     seconds_each += args.seconds
                 print_row("sluice", clients, through, seconds_each)
                 print_row("direct", clients, alone, seconds_each)
                 shares = ", ".join(f"{role} {ms:.2f} ms" for role, ms in sorted(cpu.items()))
                 say(f"  cpu per answer: {shares}")
+                # The same engine behind a bare websocket, in one process: on a slow machine it
+                # rises with Sluice's figure, so the ratio tells a change from the machine.
+                say(f"  direct server cpu per answer: {direct_cpu:.2f} ms (Sluice "
+                    f"{sum(cpu.values()) / max(direct_cpu, 1e-9):.1f}x)")  # fmt: skip
                 busiest = sorted(commands.items(), key=lambda kv: -kv[1])[:8]
                 say(
                     "  redis commands per answer (last round): "
