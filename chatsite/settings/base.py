@@ -82,6 +82,10 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
     "connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5)
 )
+# The statements every answer runs are prepared on their 5th use on a connection (see
+# chatsite/prepared.py); 0 prepares nothing, for a pooler that cannot keep prepared statements.
+DATABASE_PREPARE_THRESHOLD = env.int("DATABASE_PREPARE_THRESHOLD", default=5)
+DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", DATABASE_PREPARE_THRESHOLD or None)
 # Web processes serve each HTTP request on a thread of its own, so with one connection per
 # thread a burst of requests opens as many PostgreSQL connections (and past max_connections
 # fails). They borrow from a bounded pool instead: a request waits up to DATABASE_POOL_TIMEOUT
