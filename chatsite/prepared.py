@@ -3,10 +3,10 @@
 Django sends each query as text with its values quoted in (a client-side binding cursor), so
 PostgreSQL parses and plans it on every execution. For the question's insert that is most of
 its cost: on two cores about 0.5 ms of the server's CPU per statement, against 0.07 ms prepared.
-`cursor()` gives a server-side binding cursor on the same connection instead: a statement is
-prepared on its `prepare_threshold`-th use (settings: DATABASE_PREPARE_THRESHOLD) and then only
-bound and executed. ORM queries keep Django's cursor and are never prepared, so the connection
-holds a handful of prepared statements, not one per distinct query.
+`prepared_cursor()` gives a server-side binding cursor on the same connection instead: a
+statement is prepared on its `prepare_threshold`-th use (settings: DATABASE_PREPARE_THRESHOLD)
+and then only bound and executed. ORM queries keep Django's cursor and are never prepared, so
+the connection holds a handful of prepared statements, not one per distinct query.
 
 With DATABASE_PREPARE_THRESHOLD=0 (a pooler that cannot keep prepared statements across
 transactions, such as PgBouncer before 1.21 in transaction mode) nothing is prepared and the
@@ -37,7 +37,7 @@ class LoggedCursor(psycopg.Cursor):
 
 
 @contextlib.contextmanager
-def cursor() -> Iterator[psycopg.Cursor]:
+def prepared_cursor() -> Iterator[psycopg.Cursor]:
     """A psycopg cursor with server-side binding on Django's connection, its errors raised as
     Django's (IntegrityError, DataError, ...), as from `connection.cursor()`."""
     with connection.cursor() as django_cursor, connection.wrap_database_errors:

@@ -14,7 +14,7 @@ MAX_LINES = 400
 # The map, bottom first: each layer may import the layers before it, never those after.
 LAYERS = [
     ("worker",),
-    ("chatsite.settings", "chatsite.redis_client"),
+    ("chatsite.settings", "chatsite.redis_client", "chatsite.prepared"),
     ("apps.accounts",),
     ("apps.admission",),
     ("apps.rag",),

@@ -8,7 +8,7 @@ from django.db import DataError, connection
 
 from apps.chat import services
 from apps.chat.models import Message
-from chatsite import prepared
+from chatsite.prepared import prepared_cursor
 
 pytestmark = pytest.mark.django_db
 
@@ -26,5 +26,5 @@ def test_the_question_insert_is_prepared_after_a_few_uses(user):
 
 
 def test_a_prepared_statements_error_is_djangos():
-    with pytest.raises(DataError), prepared.cursor() as cursor:
+    with pytest.raises(DataError), prepared_cursor() as cursor:
         cursor.execute("SELECT %s::int", ["not a number"])

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 
 from apps.accounts.models import User
 from apps.accounts.sessions import SqlCondition
-from chatsite import prepared
+from chatsite.prepared import prepared_cursor
 
 from . import erase, hot
 from .models import Conversation, Message
@@ -188,7 +188,7 @@ def message_store(
     params = new.params()
     if only_if is not None:
         params.update(only_if.params)
-    with prepared.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_message_insert_sql(only_if.sql if only_if else ""), params)
         row = cursor.fetchone()
     if row is None:
@@ -218,7 +218,7 @@ def question_create_after(
     params = question.params() | {f"answer_{k}": v for k, v in answer.params().items()}
     if only_if is not None:
         params.update(only_if.params)
-    with prepared.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_question_after_answer_sql(only_if.sql if only_if else ""), params)
         question_id, created, new_title, answer_id, answer_created = cursor.fetchone()
     stored = (
@@ -251,7 +251,7 @@ def messages_store(messages: list[NewMessage]) -> None:
     if not messages:
         return
     # psycopg's own cursor: Django's wrapper has no way to ask executemany for the rows.
-    with prepared.cursor() as raw:
+    with prepared_cursor() as raw:
         raw.executemany(_message_insert_sql(), [new.params() for new in messages],
                         returning=True)  # fmt: skip
         ids = []
