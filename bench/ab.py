@@ -27,23 +27,34 @@ NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 
 def worktree(rev: str) -> Path:
     """The tree of `rev`, checked out under var/bench/ once."""
-    commit = subprocess.run(["git", "rev-parse", "--short", rev], cwd=BASE_DIR, check=True,
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", rev],
+        cwd=BASE_DIR,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     path = BASE_DIR / "var" / "bench" / f"ab-{commit}"
     if not path.exists():
-        subprocess.run(["git", "worktree", "add", "--detach", str(path), commit], cwd=BASE_DIR,
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(path), commit],
+            cwd=BASE_DIR,
+            check=True,
+            capture_output=True,
+        )
     return path
 
 
 def last_line(tree: Path, bench: str, args: list[str]) -> str:
     """Runs the bench in `tree`; its last line that starts with a name and a colon."""
-    run = subprocess.run([sys.executable, f"bench/{bench}.py", *args], cwd=tree,
-                         capture_output=True, text=True)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, f"bench/{bench}.py", *args], cwd=tree, capture_output=True, text=True
+    )
     lines = [line for line in run.stdout.splitlines() if re.match(r"^[a-z_]+: ", line)]
     if run.returncode != 0 or not lines:
-        sys.exit(f"bench/{bench}.py failed in {tree} (exit {run.returncode}):\n"
-                 f"{run.stderr[-2000:]}")  # fmt: skip
+        sys.exit(
+            f"bench/{bench}.py failed in {tree} (exit {run.returncode}):\n{run.stderr[-2000:]}"
+        )
     return lines[-1]
 
 
@@ -70,8 +81,9 @@ def _written_as(samples: tuple[str, ...], value: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="Arguments after -- go to the bench.")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="Arguments after -- go to the bench."
+    )
     parser.add_argument("rev", help="the commit to compare this checkout with")
     parser.add_argument("bench", help="a script in bench/, without .py (e.g. overhead)")
     parser.add_argument("--pairs", type=int, default=3)

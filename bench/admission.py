@@ -90,8 +90,9 @@ def compact_append_only_file(client) -> None:
         pass  # a rewrite is already running: wait for it
     while True:
         persistence = client.info("persistence")
-        if not (persistence.get("aof_rewrite_in_progress")
-                or persistence.get("aof_rewrite_scheduled")):  # fmt: skip
+        if not (
+            persistence.get("aof_rewrite_in_progress") or persistence.get("aof_rewrite_scheduled")
+        ):
             return
         time.sleep(0.05)
 
@@ -111,8 +112,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=50_000)
     parser.add_argument("--users", type=int, default=1_000)
     parser.add_argument("--seconds", type=float, default=3.0, help="ceiling measurement time")
-    parser.add_argument("--cluster", action="store_true",
-                        help="on a local 3-master Redis Cluster, then on one Redis")  # fmt: skip
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on a local 3-master Redis Cluster, then on one Redis",
+    )
     args = parser.parse_args()
     args.embedded_redis = not os.environ.get("REDIS_URL")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
@@ -139,12 +143,25 @@ def compare_with_cluster(args) -> None:
 
     from chatsite.cluster import local_cluster
 
-    argv = [sys.executable, __file__, "--requests", str(args.requests), "--users",
-            str(args.users), "--seconds", str(args.seconds)]  # fmt: skip
+    argv = [
+        sys.executable,
+        __file__,
+        "--requests",
+        str(args.requests),
+        "--users",
+        str(args.users),
+        "--seconds",
+        str(args.seconds),
+    ]
     lines = {}
     with local_cluster(VAR_DIR / "bench" / "admission-cluster") as nodes:
-        on_cluster = subprocess.run(argv, env=dict(os.environ, REDIS_URL=nodes.url),
-                                    capture_output=True, text=True, check=True).stdout  # fmt: skip
+        on_cluster = subprocess.run(
+            argv,
+            env=dict(os.environ, REDIS_URL=nodes.url),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         lines["cluster"] = _figures(on_cluster)
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     one = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
@@ -166,8 +183,9 @@ def redis_client(redis_url: str):
 
     if not cluster.is_cluster_url(redis_url):
         return redis.Redis.from_url(redis_url, decode_responses=True), redis_url
-    client = cluster.sync_client(redis_url, decode_responses=True, max_connections=4,
-                                 timeout=10, connect_timeout=5)  # fmt: skip
+    client = cluster.sync_client(
+        redis_url, decode_responses=True, max_connections=4, timeout=10, connect_timeout=5
+    )
     node = client.get_node_from_key("{adm}")
     return client, f"redis://{node.host}:{node.port}/0"
 
@@ -185,11 +203,19 @@ def run(args, redis_url: str) -> None:
     if args.embedded_redis:
         quiet_append_only_file(client)
     # Generous limits: the figure is the decision path, not how often users are refused.
-    Plan.objects.update_or_create(slug="bench", defaults=dict(
-        name="Bench", is_default=True, requests_per_minute=100_000, burst_requests=100_000,
-        tokens_per_minute=10_000_000, burst_tokens=10_000_000, tokens_per_day=100_000_000,
-        max_queue_wait_seconds=3600,
-    ))  # fmt: skip
+    Plan.objects.update_or_create(
+        slug="bench",
+        defaults=dict(
+            name="Bench",
+            is_default=True,
+            requests_per_minute=100_000,
+            burst_requests=100_000,
+            tokens_per_minute=10_000_000,
+            burst_tokens=10_000_000,
+            tokens_per_day=100_000_000,
+            max_queue_wait_seconds=3600,
+        ),
+    )
     Plan.objects.exclude(slug="bench").update(is_default=False)
     row = DegradationSettings.current()
     row.forced_level = 0  # this machine's CPU load must not shed the benchmark's requests
@@ -201,8 +227,14 @@ def run(args, redis_url: str) -> None:
     pipe = client.pipeline(transaction=False)
     submit_by_ms = str(now_ms() + 3600_000)  # the web's deadline for Redis: not withdrawn here
     for i in range(args.requests):
-        item = WorkItem(id=new_request_id(), user_id=str(i % args.users), conversation_id=str(i),
-                        messages=messages, max_tokens=256, prompt_tokens_estimate=40)  # fmt: skip
+        item = WorkItem(
+            id=new_request_id(),
+            user_id=str(i % args.users),
+            conversation_id=str(i),
+            messages=messages,
+            max_tokens=256,
+            prompt_tokens_estimate=40,
+        )
         pipe.xadd(keys.admit, {**item.to_fields(), "submit_by_ms": submit_by_ms})
         if i % 1000 == 999:
             pipe.execute()
@@ -233,9 +265,11 @@ def run(args, redis_url: str) -> None:
     if args.embedded_redis:
         compact_append_only_file(client)  # the next run starts without loading this one's
     eta = eta_errors(argparse.Namespace(answers=5000, seed=1))
-    print(f"eta: median |told - waited| / waited on two models of different speeds: "
-          f"{eta['measured'] * 100:.0f} % from measured per-model service times, "
-          f"{eta['rule'] * 100:.0f} % with one for all (bench/estimates.py)")  # fmt: skip
+    print(
+        f"eta: median |told - waited| / waited on two models of different speeds: "
+        f"{eta['measured'] * 100:.0f} % from measured per-model service times, "
+        f"{eta['rule'] * 100:.0f} % with one for all (bench/estimates.py)"
+    )
     print(
         f"admission: {rate:.0f} decisions/s, redis ceiling {ceiling:.0f}/s, "
         f"ratio {rate / ceiling:.2f}"

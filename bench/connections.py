@@ -39,16 +39,22 @@ FIRST_TOKEN_WAIT = 300  # seconds: a stream not live by then counts as failed
 retried = [0]  # handshakes tried again
 
 
-async def open_stream(url: str, cookie: str, opening: asyncio.Semaphore, live: list[int],
-                      hold: asyncio.Event) -> None:  # fmt: skip
+async def open_stream(
+    url: str, cookie: str, opening: asyncio.Semaphore, live: list[int], hold: asyncio.Event
+) -> None:
     import websockets
 
     headers = {"Origin": origin_of(url), "Cookie": f"sessionid={cookie}"}
     async with opening:
         for attempt in range(HANDSHAKE_TRIES):
             try:
-                ws = await websockets.connect(url, additional_headers=headers, open_timeout=120,
-                                              ping_interval=None, max_size=None)  # fmt: skip
+                ws = await websockets.connect(
+                    url,
+                    additional_headers=headers,
+                    open_timeout=120,
+                    ping_interval=None,
+                    max_size=None,
+                )
                 break
             except (websockets.InvalidHandshake, OSError, TimeoutError):
                 # daphne refuses a socket its application did not accept within 5 s (the
@@ -114,9 +120,11 @@ async def measure(running, sessions, redis_url: str) -> tuple[dict, Sampler, int
             say(f"{live[0]} streams live after {time.perf_counter() - started:.0f}s")
         await asyncio.sleep(0.5)
     failed = [repr(t.exception())[:200] for t in tasks if t.done() and t.exception()]
-    say(f"{live[0]} streams live after {time.perf_counter() - started:.1f}s, "
+    say(
+        f"{live[0]} streams live after {time.perf_counter() - started:.1f}s, "
         f"{retried[0]} handshakes tried again"
-        + (f", {len(failed)} failed (first: {failed[0]})" if failed else ""))  # fmt: skip
+        + (f", {len(failed)} failed (first: {failed[0]})" if failed else "")
+    )
     await asyncio.sleep(3)  # every stream relaying tokens for a while
     now = await asyncio.to_thread(sampler.sample)
     sampling.cancel()
@@ -137,11 +145,11 @@ def client_lists(redis_url: str) -> dict[str, list[dict]]:
     if not cluster.is_cluster_url(redis_url):
         with redis.Redis.from_url(redis_url, decode_responses=True) as client:
             return {"redis": client.client_list()}
-    client = cluster.sync_client(redis_url, decode_responses=True, max_connections=2,
-                                 timeout=10, connect_timeout=5)  # fmt: skip
+    client = cluster.sync_client(
+        redis_url, decode_responses=True, max_connections=2, timeout=10, connect_timeout=5
+    )
     try:
-        return {node.name: client.client_list(target_nodes=node)
-                for node in client.get_primaries()}  # fmt: skip
+        return {node.name: client.client_list(target_nodes=node) for node in client.get_primaries()}
     finally:
         client.close()
 
@@ -155,12 +163,20 @@ def raise_open_files_limit() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--streams", type=int, action="append",
-                        help="live streams (repeat for several runs; default 500)")  # fmt: skip
-    parser.add_argument("--cluster", action="store_true",
-                        help="on a local 3-master Redis Cluster instead of one Redis")  # fmt: skip
-    parser.add_argument("--decode-ms", type=int, default=2000,
-                        help="milliseconds between two tokens of one stream")  # fmt: skip
+    parser.add_argument(
+        "--streams",
+        type=int,
+        action="append",
+        help="live streams (repeat for several runs; default 500)",
+    )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on a local 3-master Redis Cluster instead of one Redis",
+    )
+    parser.add_argument(
+        "--decode-ms", type=int, default=2000, help="milliseconds between two tokens of one stream"
+    )
     args = parser.parse_args()
     limit = raise_open_files_limit()
     counts = args.streams or [500]
@@ -194,13 +210,23 @@ def main() -> None:
 
 
 def run(streams: int, decode_ms: int):
-    worker_args = ["--engine", "simulated", "--slots", str(streams + 10),
-                   "--sim-first-token-ms", "50", "--sim-decode-ms", str(decode_ms),
-                   "--sim-tokens", "5000"]  # fmt: skip
+    worker_args = [
+        "--engine",
+        "simulated",
+        "--slots",
+        str(streams + 10),
+        "--sim-first-token-ms",
+        "50",
+        "--sim-decode-ms",
+        str(decode_ms),
+        "--sim-tokens",
+        "5000",
+    ]
     # Each run's keys under a prefix of their own: the previous run's answers, still running
     # when its worker was stopped, are not this run's worker's to resume.
-    with sluice(worker_args=worker_args,
-                env_extra={"SLUICE_REDIS_PREFIX": f"conn{streams}"}) as running:  # fmt: skip
+    with sluice(
+        worker_args=worker_args, env_extra={"SLUICE_REDIS_PREFIX": f"conn{streams}"}
+    ) as running:
         setup_django()
         sessions = make_sessions(streams, prefix=f"conn{streams}")
         time.sleep(6)  # the worker's first heartbeat, the dispatcher's plan refresh

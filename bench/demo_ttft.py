@@ -53,33 +53,52 @@ from chatsite.stack import (  # noqa: E402
 )
 
 FIRST = [
-    "What is the capital of France?", "Who painted the Mona Lisa?",
-    "How many continents are there?", "What is the largest ocean on Earth?",
-    "Why is the sky blue?", "What do bees make?", "How many days are in a leap year?",
-    "What is the chemical symbol for gold?", "Who was the first person on the Moon?",
-    "What language is spoken in Brazil?", "How many strings does a violin have?",
-    "What is the tallest animal?", "Which planet is called the red planet?",
-    "What is the freezing point of water in Fahrenheit?", "Who invented the telephone?",
-    "What is the main ingredient of guacamole?", "How many players are on a soccer team?",
-    "What is the largest desert in the world?", "Which metal is liquid at room temperature?",
-    "What is the square root of 81?", "Who wrote Romeo and Juliet?",
-    "What is the longest river in Africa?", "How many hours are in a week?",
+    "What is the capital of France?",
+    "Who painted the Mona Lisa?",
+    "How many continents are there?",
+    "What is the largest ocean on Earth?",
+    "Why is the sky blue?",
+    "What do bees make?",
+    "How many days are in a leap year?",
+    "What is the chemical symbol for gold?",
+    "Who was the first person on the Moon?",
+    "What language is spoken in Brazil?",
+    "How many strings does a violin have?",
+    "What is the tallest animal?",
+    "Which planet is called the red planet?",
+    "What is the freezing point of water in Fahrenheit?",
+    "Who invented the telephone?",
+    "What is the main ingredient of guacamole?",
+    "How many players are on a soccer team?",
+    "What is the largest desert in the world?",
+    "Which metal is liquid at room temperature?",
+    "What is the square root of 81?",
+    "Who wrote Romeo and Juliet?",
+    "What is the longest river in Africa?",
+    "How many hours are in a week?",
     "What gas do plants take in?",
-]  # fmt: skip
+]
 FOLLOW_UP = [
-    "Can you say that in one sentence?", "Why is that?", "Tell me one more fact about it.",
-    "How do you know?", "Can you explain it to a child?", "Is that always true?",
-    "What is a common mistake about this?", "Give me an example.",
-]  # fmt: skip
+    "Can you say that in one sentence?",
+    "Why is that?",
+    "Tell me one more fact about it.",
+    "How do you know?",
+    "Can you explain it to a child?",
+    "Is that always true?",
+    "What is a common mistake about this?",
+    "Give me an example.",
+]
 # On top of the calibration questions (bench/sluice_docs_questions.jsonl): more about Sluice.
 MORE_ON_TOPIC = [
-    "How does Sluice stream tokens to the browser?", "What is the request inspector?",
-    "How do I run Sluice with a GPU?", "What does the dispatcher do when a worker dies?",
+    "How does Sluice stream tokens to the browser?",
+    "What is the request inspector?",
+    "How do I run Sluice with a GPU?",
+    "What does the dispatcher do when a worker dies?",
     "How does Sluice limit how fast a user can send requests?",
     "Which metrics does Sluice export to Prometheus?",
     "How do I ingest Markdown files into a corpus?",
     "What is the OpenAI-compatible API of Sluice?",
-]  # fmt: skip
+]
 
 
 @dataclass
@@ -124,9 +143,13 @@ def prepare(count: int):
     from apps.admission.models import Plan
 
     Plan.objects.filter(is_default=True).update(
-        requests_per_minute=1_000_000, burst_requests=1_000_000, tokens_per_minute=10**9,
-        burst_tokens=10**9, tokens_per_day=10**9, max_concurrent=10_000,
-    )  # fmt: skip
+        requests_per_minute=1_000_000,
+        burst_requests=1_000_000,
+        tokens_per_minute=10**9,
+        burst_tokens=10**9,
+        tokens_per_day=10**9,
+        max_concurrent=10_000,
+    )
     user = user_create(username=f"ttft{os.getpid()}", password="bench-password-1")
     client = Client()
     client.force_login(user)
@@ -196,14 +219,18 @@ async def run_phases(ws_base: str, cookie: str, user, count: int) -> Phases:
         follow = Asked("follow-up", FOLLOW_UP[n % len(FOLLOW_UP)], first.conversation_id)
         await ask(ws_base, cookie, follow)
         phases.asked += [first, follow]
-        say(f"  {n + 1}/{count}: first {first.ttft:.2f} s ({first.prompt_tokens} tokens), "
-            f"follow-up {follow.ttft:.2f} s ({follow.prompt_tokens} tokens)")  # fmt: skip
+        say(
+            f"  {n + 1}/{count}: first {first.ttft:.2f} s ({first.prompt_tokens} tokens), "
+            f"follow-up {follow.ttft:.2f} s ({follow.prompt_tokens} tokens)"
+        )
     for question in on_topic_questions(count):
         asked = Asked("with passages", question, await create(user))
         await ask(ws_base, cookie, asked)
         phases.asked.append(asked)
-        say(f"  with passages {asked.ttft:.2f} s ({asked.prompt_tokens} tokens, "
-            f"{asked.passages} passages)")  # fmt: skip
+        say(
+            f"  with passages {asked.ttft:.2f} s ({asked.prompt_tokens} tokens, "
+            f"{asked.passages} passages)"
+        )
     return phases
 
 
@@ -222,8 +249,11 @@ def rebuilt_prompts(user, phases: Phases) -> list[tuple[Asked, list[dict]]]:
         conversation = Conversation.objects.get(pk=asked.conversation_id)
         block = passages_block(passages_for(user=user, question=asked.question))
         messages = prompt_build(conversation=conversation, extra_system=block).messages
-        last = max(i for i, m in enumerate(messages)
-                   if m["role"] == "user" and m["content"] == asked.question)  # fmt: skip
+        last = max(
+            i
+            for i, m in enumerate(messages)
+            if m["role"] == "user" and m["content"] == asked.question
+        )
         rebuilt.append((asked, messages[: last + 1]))
     return rebuilt
 
@@ -236,8 +266,7 @@ async def direct_engine(prompts: list[tuple[Asked, list[dict]]], *, slots: int) 
     engine = create_engine("llamacpp", slots=slots)
 
     async def first_token(request_id: str, messages: list[dict]) -> float:
-        request = GenerationRequest(id=request_id, messages=messages, max_tokens=1,
-                                    temperature=0.0)  # fmt: skip
+        request = GenerationRequest(id=request_id, messages=messages, max_tokens=1, temperature=0.0)
         started = time.perf_counter()
         # Closed at once, so the slot is free (and chosen again) for the next prompt.
         async with contextlib.aclosing(engine.generate(request)) as outputs:
@@ -280,33 +309,45 @@ def p50(values: list[float]) -> float:
 
 
 def report(phases: Phases) -> None:
-    say("p50 per phase: time to first token on the socket, inside the worker, and on the engine "
+    say(
+        "p50 per phase: time to first token on the socket, inside the worker, and on the engine "
         "alone; prompt tokens, and of them those read (not in the KV cache) by the worker and "
-        "by the engine alone; passages in the prompt (mean)")  # fmt: skip
-    say(f"{'phase':<14} {'n':>3} {'ttft':>7} {'worker':>7} {'alone':>7} {'prompt':>7} "
-        f"{'read':>5} {'alone':>6} {'passages':>9}")  # fmt: skip
+        "by the engine alone; passages in the prompt (mean)"
+    )
+    say(
+        f"{'phase':<14} {'n':>3} {'ttft':>7} {'worker':>7} {'alone':>7} {'prompt':>7} "
+        f"{'read':>5} {'alone':>6} {'passages':>9}"
+    )
     for phase in ("first", "follow-up", "with passages"):
         rows = phases.of(phase)
         read = [a.prompt_tokens - a.cached_tokens for a in rows]
         alone = [a.direct_prompt[0] - a.direct_prompt[1] for a in rows if a.direct_prompt[0]]
         ttft, worker = p50([a.ttft for a in rows]), p50([a.engine_ttft for a in rows])
-        say(f"{phase:<14} {len(rows):>3} {ttft:>6.2f}s {worker:>6.2f}s "
+        say(
+            f"{phase:<14} {len(rows):>3} {ttft:>6.2f}s {worker:>6.2f}s "
             f"{p50([a.direct_ttft for a in rows]):>6.2f}s "
             f"{p50([a.prompt_tokens for a in rows]):>7.0f} {p50(read):>5.0f} {p50(alone):>6.0f} "
-            f"{statistics.mean([a.passages for a in rows]) if rows else 0:>9.1f}")  # fmt: skip
+            f"{statistics.mean([a.passages for a in rows]) if rows else 0:>9.1f}"
+        )
     prompt, cached = phases.worker_cache
-    say(f"the worker read {prompt - cached} of {prompt} prompt tokens; {cached} came from its "
-        "KV cache (a conversation's earlier turns)")  # fmt: skip
+    say(
+        f"the worker read {prompt - cached} of {prompt} prompt tokens; {cached} came from its "
+        "KV cache (a conversation's earlier turns)"
+    )
     errors = [a for a in phases.asked if a.error]
     if errors:
         say(f"{len(errors)} questions failed, e.g. {errors[0].phase}: {errors[0].error}")
     load = os.getloadavg()
-    say(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores "
-        "(the targets assume a quiet two-core machine)")  # fmt: skip
-    print(f"demo: first {p50([a.ttft for a in phases.of('first')]):.2f} s, "
-          f"follow-up {p50([a.ttft for a in phases.of('follow-up')]):.2f} s, "
-          f"with passages {p50([a.ttft for a in phases.of('with passages')]):.2f} s",
-          flush=True)  # fmt: skip
+    say(
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores "
+        "(the targets assume a quiet two-core machine)"
+    )
+    print(
+        f"demo: first {p50([a.ttft for a in phases.of('first')]):.2f} s, "
+        f"follow-up {p50([a.ttft for a in phases.of('follow-up')]):.2f} s, "
+        f"with passages {p50([a.ttft for a in phases.of('with passages')]):.2f} s",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -319,9 +360,14 @@ def main() -> None:
     var = VAR_DIR / "demo-ttft"
     with backing_services(var, redis_port=free_port()) as urls:
         env = dict(os.environ, **urls)
-        env.update(DJANGO_SETTINGS_MODULE="chatsite.settings.dev", DEBUG="false",
-                   LOG_LEVEL="WARNING", SLUICE_HOST="127.0.0.1", SLUICE_PORT=str(free_port()),
-                   MODEL_MAX_TOKENS=str(args.max_tokens))  # fmt: skip
+        env.update(
+            DJANGO_SETTINGS_MODULE="chatsite.settings.dev",
+            DEBUG="false",
+            LOG_LEVEL="WARNING",
+            SLUICE_HOST="127.0.0.1",
+            SLUICE_PORT=str(free_port()),
+            MODEL_MAX_TOKENS=str(args.max_tokens),
+        )
         os.environ.update(urls)
         os.environ["MODEL_MAX_TOKENS"] = str(args.max_tokens)
         manage(env, "migrate", "--no-input", "-v", "0")

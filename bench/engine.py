@@ -84,8 +84,9 @@ class Result:
     ok: bool
 
 
-async def run_phase(label: str, one: Callable[[str], Awaitable[Result]], *, requests: int,
-                    concurrency: int) -> Phase:  # fmt: skip
+async def run_phase(
+    label: str, one: Callable[[str], Awaitable[Result]], *, requests: int, concurrency: int
+) -> Phase:
     """`requests` prompts through `one`, `concurrency` at a time, each client sending its next
     as soon as its answer ends."""
     queue: asyncio.Queue[str] = asyncio.Queue()
@@ -115,9 +116,14 @@ class ThroughSluice:
 
     async def __call__(self, prompt: str) -> Result:
         request_id = uuid.uuid4().hex
-        item = WorkItem(id=request_id, user_id="bench", conversation_id=request_id,
-                        messages=[{"role": "user", "content": prompt}],
-                        max_tokens=self.max_tokens, temperature=0.0)  # fmt: skip
+        item = WorkItem(
+            id=request_id,
+            user_id="bench",
+            conversation_id=request_id,
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=self.max_tokens,
+            temperature=0.0,
+        )
         sent = time.perf_counter()
         await self.client.xadd(self.keys.work, item.to_fields())
         out_key, last, first = self.keys.output(request_id), "0", None
@@ -144,9 +150,12 @@ class Direct:
         self.engine, self.max_tokens = engine, max_tokens
 
     async def __call__(self, prompt: str) -> Result:
-        request = GenerationRequest(id=uuid.uuid4().hex, max_tokens=self.max_tokens,
-                                    temperature=0.0,
-                                    messages=[{"role": "user", "content": prompt}])  # fmt: skip
+        request = GenerationRequest(
+            id=uuid.uuid4().hex,
+            max_tokens=self.max_tokens,
+            temperature=0.0,
+            messages=[{"role": "user", "content": prompt}],
+        )
         sent = time.perf_counter()
         first, tokens = None, 0
         async for output in self.engine.generate(request):
@@ -157,8 +166,20 @@ class Direct:
 
 
 def start_worker(worker_argv: list[str], *, redis_url: str, prefix: str) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "worker", *worker_argv, "--redis-url", redis_url,
-            "--prefix", prefix, "--worker-id", "bench", "--grace", "5"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "worker",
+        *worker_argv,
+        "--redis-url",
+        redis_url,
+        "--prefix",
+        prefix,
+        "--worker-id",
+        "bench",
+        "--grace",
+        "5",
+    ]
     env = dict(os.environ, LOG_LEVEL=os.environ.get("LOG_LEVEL", "WARNING"))
     return subprocess.Popen(argv, cwd=BASE_DIR, env=env)
 
@@ -174,22 +195,32 @@ def row(phase: Phase) -> str:
     ttft = sorted(phase.ttft_ms)
     p50 = statistics.median(ttft) if ttft else float("nan")
     p99 = ttft[min(len(ttft) - 1, round(0.99 * (len(ttft) - 1)))] if ttft else float("nan")
-    return (f"{phase.label:<7} {phase.tokens:>5} tokens in {phase.seconds:6.2f}s  "
-            f"{phase.tokens_per_second:6.1f} tok/s  ttft p50 {p50:7.1f} ms  p99 {p99:7.1f} ms"
-            + (f"  failed {phase.failed}" if phase.failed else ""))  # fmt: skip
+    return (
+        f"{phase.label:<7} {phase.tokens:>5} tokens in {phase.seconds:6.2f}s  "
+        f"{phase.tokens_per_second:6.1f} tok/s  ttft p50 {p50:7.1f} ms  p99 {p99:7.1f} ms"
+        + (f"  failed {phase.failed}" if phase.failed else "")
+    )
 
 
 async def bench(args: argparse.Namespace, redis_url: str) -> None:
     concurrency = args.concurrency or DEFAULT_CONCURRENCY[args.engine]
-    worker_argv = ["--engine", args.engine, "--slots", str(concurrency),
-                   *CPU_WORKER_ARGS[args.engine], *args.worker_args]  # fmt: skip
+    worker_argv = [
+        "--engine",
+        args.engine,
+        "--slots",
+        str(concurrency),
+        *CPU_WORKER_ARGS[args.engine],
+        *args.worker_args,
+    ]
     # The same options, parsed by the same code, for the worker and the direct engine.
     options = engine_options(build_parser().parse_args(worker_argv))
     options.pop("exit_on_engine_death", None)  # a worker's reflex, not this process's
     keys = Keys(prefix=f"bench{uuid.uuid4().hex[:6]}")
     client = aioredis.Redis.from_url(redis_url, decode_responses=True, max_connections=64)
-    say(f"engine {args.engine}: {concurrency} concurrent requests, {args.requests} per phase, "
-        f"{args.max_tokens} max tokens, {args.rounds} rounds")  # fmt: skip
+    say(
+        f"engine {args.engine}: {concurrency} concurrent requests, {args.requests} per phase, "
+        f"{args.max_tokens} max tokens, {args.rounds} rounds"
+    )
     say(f"worker options: {' '.join(worker_argv)}")
     process = start_worker(worker_argv, redis_url=redis_url, prefix=keys.prefix)
     engine = create_engine(args.engine, **options)
@@ -198,16 +229,19 @@ async def bench(args: argparse.Namespace, redis_url: str) -> None:
         await engine.start()
         await wait_for_worker(client, keys, process)
         say(f"both engines loaded in {time.perf_counter() - started:.1f}s")
-        sides = {"sluice": ThroughSluice(client, keys, args.max_tokens),
-                 "direct": Direct(engine, args.max_tokens)}  # fmt: skip
+        sides = {
+            "sluice": ThroughSluice(client, keys, args.max_tokens),
+            "direct": Direct(engine, args.max_tokens),
+        }
         for name, side in sides.items():  # warm-up, not counted
             await run_phase(name, side, requests=concurrency, concurrency=concurrency)
         totals = {name: Phase(name) for name in sides}
         for round_no in range(args.rounds):
             order = list(sides) if round_no % 2 == 0 else list(reversed(sides))
             for name in order:
-                phase = await run_phase(name, sides[name], requests=args.requests,
-                                        concurrency=concurrency)  # fmt: skip
+                phase = await run_phase(
+                    name, sides[name], requests=args.requests, concurrency=concurrency
+                )
                 say(f"round {round_no + 1}  {row(phase)}")
                 total = totals[name]
                 total.seconds += phase.seconds
@@ -219,8 +253,11 @@ async def bench(args: argparse.Namespace, redis_url: str) -> None:
             say(f"         {row(total)}")
         a, b = totals["sluice"].tokens_per_second, totals["direct"].tokens_per_second
         ratio = a / b if b else float("nan")
-        print(f"engine: {args.engine} {a:.1f} tok/s through sluice, {b:.1f} tok/s direct, "
-              f"ratio {ratio:.3f}", flush=True)  # fmt: skip
+        print(
+            f"engine: {args.engine} {a:.1f} tok/s through sluice, {b:.1f} tok/s direct, "
+            f"ratio {ratio:.3f}",
+            flush=True,
+        )
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -249,7 +286,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("worker_args", nargs="*", help="more worker options, after --")
-    args = parser.parse_args()  # fmt: skip
+    args = parser.parse_args()
     redis_url = os.environ.get("REDIS_URL")
     if redis_url:
         asyncio.run(bench(args, redis_url))

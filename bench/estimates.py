@@ -34,13 +34,33 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(BASE_DIR)]
 
-SIMPLE = ["What is the capital of {}?", "Who wrote {}?", "When was {} founded?",
-          "How many people live in {}?", "Is {} true, yes or no?", "Define {}."]  # fmt: skip
-COMPLEX = ["Explain how {} works, step by step.", "Write a short essay about {}.",
-           "Compare {} with its alternatives in detail.", "List the steps to set up {}.",
-           "Describe the history of {} and why it matters."]  # fmt: skip
-TOPICS = ["France", "Redis", "photosynthesis", "the printing press", "Kubernetes", "Lisbon",
-          "vector search", "the Roman empire", "TCP", "sourdough bread"]  # fmt: skip
+SIMPLE = [
+    "What is the capital of {}?",
+    "Who wrote {}?",
+    "When was {} founded?",
+    "How many people live in {}?",
+    "Is {} true, yes or no?",
+    "Define {}.",
+]
+COMPLEX = [
+    "Explain how {} works, step by step.",
+    "Write a short essay about {}.",
+    "Compare {} with its alternatives in detail.",
+    "List the steps to set up {}.",
+    "Describe the history of {} and why it matters.",
+]
+TOPICS = [
+    "France",
+    "Redis",
+    "photosynthesis",
+    "the printing press",
+    "Kubernetes",
+    "Lisbon",
+    "vector search",
+    "the Roman empire",
+    "TCP",
+    "sourdough bread",
+]
 
 
 def workload(answers: int, users: int, seed: int):
@@ -63,8 +83,16 @@ def workload(answers: int, users: int, seed: int):
         max_tokens = 1024 if plan_of[user] == "pro" else 512
         meant = base * lean[user]
         real = meant * math.exp(rng.gauss(0, 0.25))
-        yield kind, str(user), plan_of[user], prompt, max_tokens, question, \
-            max(1, min(max_tokens, round(real))), max(1, min(max_tokens, round(meant)))  # fmt: skip
+        yield (
+            kind,
+            str(user),
+            plan_of[user],
+            prompt,
+            max_tokens,
+            question,
+            max(1, min(max_tokens, round(real))),
+            max(1, min(max_tokens, round(meant))),
+        )
 
 
 def estimate_errors(args) -> dict[str, tuple[float, float]]:
@@ -72,13 +100,24 @@ def estimate_errors(args) -> dict[str, tuple[float, float]]:
     from worker.protocol import Keys
 
     estimator = Estimator(Keys(prefix="bench"))
-    rows = {"answer learned": [], "answer rule": [], "answer oracle": [], "charge learned": [],
-            "charge rule": []}  # fmt: skip
+    rows = {
+        "answer learned": [],
+        "answer rule": [],
+        "answer oracle": [],
+        "charge learned": [],
+        "charge rule": [],
+    }
     for i, (kind, user, plan, prompt, max_tokens, question, real, meant) in enumerate(
         workload(args.answers, args.users, args.seed)
     ):
-        guess = estimator.guess(kind=kind, user_id=user, plan=plan, prompt_tokens=prompt,
-                                max_tokens=max_tokens, question=question)  # fmt: skip
+        guess = estimator.guess(
+            kind=kind,
+            user_id=user,
+            plan=plan,
+            prompt_tokens=prompt,
+            max_tokens=max_tokens,
+            question=question,
+        )
         if i >= args.warmup:
             rows["answer learned"].append((guess.tokens - real) / real)
             rows["answer rule"].append((max_tokens - real) / real)
@@ -87,9 +126,13 @@ def estimate_errors(args) -> dict[str, tuple[float, float]]:
             rows["charge learned"].append((prompt + guess.tokens - used) / used)
             rows["charge rule"].append((prompt + max_tokens - used) / used)
         estimator.learn([Sample(guess.x, guess.tokens, max_tokens, user, plan, real)])
-    return {name: (statistics.median(abs(e) for e in errors),
-                   sum(e < -0.5 for e in errors) / len(errors))
-            for name, errors in rows.items()}  # fmt: skip
+    return {
+        name: (
+            statistics.median(abs(e) for e in errors),
+            sum(e < -0.5 for e in errors) / len(errors),
+        )
+        for name, errors in rows.items()
+    }
 
 
 def eta_errors(args) -> dict[str, float]:
@@ -132,8 +175,9 @@ def eta_errors(args) -> dict[str, float]:
             serve(model, now)  # a free slot: it does not wait
             continue
         place = len(line[model]) + 1
-        line[model].append((now, place / slots[model] * old,
-                            measured.eta(model, place=place, slots=slots[model])))  # fmt: skip
+        line[model].append(
+            (now, place / slots[model] * old, measured.eta(model, place=place, slots=slots[model]))
+        )
     return {name: statistics.median(values) for name, values in errors.items()}
 
 
@@ -147,15 +191,21 @@ def main() -> None:
     results = estimate_errors(args)
     print(f"estimate over {args.answers - args.warmup} answers (after {args.warmup} learned):")
     for name, (ape, under) in results.items():
-        print(f"  {name:15s} median |error| {ape * 100:6.1f} %   under by > 50 %: "
-              f"{under * 100:5.1f} %")  # fmt: skip
+        print(
+            f"  {name:15s} median |error| {ape * 100:6.1f} %   under by > 50 %: "
+            f"{under * 100:5.1f} %"
+        )
     eta = eta_errors(args)
-    print(f"eta: median |told - waited| / waited: old rule {eta['rule'] * 100:.0f} %, "
-          f"measured per model {eta['measured'] * 100:.0f} %")  # fmt: skip
-    print(f"estimates: answer length error {results['answer learned'][0] * 100:.1f} % learned vs "
-          f"{results['answer rule'][0] * 100:.1f} % max_tokens rule, under by > 50 % "
-          f"{results['answer learned'][1] * 100:.1f} %; eta error "
-          f"{eta['measured'] * 100:.0f} % vs {eta['rule'] * 100:.0f} %")  # fmt: skip
+    print(
+        f"eta: median |told - waited| / waited: old rule {eta['rule'] * 100:.0f} %, "
+        f"measured per model {eta['measured'] * 100:.0f} %"
+    )
+    print(
+        f"estimates: answer length error {results['answer learned'][0] * 100:.1f} % learned vs "
+        f"{results['answer rule'][0] * 100:.1f} % max_tokens rule, under by > 50 % "
+        f"{results['answer learned'][1] * 100:.1f} %; eta error "
+        f"{eta['measured'] * 100:.0f} % vs {eta['rule'] * 100:.0f} %"
+    )
 
 
 if __name__ == "__main__":

@@ -60,10 +60,14 @@ def prepare(users: int, conversations: int) -> list[tuple[int, int]]:
     from apps.chat.models import Conversation
 
     Plan.objects.filter(is_default=True).update(
-        requests_per_minute=1_000_000, burst_requests=1_000_000, tokens_per_minute=10**9,
-        burst_tokens=10**9, tokens_per_day=2 * 10**9, max_concurrent=10_000,
+        requests_per_minute=1_000_000,
+        burst_requests=1_000_000,
+        tokens_per_minute=10**9,
+        burst_tokens=10**9,
+        tokens_per_day=2 * 10**9,
+        max_concurrent=10_000,
         max_queue_wait_seconds=3600,
-    )  # fmt: skip
+    )
     row = DegradationSettings.current()
     row.forced_level = 0
     row.save()
@@ -83,28 +87,53 @@ def run_policy(policy: str, args, env: dict[str, str], conversations) -> dict:
     prefix = f"fleet-{policy}-{os.getpid()}"
     keys = Keys(prefix=prefix)
     client = redis.Redis.from_url(env["REDIS_URL"], decode_responses=True)
-    env = dict(env, SLUICE_REDIS_PREFIX=prefix, SLUICE_ROUTING=policy,
-               SLUICE_AFFINITY_MAX_LOAD=str(args.max_load))  # fmt: skip
+    env = dict(
+        env,
+        SLUICE_REDIS_PREFIX=prefix,
+        SLUICE_ROUTING=policy,
+        SLUICE_AFFINITY_MAX_LOAD=str(args.max_load),
+    )
     supervisor = Supervisor(env=env)
     worker_ids = [f"fw{i}" for i in range(args.workers)]
     try:
         supervisor.start("dispatcher", [sys.executable, "manage.py", "run_dispatcher"])
         for i, worker_id in enumerate(worker_ids):
-            supervisor.start(f"worker-{i}", [
-                sys.executable, "-m", "worker", "--worker-id", worker_id, "--prefix", prefix,
-                "--redis-url", env["REDIS_URL"], "--heartbeat-interval", "1", "--grace", "1",
-                *worker_args(i, slots=args.slots, time_scale=args.time_scale)])  # fmt: skip
+            supervisor.start(
+                f"worker-{i}",
+                [
+                    sys.executable,
+                    "-m",
+                    "worker",
+                    "--worker-id",
+                    worker_id,
+                    "--prefix",
+                    prefix,
+                    "--redis-url",
+                    env["REDIS_URL"],
+                    "--heartbeat-interval",
+                    "1",
+                    "--grace",
+                    "1",
+                    *worker_args(i, slots=args.slots, time_scale=args.time_scale),
+                ],
+            )
         deadline = time.monotonic() + 60
         while client.zcard(keys.workers) < args.workers or not client.get(keys.lease):
             if time.monotonic() > deadline:
                 raise RuntimeError("the fleet did not start")
             time.sleep(0.2)
-        rate = args.load * capacity(workers=args.workers, slots=args.slots,
-                                    time_scale=args.time_scale)  # fmt: skip
-        workload = Workload(conversation_ids=list(conversations), corpora=args.corpora,
-                            active=args.active, seed=args.seed)  # fmt: skip
-        requests, window, figures = drive(client, keys, workload, rate, args, worker_ids,
-                                          protocol, transitions, WorkItem)  # fmt: skip
+        rate = args.load * capacity(
+            workers=args.workers, slots=args.slots, time_scale=args.time_scale
+        )
+        workload = Workload(
+            conversation_ids=list(conversations),
+            corpora=args.corpora,
+            active=args.active,
+            seed=args.seed,
+        )
+        requests, window, figures = drive(
+            client, keys, workload, rate, args, worker_ids, protocol, transitions, WorkItem
+        )
         read_timings(client, keys, requests)
         metrics = client.hgetall(keys.metrics)
     finally:
@@ -153,12 +182,23 @@ def drive(client, keys, workload, rate, args, worker_ids, protocol, transitions,
                 continue  # every conversation waits for an answer: this arrival is lost
             conversation, messages, tokens, _ = asked
             chars = sum(len(m["content"]) for m in messages)
-            item = WorkItem(id=protocol.new_request_id(), user_id=str(conversation.user_id),
-                            conversation_id=str(conversation.id), messages=messages,
-                            max_tokens=MAX_TOKENS, kind="rag",
-                            prompt_tokens_estimate=chars // 4)  # fmt: skip
-            transitions.submitted(pipe, keys, item, citations=[], stream=keys.admit,
-                                  submit_by_ms=protocol.now_ms() + 60_000)  # fmt: skip
+            item = WorkItem(
+                id=protocol.new_request_id(),
+                user_id=str(conversation.user_id),
+                conversation_id=str(conversation.id),
+                messages=messages,
+                max_tokens=MAX_TOKENS,
+                kind="rag",
+                prompt_tokens_estimate=chars // 4,
+            )
+            transitions.submitted(
+                pipe,
+                keys,
+                item,
+                citations=[],
+                stream=keys.admit,
+                submit_by_ms=protocol.now_ms() + 60_000,
+            )
             workload.asked_as(item.id, conversation, messages, tokens)
             if now >= warm_at:
                 requests.append(Request(item.id, protocol.now_ms()))
@@ -190,15 +230,20 @@ def summarise(policy, requests, window, figures, args, rate, metrics) -> dict:
     loads = [sum(column) / len(samples) for column in zip(*samples, strict=True)]
     mean_load = sum(loads) / len(loads)
     return {
-        "policy": policy, "offered": rate, "submitted": len(requests),
+        "policy": policy,
+        "offered": rate,
+        "submitted": len(requests),
         "answers_s": len(completed) / ((end_at - warm_at) / 1000),
-        "ttft_p50": median(ttft), "ttft_p99": percentile(ttft, 99), "e2e_p99": percentile(e2e, 99),
-        "hit": cached / prompt if prompt else 0.0, "busy": mean_busy,
+        "ttft_p50": median(ttft),
+        "ttft_p99": percentile(ttft, 99),
+        "e2e_p99": percentile(e2e, 99),
+        "hit": cached / prompt if prompt else 0.0,
+        "busy": mean_busy,
         "imbalance": (max(loads) - min(loads)) / mean_load if mean_load else 0.0,
         "unfinished": sum(r.final_ms is None for r in requests),
         "estimate": metrics.get("gauge:estimate_median_ape"),
         "rule": metrics.get("gauge:estimate_rule_median_ape"),
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -222,16 +267,24 @@ def main() -> None:
     rows = []
     try:
         with backing_services(var) as urls:
-            env = dict(os.environ, **urls, DJANGO_SETTINGS_MODULE="chatsite.settings.dev",
-                       DEBUG="false", LOG_LEVEL="WARNING", RAG_WARM_UP="false")  # fmt: skip
+            env = dict(
+                os.environ,
+                **urls,
+                DJANGO_SETTINGS_MODULE="chatsite.settings.dev",
+                DEBUG="false",
+                LOG_LEVEL="WARNING",
+                RAG_WARM_UP="false",
+            )
             os.environ.update(urls)
             manage(env, "migrate", "--no-input", "-v", "0")
             setup_django()
             per_policy = args.active * 3
             conversations = prepare(16, per_policy * len(policies))
             for n, policy in enumerate(policies):
-                say(f"policy {policy}: {args.workers} workers x {args.slots} slots, "
-                    f"{args.seconds:.0f} s")  # fmt: skip
+                say(
+                    f"policy {policy}: {args.workers} workers x {args.slots} slots, "
+                    f"{args.seconds:.0f} s"
+                )
                 mine = conversations[n * per_policy : (n + 1) * per_policy]
                 rows.append(run_policy(policy, args, env, mine))
     finally:
@@ -240,29 +293,39 @@ def main() -> None:
 
 
 def report(rows: list[dict], args) -> None:
-    print(f"\nfleet: {args.workers} simulated workers x {args.slots} slots (worker 0 at half "
-          f"speed), time scale {args.time_scale:g}, offered {rows[0]['offered']:.1f} req/s "
-          f"({args.load:.0%} of warm capacity), "
-          f"{args.seconds - args.warmup:.0f} s measured")  # fmt: skip
-    print(f"{'policy':<14}{'ans/s':>7}{'ttft p50':>10}{'ttft p99':>10}{'e2e p99':>10}"
-          f"{'cache hit':>11}{'busy':>7}{'imbalance':>11}{'unfinished':>12}")  # fmt: skip
+    print(
+        f"\nfleet: {args.workers} simulated workers x {args.slots} slots (worker 0 at half "
+        f"speed), time scale {args.time_scale:g}, offered {rows[0]['offered']:.1f} req/s "
+        f"({args.load:.0%} of warm capacity), "
+        f"{args.seconds - args.warmup:.0f} s measured"
+    )
+    print(
+        f"{'policy':<14}{'ans/s':>7}{'ttft p50':>10}{'ttft p99':>10}{'e2e p99':>10}"
+        f"{'cache hit':>11}{'busy':>7}{'imbalance':>11}{'unfinished':>12}"
+    )
     for r in rows:
-        print(f"{r['policy']:<14}{r['answers_s']:>7.2f}{r['ttft_p50']:>8.0f}ms{r['ttft_p99']:>8.0f}ms"
-              f"{r['e2e_p99']:>8.0f}ms{r['hit']:>10.0%} {r['busy']:>6.0%}{r['imbalance']:>10.0%} "
-              f"{r['unfinished']:>6}/{r['submitted']}")  # fmt: skip
+        print(
+            f"{r['policy']:<14}{r['answers_s']:>7.2f}{r['ttft_p50']:>8.0f}ms{r['ttft_p99']:>8.0f}ms"
+            f"{r['e2e_p99']:>8.0f}ms{r['hit']:>10.0%} {r['busy']:>6.0%}{r['imbalance']:>10.0%} "
+            f"{r['unfinished']:>6}/{r['submitted']}"
+        )
     by = {r["policy"]: r for r in rows}
     best, base = by.get("affinity"), by.get("round-robin")
     if best is None or base is None:
         return
     estimate = best["estimate"]
     if estimate is not None:
-        print(f"answer-length estimate: median error {float(estimate):.0%} learned, "
-              f"{float(best['rule'] or 0):.0%} for the old rule (max_tokens)")  # fmt: skip
+        print(
+            f"answer-length estimate: median error {float(estimate):.0%} learned, "
+            f"{float(best['rule'] or 0):.0%} for the old rule (max_tokens)"
+        )
     error = f"{float(estimate) * 100:.0f}" if estimate is not None else "n/a"
-    print(f"fleet: pull+affinity {best['answers_s']:.2f} ans/s vs round-robin "
-          f"{base['answers_s']:.2f} ({best['answers_s'] / max(base['answers_s'], 1e-9):.2f}x), "
-          f"ttft p99 {best['ttft_p99']:.0f} vs {base['ttft_p99']:.0f} ms, "
-          f"estimate error {error} %")  # fmt: skip
+    print(
+        f"fleet: pull+affinity {best['answers_s']:.2f} ans/s vs round-robin "
+        f"{base['answers_s']:.2f} ({best['answers_s'] / max(base['answers_s'], 1e-9):.2f}x), "
+        f"ttft p99 {best['ttft_p99']:.0f} vs {base['ttft_p99']:.0f} ms, "
+        f"estimate error {error} %"
+    )
 
 
 if __name__ == "__main__":

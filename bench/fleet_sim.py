@@ -28,12 +28,24 @@ MAX_TOKENS = 256
 
 def worker_args(index: int, *, slots: int, time_scale: float) -> list[str]:
     """The simulated engine's options for worker `index` (0 is the slow one)."""
-    return ["--engine", "simulated", "--slots", str(slots),
-            "--sim-first-token-ms", str(FIRST_TOKEN_MS * time_scale),
-            "--sim-prefill-ms-per-token", str(PREFILL_MS * time_scale),
-            "--sim-decode-ms", str(DECODE_MS * time_scale),
-            "--sim-batch-slowdown", str(SLOWDOWN), "--sim-kv-tokens", str(KV_TOKENS),
-            "--sim-speed", "0.5" if index == 0 else "1.0"]  # fmt: skip
+    return [
+        "--engine",
+        "simulated",
+        "--slots",
+        str(slots),
+        "--sim-first-token-ms",
+        str(FIRST_TOKEN_MS * time_scale),
+        "--sim-prefill-ms-per-token",
+        str(PREFILL_MS * time_scale),
+        "--sim-decode-ms",
+        str(DECODE_MS * time_scale),
+        "--sim-batch-slowdown",
+        str(SLOWDOWN),
+        "--sim-kv-tokens",
+        str(KV_TOKENS),
+        "--sim-speed",
+        "0.5" if index == 0 else "1.0",
+    ]
 
 
 def capacity(*, workers: int, slots: int, time_scale: float) -> float:
@@ -57,8 +69,9 @@ class Conversation:
 
 
 class Workload:
-    def __init__(self, *, conversation_ids: list[tuple[int, int]], corpora: int, active: int,
-                 seed: int) -> None:  # fmt: skip
+    def __init__(
+        self, *, conversation_ids: list[tuple[int, int]], corpora: int, active: int, seed: int
+    ) -> None:
         self.random = random.Random(seed)
         self.fresh = list(conversation_ids)  # (conversation id, owner id) not used yet
         self.systems = [self._system(topic) for topic in range(corpora)]
@@ -67,14 +80,20 @@ class Workload:
 
     def _system(self, topic: int) -> str:
         passage = f"Passage on topic {topic}: the sluice gate {topic} holds water level {topic}. "
-        return ("You are Sluice's assistant. Answer from these sources.\n"
-                + passage * (SYSTEM_CHARS // len(passage)))  # fmt: skip
+        return "You are Sluice's assistant. Answer from these sources.\n" + passage * (
+            SYSTEM_CHARS // len(passage)
+        )
 
     def _start(self) -> Conversation:
         conversation_id, owner = self.fresh.pop()
         topic = self.random.randrange(len(self.systems))
-        return Conversation(conversation_id, owner, topic, self.random.randint(3, 8),
-                            [{"role": "system", "content": self.systems[topic]}])  # fmt: skip
+        return Conversation(
+            conversation_id,
+            owner,
+            topic,
+            self.random.randint(3, 8),
+            [{"role": "system", "content": self.systems[topic]}],
+        )
 
     def next_question(self) -> tuple[Conversation, list[dict], int, bool] | None:
         """A conversation that is not waiting for an answer asks its next question."""
@@ -86,16 +105,19 @@ class Workload:
         tokens = self.random.randint(*(COMPLEX if complex_ else SIMPLE))
         turn = len(conversation.messages)
         if complex_:
-            text = (f"Explain in detail, step by step, how part {turn} of topic "
-                    f"{conversation.topic} works, and list the trade-offs. ")  # fmt: skip
+            text = (
+                f"Explain in detail, step by step, how part {turn} of topic "
+                f"{conversation.topic} works, and list the trade-offs. "
+            )
         else:
             text = f"What is item {turn} of topic {conversation.topic}? "
         question = {"role": "user", "content": f"{text}[[sim:tokens={tokens}]]"}
         conversation.busy = True
         return conversation, [*conversation.messages, question], tokens, complex_
 
-    def asked_as(self, request_id: str, conversation: Conversation, messages: list[dict],
-                 tokens: int) -> None:  # fmt: skip
+    def asked_as(
+        self, request_id: str, conversation: Conversation, messages: list[dict], tokens: int
+    ) -> None:
         conversation.messages = messages
         self.asked[request_id] = (conversation, tokens)
 
@@ -162,8 +184,9 @@ def worker_loads(client, keys, worker_ids: list[str], slots: int) -> list[float]
 def engine_figures(client, keys, worker_ids: list[str]) -> dict[str, dict]:
     """Each worker's engine figures from its last heartbeat, with when it was taken (`at_s`)."""
     found = {}
-    for worker_id, raw in zip(worker_ids, client.mget([keys.heartbeat(w) for w in worker_ids]),
-                              strict=True):  # fmt: skip
+    for worker_id, raw in zip(
+        worker_ids, client.mget([keys.heartbeat(w) for w in worker_ids]), strict=True
+    ):
         beat = json.loads(raw) if raw else {}
         found[worker_id] = {
             **(beat.get("engine_metrics") or {}),

@@ -68,8 +68,10 @@ class Running:
         """CPU time (user + system) each role has used so far: read twice around a run, the
         difference is what the run cost each process."""
         tick = os.sysconf("SC_CLK_TCK")
-        return {role: sum(_cpu_ticks(pid) for pid in pids) / tick
-                for role, pids in self.processes().items()}  # fmt: skip
+        return {
+            role: sum(_cpu_ticks(pid) for pid in pids) / tick
+            for role, pids in self.processes().items()
+        }
 
 
 def _stat_fields(pid: int) -> list[str]:
@@ -140,9 +142,12 @@ def sluice(
             # Sluice starts itself (follow-up questions, titles, tag proposals, and summaries of
             # the long conversations a bench client builds in a minute) would be engine load
             # the direct side never gets. A caller may turn it back on.
-            for name, off in (("SLUICE_FOLLOWUPS", "false"), ("SLUICE_TITLES", "false"),
-                              ("SLUICE_TAG_PROPOSAL_EVERY", "0"),
-                              ("SLUICE_SUMMARIES", "false")):  # fmt: skip
+            for name, off in (
+                ("SLUICE_FOLLOWUPS", "false"),
+                ("SLUICE_TITLES", "false"),
+                ("SLUICE_TAG_PROPOSAL_EVERY", "0"),
+                ("SLUICE_SUMMARIES", "false"),
+            ):
                 env.setdefault(name, off)
             os.environ.update(urls)
             manage(env, "migrate", "--no-input", "-v", "0")
@@ -150,16 +155,18 @@ def sluice(
             supervisor = Supervisor(env=env)
             python = sys.executable
             for n, port in enumerate(ports):
-                supervisor.start("web" if n == 0 else f"web-{n + 1}",
-                                 web_command("127.0.0.1", port))  # fmt: skip
+                supervisor.start(
+                    "web" if n == 0 else f"web-{n + 1}", web_command("127.0.0.1", port)
+                )
             supervisor.start("dispatcher", [python, "manage.py", "run_dispatcher"])
             supervisor.start("worker", [python, "-m", "worker", *worker_args])
             try:
                 for port in ports:
                     wait_for_port(port)
                 ws_urls = [f"ws://127.0.0.1:{port}" for port in ports]
-                yield Running(env, f"http://127.0.0.1:{ports[0]}", ws_urls[0], supervisor,
-                              ws_urls, var)  # fmt: skip
+                yield Running(
+                    env, f"http://127.0.0.1:{ports[0]}", ws_urls[0], supervisor, ws_urls, var
+                )
             finally:
                 supervisor.stop_all()
     finally:
@@ -196,9 +203,13 @@ def make_sessions(count: int, *, prefix: str = "bench") -> list[tuple[str, int]]
 
     # The benchmarks measure the request path, not the rate limits: one plan that admits all.
     Plan.objects.filter(is_default=True).update(
-        requests_per_minute=1_000_000, burst_requests=1_000_000, tokens_per_minute=10**9,
-        burst_tokens=10**9, tokens_per_day=10**9, max_concurrent=10_000,
-    )  # fmt: skip
+        requests_per_minute=1_000_000,
+        burst_requests=1_000_000,
+        tokens_per_minute=10**9,
+        burst_tokens=10**9,
+        tokens_per_day=10**9,
+        max_concurrent=10_000,
+    )
     hashed = make_password("bench-password-1")  # hashed once: hashing is slow on purpose
     sessions = []
     for i in range(count):

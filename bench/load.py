@@ -63,8 +63,9 @@ class Tally:
         self.by_path = {"ws": 0, "sse": 0}
         self.reasons: Counter[str] = Counter()
 
-    def ended(self, sent: float, first: float | None, ok: bool, path: str = "ws",
-              reason: str = "") -> None:  # fmt: skip
+    def ended(
+        self, sent: float, first: float | None, ok: bool, path: str = "ws", reason: str = ""
+    ) -> None:
         now = time.perf_counter()
         if not self.start <= now <= self.end:
             return
@@ -108,8 +109,9 @@ async def websocket_user(url: str, cookie: str, rng, args, tally: Tally) -> None
             await asyncio.sleep(1)
 
 
-async def sse_user(http, base_url: str, api_key: str, conversation: int, rng, args,
-                   tally: Tally) -> None:  # fmt: skip
+async def sse_user(
+    http, base_url: str, api_key: str, conversation: int, rng, args, tally: Tally
+) -> None:
     headers = {"Authorization": f"Bearer {api_key}"}
     await asyncio.sleep(rng.uniform(0, args.think))
     while time.perf_counter() < tally.end:
@@ -145,15 +147,31 @@ async def drive(running, sessions, api_users, args) -> Tally:
     tally = Tally(start, start + args.seconds)
     rng = random.Random(args.seed)
     urls = running.ws_urls
-    tasks = [websocket_user(f"{urls[n % len(urls)]}/ws/chat/{conversation}/", cookie,
-                            random.Random(rng.random()), args, tally)
-             for n, (cookie, conversation) in enumerate(sessions)]  # fmt: skip
+    tasks = [
+        websocket_user(
+            f"{urls[n % len(urls)]}/ws/chat/{conversation}/",
+            cookie,
+            random.Random(rng.random()),
+            args,
+            tally,
+        )
+        for n, (cookie, conversation) in enumerate(sessions)
+    ]
     limits = httpx.Limits(max_connections=len(api_users) * 2 + 10)
     async with httpx.AsyncClient(timeout=120, limits=limits) as http:
         bases = [u.replace("ws://", "http://") for u in urls]
-        tasks += [sse_user(http, bases[n % len(bases)], key, conversation,
-                           random.Random(rng.random()), args, tally)
-                  for n, (key, conversation) in enumerate(api_users)]  # fmt: skip
+        tasks += [
+            sse_user(
+                http,
+                bases[n % len(bases)],
+                key,
+                conversation,
+                random.Random(rng.random()),
+                args,
+                tally,
+            )
+            for n, (key, conversation) in enumerate(api_users)
+        ]
         runs = [asyncio.ensure_future(t) for t in tasks]
         await asyncio.sleep(args.warmup)
         before = running.cpu_seconds()
@@ -194,14 +212,25 @@ def main() -> None:
     args = parser.parse_args()
     api_count = int(args.users * args.sse_share)
     slots = args.gpus * 8 // args.workers
-    sim = ["--engine", "simulated", "--slots", str(slots), "--sim-first-token-ms", "20",
-           "--sim-decode-ms", "25", "--sim-batch-slowdown", "0"]  # fmt: skip
+    sim = [
+        "--engine",
+        "simulated",
+        "--slots",
+        str(slots),
+        "--sim-first-token-ms",
+        "20",
+        "--sim-decode-ms",
+        "25",
+        "--sim-batch-slowdown",
+        "0",
+    ]
     with sluice(worker_args=[*sim, "--worker-id", "load-w0"], web_processes=args.web) as running:
         supervisor, python = running.supervisor, sys.executable
         supervisor.start("dispatcher-2", [python, "manage.py", "run_dispatcher"])  # the standby
         for n in range(1, args.workers):
-            supervisor.start(f"worker-{n}", [python, "-m", "worker", *sim, "--worker-id",
-                                             f"load-w{n}"])  # fmt: skip
+            supervisor.start(
+                f"worker-{n}", [python, "-m", "worker", *sim, "--worker-id", f"load-w{n}"]
+            )
         setup_django()
         say(f"creating {args.users} users ({api_count} on the API)")
         sessions = make_sessions(args.users - api_count, prefix="load")
@@ -215,20 +244,26 @@ def report(tally: Tally, args) -> None:
     rps = len(tally.done) / args.seconds
     errors = tally.errors / tally.asked * 100 if tally.asked else 0.0
     p99 = percentile(tally.done, 99) / 1000
-    print(f"\nload: {args.users} users ({args.sse_share:.0%} SSE), think {args.think:g} s, "
-          f"{args.web} web processes, {args.gpus} simulated GPUs")  # fmt: skip
-    print(f"answers {len(tally.done)} in {args.seconds:.0f} s: {rps:.1f} req/s; ttft p50 "
-          f"{median(tally.ttft):.0f} ms p99 {percentile(tally.ttft, 99):.0f} ms; completion "
-          f"p50 {median(tally.done) / 1000:.2f} s p99 {p99:.2f} s; errors {tally.errors}/"
-          f"{tally.asked} (answers by websocket {tally.by_path['ws']}, by SSE "
-          f"{tally.by_path['sse']})")  # fmt: skip
+    print(
+        f"\nload: {args.users} users ({args.sse_share:.0%} SSE), think {args.think:g} s, "
+        f"{args.web} web processes, {args.gpus} simulated GPUs"
+    )
+    print(
+        f"answers {len(tally.done)} in {args.seconds:.0f} s: {rps:.1f} req/s; ttft p50 "
+        f"{median(tally.ttft):.0f} ms p99 {percentile(tally.ttft, 99):.0f} ms; completion "
+        f"p50 {median(tally.done) / 1000:.2f} s p99 {p99:.2f} s; errors {tally.errors}/"
+        f"{tally.asked} (answers by websocket {tally.by_path['ws']}, by SSE "
+        f"{tally.by_path['sse']})"
+    )
     for reason, count in tally.reasons.most_common(3):
         print(f"  error x{count}: {reason}")
     cpu = tally.cpu  # type: ignore[attr-defined]
     print("cpu per answer: " + ", ".join(f"{role} {ms:.1f} ms" for role, ms in sorted(cpu.items())))
     print(ARTICLE)
-    print(f"load: {args.users} users, {rps:.1f} req/s, p99 {p99:.2f} s, errors {errors:.2f} %, "
-          f"web cpu {cpu.get('web', 0.0):.1f} ms/request")  # fmt: skip
+    print(
+        f"load: {args.users} users, {rps:.1f} req/s, p99 {p99:.2f} s, errors {errors:.2f} %, "
+        f"web cpu {cpu.get('web', 0.0):.1f} ms/request"
+    )
 
 
 if __name__ == "__main__":

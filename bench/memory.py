@@ -101,17 +101,39 @@ NUMBERS = [
     ("membership number", 5),
     ("room number", 3),
 ]
-TOPICS = ["how tides work", "the history of canals", "how to store fresh herbs",
-          "why the sky is blue", "how vaccines are tested", "what a sluice gate does",
-          "how to stretch after running", "the rules of cricket", "how bread rises",
-          "how solar panels work", "what causes earthquakes", "how to learn a language",
-          "how compound interest works", "why cats purr", "how glaciers move",
-          "the difference between weather and climate", "how a bicycle gear works",
-          "how coffee is roasted", "what a black hole is", "how to keep basil alive",
-          "how trains stay on the rails", "how bees make honey", "why leaves change colour",
-          "how lighthouses work", "how to write a cover letter", "what inflation is",
-          "how submarines dive", "how to fold a fitted sheet", "what a sonnet is",
-          "how noise-cancelling headphones work", "how to plan a vegetable garden"]  # fmt: skip
+TOPICS = [
+    "how tides work",
+    "the history of canals",
+    "how to store fresh herbs",
+    "why the sky is blue",
+    "how vaccines are tested",
+    "what a sluice gate does",
+    "how to stretch after running",
+    "the rules of cricket",
+    "how bread rises",
+    "how solar panels work",
+    "what causes earthquakes",
+    "how to learn a language",
+    "how compound interest works",
+    "why cats purr",
+    "how glaciers move",
+    "the difference between weather and climate",
+    "how a bicycle gear works",
+    "how coffee is roasted",
+    "what a black hole is",
+    "how to keep basil alive",
+    "how trains stay on the rails",
+    "how bees make honey",
+    "why leaves change colour",
+    "how lighthouses work",
+    "how to write a cover letter",
+    "what inflation is",
+    "how submarines dive",
+    "how to fold a fitted sheet",
+    "what a sonnet is",
+    "how noise-cancelling headphones work",
+    "how to plan a vegetable garden",
+]
 FILLER = (
     "It depends on a few things, and the short version is this: {topic} comes down to "
     "a handful of simple ideas that build on each other. First, the basic mechanism; "
@@ -182,7 +204,7 @@ def make_conversation(rng: random.Random, *, exchanges: int) -> Conversation:
         Fact(home, city, "where I live"),
         Fact(likes, liked, f"whether I like {liked} or {disliked} better"),
         Fact(code, number, f"my {thing}"),
-    ]  # fmt: skip
+    ]
     topics = rng.sample(TOPICS, k=min(len(TOPICS), exchanges))
     # Facts come in the first few exchanges, each alongside an ordinary question.
     fact_at = sorted(rng.sample(range(0, 6), k=len(facts)))
@@ -222,8 +244,12 @@ class Summariser:
     async def __call__(self, messages: list[dict[str, str]]) -> tuple[str, int]:
         """The model's summary and the tokens it cost (prompt + completion)."""
         self.calls += 1
-        request = GenerationRequest(id=f"summary-{self.calls}", messages=messages,
-                                    max_tokens=self.max_tokens, temperature=0.0)  # fmt: skip
+        request = GenerationRequest(
+            id=f"summary-{self.calls}",
+            messages=messages,
+            max_tokens=self.max_tokens,
+            temperature=0.0,
+        )
         text, used = [], 0
         async for out in self.engine.generate(request):
             text.append(out.text)
@@ -231,8 +257,9 @@ class Summariser:
         return "".join(text), used
 
 
-async def replay(conversation: Conversation, summarise: Summariser, budget: int,
-                 tally: Tally) -> None:  # fmt: skip
+async def replay(
+    conversation: Conversation, summarise: Summariser, budget: int, tally: Tally
+) -> None:
     """Sends the conversation turn by turn: each question's prompt is planned as production
     plans it, and a summary that falls due is written before the next question."""
     summary, upto = "", 0
@@ -241,8 +268,7 @@ async def replay(conversation: Conversation, summarise: Summariser, budget: int,
         if turns[end - 1].role != "user":
             continue
         history = list(reversed(turns[:end]))
-        sources = PromptSources(history=history, profile=None, summary=summary,
-                                summary_upto=upto)  # fmt: skip
+        sources = PromptSources(history=history, profile=None, summary=summary, summary_upto=upto)
         plan = memory.plan_prompt(system=BASE_SYSTEM_PROMPT, sources=sources, budget=budget)
         if end == len(turns):
             score(conversation, plan, summary, sources, budget, tally)
@@ -298,11 +324,13 @@ async def main() -> None:
     args = parser.parse_args()
 
     rng = random.Random(args.seed)
-    conversations = [make_conversation(rng, exchanges=args.exchanges)
-                     for _ in range(args.conversations)]  # fmt: skip
+    conversations = [
+        make_conversation(rng, exchanges=args.exchanges) for _ in range(args.conversations)
+    ]
     budget = args.context - args.answer_tokens - memory.estimate_tokens(BASE_SYSTEM_PROMPT)
-    engine = LlamaCppEngine(slots=1, n_ctx=args.context, threads_per_slot=args.threads or None,
-                            seed=args.seed)  # fmt: skip
+    engine = LlamaCppEngine(
+        slots=1, n_ctx=args.context, threads_per_slot=args.threads or None, seed=args.seed
+    )
     await engine.start()
     tally = Tally()
     started = time.perf_counter()
@@ -311,34 +339,47 @@ async def main() -> None:
         for n, conversation in enumerate(conversations, 1):
             await replay(conversation, summarise, budget, tally)
             if n % 5 == 0 or n == len(conversations):
-                print(f"  {n}/{len(conversations)} conversations: facts kept "
-                      f"{pct(tally.memory, tally.needed):.0f} % vs "
-                      f"{pct(tally.window, tally.needed):.0f} %, in summary text "
-                      f"{pct(tally.in_summary, tally.needed):.0f} %, {tally.summary_calls} "
-                      f"summaries, {time.perf_counter() - started:.0f}s", flush=True)  # fmt: skip
+                print(
+                    f"  {n}/{len(conversations)} conversations: facts kept "
+                    f"{pct(tally.memory, tally.needed):.0f} % vs "
+                    f"{pct(tally.window, tally.needed):.0f} %, in summary text "
+                    f"{pct(tally.in_summary, tally.needed):.0f} %, {tally.summary_calls} "
+                    f"summaries, {time.perf_counter() - started:.0f}s",
+                    flush=True,
+                )
     finally:
         await engine.stop()
 
-    print(f"{len(conversations)} conversations of {args.exchanges} exchanges "
-          f"({tally.turns // len(conversations)} turns), {tally.needed} needed facts, "
-          f"budget {budget} tokens for turns (context {args.context}, answer "
-          f"{args.answer_tokens}), model {engine.model_path.name}")  # fmt: skip
-    print(f"  sliding window:        {pct(tally.window, tally.needed):5.1f} % of facts in the "
-          f"prompt, {statistics.mean(tally.window_tokens):.0f} tokens")  # fmt: skip
-    print(f"  summaries + key turns: {pct(tally.memory, tally.needed):5.1f} % of facts in the "
-          f"prompt, {statistics.mean(tally.prompt_tokens):.0f} tokens")  # fmt: skip
+    print(
+        f"{len(conversations)} conversations of {args.exchanges} exchanges "
+        f"({tally.turns // len(conversations)} turns), {tally.needed} needed facts, "
+        f"budget {budget} tokens for turns (context {args.context}, answer "
+        f"{args.answer_tokens}), model {engine.model_path.name}"
+    )
+    print(
+        f"  sliding window:        {pct(tally.window, tally.needed):5.1f} % of facts in the "
+        f"prompt, {statistics.mean(tally.window_tokens):.0f} tokens"
+    )
+    print(
+        f"  summaries + key turns: {pct(tally.memory, tally.needed):5.1f} % of facts in the "
+        f"prompt, {statistics.mean(tally.prompt_tokens):.0f} tokens"
+    )
     print("  what carries them (a fact may be in several):")
     print(f"    the model's summary text   {pct(tally.in_summary, tally.needed):5.1f} %")
     print(f"    key-fact lines (verbatim)  {pct(tally.in_key_lines, tally.needed):5.1f} %")
     print(f"    recent turns (raw)         {pct(tally.in_recent, tally.needed):5.1f} %")
     per_turn = tally.summary_tokens / tally.turns if tally.turns else 0.0
-    print(f"  {tally.summary_calls} summary requests, "
-          f"{tally.summary_calls / len(conversations):.1f} per conversation, "
-          f"{tally.summary_tokens} tokens, {time.perf_counter() - started:.0f}s")  # fmt: skip
-    print(f"memory: facts kept {pct(tally.memory, tally.needed):.0f} % with summaries vs "
-          f"{pct(tally.window, tally.needed):.0f} % sliding window, prompt "
-          f"{statistics.mean(tally.prompt_tokens):.0f} tokens, summary cost {per_turn:.0f} "
-          "tokens/turn")  # fmt: skip
+    print(
+        f"  {tally.summary_calls} summary requests, "
+        f"{tally.summary_calls / len(conversations):.1f} per conversation, "
+        f"{tally.summary_tokens} tokens, {time.perf_counter() - started:.0f}s"
+    )
+    print(
+        f"memory: facts kept {pct(tally.memory, tally.needed):.0f} % with summaries vs "
+        f"{pct(tally.window, tally.needed):.0f} % sliding window, prompt "
+        f"{statistics.mean(tally.prompt_tokens):.0f} tokens, summary cost {per_turn:.0f} "
+        "tokens/turn"
+    )
 
 
 if __name__ == "__main__":

@@ -57,18 +57,20 @@ def _chunk(payload: bytes) -> bytes:
 
 async def _mock_stream(writer: asyncio.StreamWriter, body: dict) -> None:
     count = min(TOKENS, int(body.get("max_tokens") or TOKENS))
-    head = {"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0,
-            "model": MODEL}  # fmt: skip
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                 b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+    head = {"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0, "model": MODEL}
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     start = time.perf_counter()
     for i in range(count):
         deadline = start + (FIRST_TOKEN_MS + i * DECODE_MS) / 1000
         delay = deadline - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        chunk = {**head, "choices": [{"index": 0, "delta": {"content": f" tok{i}"},
-                                      "finish_reason": None}]}  # fmt: skip
+        chunk = {
+            **head,
+            "choices": [{"index": 0, "delta": {"content": f" tok{i}"}, "finish_reason": None}],
+        }
         writer.write(_chunk(b"data: " + _json(chunk) + b"\n\n"))
     end = {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
     usage = {**head, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": count}}
@@ -86,8 +88,10 @@ async def _mock_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
             raw = await reader.readexactly(int(headers.get("content-length", 0)))
             if request_line.startswith("GET"):  # /v1/models: the engine's health check
                 data = json.dumps({"object": "list", "data": [{"id": MODEL}]}).encode()
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (len(data), data))  # fmt: skip
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
+                )
             else:
                 await _mock_stream(writer, json.loads(raw))
     except (asyncio.IncompleteReadError, ConnectionError):
@@ -126,8 +130,9 @@ async def _body_parts(reader: asyncio.StreamReader, headers: dict[str, str]):
         yield await reader.read()
 
 
-async def stream_client(host: str, port: int, *, key: str, until: float, timings: Timings,
-                        delay: float = 0.0) -> None:  # fmt: skip
+async def stream_client(
+    host: str, port: int, *, key: str, until: float, timings: Timings, delay: float = 0.0
+) -> None:
     """Streams completions back to back until `until`: time to the first text, and to the end.
     `delay`: seconds to wait before connecting (a ramp, harness.ramp_delay)."""
     body = json.dumps(
@@ -138,9 +143,11 @@ async def stream_client(host: str, port: int, *, key: str, until: float, timings
             "messages": [{"role": "user", "content": "Tell me about rivers."}],
         }
     )
-    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
-               f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(body)}\r\n\r\n{body}").encode()  # fmt: skip
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n{body}"
+    ).encode()
     await asyncio.sleep(delay)
     reader, writer = await asyncio.open_connection(host, port)
     try:
@@ -172,9 +179,19 @@ async def stream_client(host: str, port: int, *, key: str, until: float, timings
 async def run_level(port: int, keys: list[str], seconds: float, ramp: float = 0.0) -> Timings:
     timings = Timings()
     until = time.perf_counter() + seconds
-    await asyncio.gather(*(stream_client("127.0.0.1", port, key=key, until=until,
-                                         timings=timings, delay=ramp_delay(n, len(keys), ramp))
-                           for n, key in enumerate(keys)))  # fmt: skip
+    await asyncio.gather(
+        *(
+            stream_client(
+                "127.0.0.1",
+                port,
+                key=key,
+                until=until,
+                timings=timings,
+                delay=ramp_delay(n, len(keys), ramp),
+            )
+            for n, key in enumerate(keys)
+        )
+    )
     return timings
 
 
@@ -188,9 +205,13 @@ def make_keys(count: int) -> list[str]:
     from apps.admission.models import Plan
 
     Plan.objects.filter(is_default=True).update(
-        requests_per_minute=1_000_000, burst_requests=1_000_000, tokens_per_minute=10**9,
-        burst_tokens=10**9, tokens_per_day=10**9, max_concurrent=10_000,
-    )  # fmt: skip
+        requests_per_minute=1_000_000,
+        burst_requests=1_000_000,
+        tokens_per_minute=10**9,
+        burst_tokens=10**9,
+        tokens_per_day=10**9,
+        max_concurrent=10_000,
+    )
     hashed = make_password("bench-password-1")
     users = [User.objects.create(username=f"api{i}", password=hashed) for i in range(count)]
     return [api_key_create(user=user, name="bench")[1] for user in users]
@@ -213,9 +234,14 @@ def main() -> None:
     parser.add_argument("--clients", default="1,10,100")
     parser.add_argument("--seconds", type=float, default=8.0, help="per round and side")
     parser.add_argument("--rounds", type=int, default=2, help="alternations of the two sides")
-    parser.add_argument("--ramp", type=float, default=0.0, metavar="SECONDS",
-                        help="the clients start one after another over this many seconds "
-                             "(both sides alike) instead of all at once")  # fmt: skip
+    parser.add_argument(
+        "--ramp",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="the clients start one after another over this many seconds "
+        "(both sides alike) instead of all at once",
+    )
     parser.add_argument("--serve-mock", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_mock:
@@ -225,10 +251,24 @@ def main() -> None:
         return
     levels = [int(c) for c in args.clients.split(",")]
     mock_port = free_port()
-    mock = subprocess.Popen([sys.executable, str(BASE_DIR / "bench" / "openai_overhead.py"),
-                             "--serve-mock", str(mock_port)])  # fmt: skip
-    worker_args = ["--engine", "openai", "--base-url", f"http://127.0.0.1:{mock_port}/v1",
-                   "--model", MODEL, "--slots", str(max(levels) * 2)]  # fmt: skip
+    mock = subprocess.Popen(
+        [
+            sys.executable,
+            str(BASE_DIR / "bench" / "openai_overhead.py"),
+            "--serve-mock",
+            str(mock_port),
+        ]
+    )
+    worker_args = [
+        "--engine",
+        "openai",
+        "--base-url",
+        f"http://127.0.0.1:{mock_port}/v1",
+        "--model",
+        MODEL,
+        "--slots",
+        str(max(levels) * 2),
+    ]
     import uvloop
 
     summary = {}
@@ -245,8 +285,9 @@ def main() -> None:
                 cpu: dict[str, float] = {}
                 for _ in range(args.rounds):
                     before, answered = running.cpu_seconds(), len(through.completion)
-                    through.extend(uvloop.run(run_level(sluice_port, keys[:clients],
-                                                        args.seconds, args.ramp)))  # fmt: skip
+                    through.extend(
+                        uvloop.run(run_level(sluice_port, keys[:clients], args.seconds, args.ramp))
+                    )
                     done = len(through.completion) - answered
                     spent = cpu_per_answer(before, running.cpu_seconds(), done)
                     cpu = {role: cpu.get(role, 0) + ms / args.rounds for role, ms in spent.items()}

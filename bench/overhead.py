@@ -100,8 +100,12 @@ def watch_ops_page(base_url: str, stop: threading.Event) -> None:
 
     from apps.accounts.models import User
 
-    staff = User.objects.create(username="bench-operator", is_staff=True, is_superuser=True,
-                                password=make_password("bench-password-1"))  # fmt: skip
+    staff = User.objects.create(
+        username="bench-operator",
+        is_staff=True,
+        is_superuser=True,
+        password=make_password("bench-password-1"),
+    )
     client = Client()
     client.force_login(staff)
     cookies = {"sessionid": client.cookies["sessionid"].value}
@@ -121,16 +125,32 @@ def main() -> None:
     parser.add_argument("--clients", default="1,10,100")
     parser.add_argument("--seconds", type=float, default=8.0, help="per round and side")
     parser.add_argument("--rounds", type=int, default=2, help="alternations of the two sides")
-    parser.add_argument("--web-processes", type=int, default=1,
-                        help="daphne processes, the clients spread over them")  # fmt: skip
-    parser.add_argument("--ops-page", action="store_true",
-                        help="the ops page open (polled every 2 s) during the run")  # fmt: skip
-    parser.add_argument("--lengths", default="", metavar="LOW-HIGH",
-                        help="answers of varied lengths (tokens), so they do not all end "
-                             "together: the steady state rather than waves")  # fmt: skip
-    parser.add_argument("--ramp", type=float, default=0.0, metavar="SECONDS",
-                        help="the clients start one after another over this many seconds "
-                             "(both sides alike) instead of all at once")  # fmt: skip
+    parser.add_argument(
+        "--web-processes",
+        type=int,
+        default=1,
+        help="daphne processes, the clients spread over them",
+    )
+    parser.add_argument(
+        "--ops-page",
+        action="store_true",
+        help="the ops page open (polled every 2 s) during the run",
+    )
+    parser.add_argument(
+        "--lengths",
+        default="",
+        metavar="LOW-HIGH",
+        help="answers of varied lengths (tokens), so they do not all end "
+        "together: the steady state rather than waves",
+    )
+    parser.add_argument(
+        "--ramp",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="the clients start one after another over this many seconds "
+        "(both sides alike) instead of all at once",
+    )
     args = parser.parse_args()
     levels = [int(c) for c in args.clients.split(",")]
 
@@ -169,8 +189,9 @@ def main() -> None:
             time.sleep(6)  # the worker's first heartbeat, the dispatcher's plan refresh
             stop_watching = threading.Event()
             if args.ops_page:
-                threading.Thread(target=watch_ops_page, args=(running.base_url, stop_watching),
-                                 daemon=True).start()  # fmt: skip
+                threading.Thread(
+                    target=watch_ops_page, args=(running.base_url, stop_watching), daemon=True
+                ).start()
             summary = {}
             cpu: dict[str, float] = {}
             for clients in levels:
@@ -195,8 +216,10 @@ def main() -> None:
                     done = len(through.completion) - answered
                     spent = cpu_per_answer(before, running.cpu_seconds(), done)
                     calls_after = running.redis_calls()
-                    commands = {name: (n - calls_before.get(name, 0)) / max(done, 1)
-                                for name, n in calls_after.items()}  # fmt: skip
+                    commands = {
+                        name: (n - calls_before.get(name, 0)) / max(done, 1)
+                        for name, n in calls_after.items()
+                    }
                     cpu = {role: cpu.get(role, 0) + ms / args.rounds for role, ms in spent.items()}
                     direct_before, answered = process_cpu_seconds(direct.pid), len(alone.completion)
                     alone.extend(
@@ -214,8 +237,10 @@ def main() -> None:
                 say(f"  cpu per answer: {shares}")
                 # The same engine behind a bare websocket, in one process: on a slow machine it
                 # rises with Sluice's figure, so the ratio tells a change from the machine.
-                say(f"  direct server cpu per answer: {direct_cpu:.2f} ms (Sluice "
-                    f"{sum(cpu.values()) / max(direct_cpu, 1e-9):.1f}x)")  # fmt: skip
+                say(
+                    f"  direct server cpu per answer: {direct_cpu:.2f} ms (Sluice "
+                    f"{sum(cpu.values()) / max(direct_cpu, 1e-9):.1f}x)"
+                )
                 busiest = sorted(commands.items(), key=lambda kv: -kv[1])[:8]
                 say(
                     "  redis commands per answer (last round): "

@@ -19,13 +19,15 @@ import httpx
 from harness import make_sessions, say, setup_django, sluice
 
 
-async def load_pages(base_url: str, cookie: str, path: str, *, pages: int,
-                     concurrency: int) -> Counter:  # fmt: skip
+async def load_pages(
+    base_url: str, cookie: str, path: str, *, pages: int, concurrency: int
+) -> Counter:
     """Loads `path` `pages` times, `concurrency` at once; the status codes seen."""
     statuses: Counter = Counter()
     left = iter(range(pages))
-    async with httpx.AsyncClient(base_url=base_url, cookies={"sessionid": cookie},
-                                 timeout=30) as client:  # fmt: skip
+    async with httpx.AsyncClient(
+        base_url=base_url, cookies={"sessionid": cookie}, timeout=30
+    ) as client:
 
         async def one_client() -> None:
             for _ in left:
@@ -46,14 +48,19 @@ def main() -> None:
         path = f"/c/{conversation}/"
         asyncio.run(load_pages(running.base_url, cookie, path, pages=50, concurrency=5))  # warm
         before, started = running.cpu_seconds(), time.perf_counter()
-        statuses = asyncio.run(load_pages(running.base_url, cookie, path, pages=args.pages,
-                                          concurrency=args.concurrency))  # fmt: skip
+        statuses = asyncio.run(
+            load_pages(
+                running.base_url, cookie, path, pages=args.pages, concurrency=args.concurrency
+            )
+        )
         seconds = time.perf_counter() - started
         spent = running.cpu_seconds()
     web_ms = (spent["web"] - before["web"]) / args.pages * 1000
     say(f"statuses {dict(statuses)}")
-    print(f"pages: {args.pages / seconds:.0f} pages/s at {args.concurrency} at once, "
-          f"web cpu {web_ms:.2f} ms/page")  # fmt: skip
+    print(
+        f"pages: {args.pages / seconds:.0f} pages/s at {args.concurrency} at once, "
+        f"web cpu {web_ms:.2f} ms/page"
+    )
 
 
 if __name__ == "__main__":

@@ -127,17 +127,27 @@ def load_corpus(n: int, vectors: np.ndarray, passages: list[tuple[str, str]]):
         offsets, chunks, content = 0, [], []
         for i, (title, text) in enumerate(group):
             chunk = chunking.Chunk(
-                ordinal=i, text=text, char_start=offsets, char_end=offsets + len(text),
-                token_count=len(text.split()), heading=title, metadata={"i": start + i},
-            )  # fmt: skip
+                ordinal=i,
+                text=text,
+                char_start=offsets,
+                char_end=offsets + len(text),
+                token_count=len(text.split()),
+                heading=title,
+                metadata={"i": start + i},
+            )
             chunks.append(chunk)
             content.append(text)
             offsets += len(text) + 2
         document = Document.objects.create(
-            corpus=corpus, title=f"Bench document {start // PER_DOCUMENT + 1}",
-            source=f"bench/{start // PER_DOCUMENT + 1}", kind="md", content="\n\n".join(content),
-            checksum="-", pipeline="bench", chunk_count=len(chunks),
-        )  # fmt: skip
+            corpus=corpus,
+            title=f"Bench document {start // PER_DOCUMENT + 1}",
+            source=f"bench/{start // PER_DOCUMENT + 1}",
+            kind="md",
+            content="\n\n".join(content),
+            checksum="-",
+            pipeline="bench",
+            chunk_count=len(chunks),
+        )
         chunks_write(document=document, chunks=chunks, vectors=vectors[start : start + len(group)])
         done = start + len(group)
         if done % 10_000 == 0 or done == n:

@@ -43,8 +43,9 @@ async def open_all(pages: list[tuple[str, str]]) -> tuple[list[float], int]:
         started = time.perf_counter()
         headers = {"Origin": origin_of(url), "Cookie": f"sessionid={cookie}"}
         try:
-            socket = await websockets.connect(url, additional_headers=headers,
-                                              open_timeout=HANDSHAKE_TIMEOUT)  # fmt: skip
+            socket = await websockets.connect(
+                url, additional_headers=headers, open_timeout=HANDSHAKE_TIMEOUT
+            )
         except (OSError, TimeoutError, websockets.exceptions.WebSocketException):
             return None
         times.append((time.perf_counter() - started) * 1000)
@@ -76,15 +77,19 @@ def main() -> None:
             cpu_ms = cpu_per_answer(cpu_before, running.cpu_seconds(), len(sockets))["web"]
             p50, p99 = (median(times), percentile(times, 99)) if times else (0.0, 0.0)
             rounds.append((wall_ms, p50, p99, dropped, cpu_ms))
-            say(f"{len(sockets)} sockets: all open in {wall_ms:.0f} ms, handshake p50 "
+            say(
+                f"{len(sockets)} sockets: all open in {wall_ms:.0f} ms, handshake p50 "
                 f"{p50:.0f} ms / p99 {p99:.0f} ms, dropped {dropped}, web cpu {cpu_ms:.2f} "
-                "ms/socket")  # fmt: skip
+                "ms/socket"
+            )
             time.sleep(2)  # the closes settle
     means = (statistics.fmean(column) for column in zip(*rounds, strict=True))
     wall_ms, p50, p99, dropped, cpu_ms = means
-    print(f"reconnect: {len(sockets)} sockets at once, all open in {wall_ms:.0f} ms, handshake "
-          f"p50 {p50:.0f} ms / p99 {p99:.0f} ms, dropped {dropped:.0f}, web cpu {cpu_ms:.2f} "
-          "ms/socket")  # fmt: skip
+    print(
+        f"reconnect: {len(sockets)} sockets at once, all open in {wall_ms:.0f} ms, handshake "
+        f"p50 {p50:.0f} ms / p99 {p99:.0f} ms, dropped {dropped:.0f}, web cpu {cpu_ms:.2f} "
+        "ms/socket"
+    )
 
 
 if __name__ == "__main__":

@@ -94,8 +94,12 @@ def run(count: int) -> None:
         conversation = Conversation.objects.select_related("owner").get(id=conversation_id)
         for n in range(6):  # three earlier turns
             role = "user" if n % 2 == 0 else "assistant"
-            message_create(conversation=conversation, role=role, text="Tell me about rivers. " * 8,
-                           request_id=None if role == "user" else uuid.uuid4().hex)  # fmt: skip
+            message_create(
+                conversation=conversation,
+                role=role,
+                text="Tell me about rivers. " * 8,
+                request_id=None if role == "user" else uuid.uuid4().hex,
+            )
         return conversation
 
     def measure(hot_tier: bool) -> tuple[float, float, float]:
@@ -115,14 +119,20 @@ def run(count: int) -> None:
         wall, cpu = timed(f"submit, hot tier {label}", submit, count)
         per_message = (queries.count - before) / (count + 1)
         print(f"{'':<34} {per_message:.1f} PostgreSQL statements per message")
-        timed(f"  prompt only, hot tier {label}", lambda: prompt_build(conversation=conversation),
-              count)  # fmt: skip
+        timed(
+            f"  prompt only, hot tier {label}",
+            lambda: prompt_build(conversation=conversation),
+            count,
+        )
         return wall, cpu, per_message
 
     print(f"{count} messages per mode, one thread, growing conversations of 6+ turns:")
     searcher = conversation_with_history().owner
-    timed("  corpora the user may search",
-          lambda: retrieve_for_prompt(user=searcher, query=question), count)  # fmt: skip
+    timed(
+        "  corpora the user may search",
+        lambda: retrieve_for_prompt(user=searcher, query=question),
+        count,
+    )
     off = measure(False)
     on = measure(True)
     for key in client.scan_iter(match=f"{keys().prefix}:*", count=1000):

@@ -59,13 +59,25 @@ class LocalCluster:
             self.nodes.append(self._start_listening_node())
         addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
         subprocess.run(
-            [str(redis_cli()), "--cluster", "create", *addresses,
-             "--cluster-replicas", str(REPLICAS_PER_MASTER), "--cluster-yes"],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=60,
-        )  # fmt: skip
+            [
+                str(redis_cli()),
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                str(REPLICAS_PER_MASTER),
+                "--cluster-yes",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            timeout=60,
+        )
         self.wait_until_ok()
-        say(f"Redis Cluster ready: {MASTERS} masters, {REPLICAS_PER_MASTER} replica each "
-            f"({', '.join(addresses)})")  # fmt: skip
+        say(
+            f"Redis Cluster ready: {MASTERS} masters, {REPLICAS_PER_MASTER} replica each "
+            f"({', '.join(addresses)})"
+        )
 
     def _start_listening_node(self, tries: int = 5) -> Node:
         """A node on a free port pair; another one when something took the port meanwhile."""
@@ -85,14 +97,33 @@ class LocalCluster:
         datadir = self.root / str(port)
         datadir.mkdir(parents=True, exist_ok=True)
         process = subprocess.Popen(
-            [str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1",
-             "--dir", str(datadir), "--cluster-enabled", "yes",
-             "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1500",
-             "--appendonly", "yes", "--save", "", "--maxclients", "10000",
-             "--notify-keyspace-events", KEYSPACE_EVENTS,
-             "--logfile", str(datadir / "redis.log")],
+            [
+                str(redis_server_binary()),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(datadir),
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1500",
+                "--appendonly",
+                "yes",
+                "--save",
+                "",
+                "--maxclients",
+                "10000",
+                "--notify-keyspace-events",
+                KEYSPACE_EVENTS,
+                "--logfile",
+                str(datadir / "redis.log"),
+            ],
             start_new_session=True,
-        )  # fmt: skip
+        )
         return Node(port, process, datadir)
 
     def wait_until_ok(self, timeout: float = 30) -> None:
@@ -160,14 +191,20 @@ class SlotMove:
         client.nodes_manager.initialize()
         masters = client.get_primaries()
         source = client.nodes_manager.get_node_from_slot(slot)
-        target = next(n for n in masters if n.name != source.name
-                      and (target_port is None or n.port == target_port))  # fmt: skip
+        target = next(
+            n
+            for n in masters
+            if n.name != source.name and (target_port is None or n.port == target_port)
+        )
         self.source = redis.Redis(source.host, source.port, decode_responses=True)
         self.target = redis.Redis(target.host, target.port, decode_responses=True)
         self.source_name, self.target_name = source.name, target.name
         self.target_address = (target.host, target.port)
-        self.others = [redis.Redis(n.host, n.port, decode_responses=True)
-                       for n in masters if n.name not in (source.name, target.name)]  # fmt: skip
+        self.others = [
+            redis.Redis(n.host, n.port, decode_responses=True)
+            for n in masters
+            if n.name not in (source.name, target.name)
+        ]
         self.source_id = self.source.execute_command("CLUSTER MYID")
         self.target_id = self.target.execute_command("CLUSTER MYID")
 

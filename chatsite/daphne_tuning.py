@@ -70,9 +70,16 @@ def write_through() -> None:
     buffered = tcp.Connection.write
 
     def write(self, data: bytes) -> None:
-        if (type(data) is bytes and data and not self.TLS and self.connected
-                and not self.disconnecting and not self._writeDisconnected
-                and not self._tempDataBuffer and len(self.dataBuffer) == self.offset):  # fmt: skip
+        if (
+            type(data) is bytes
+            and data
+            and not self.TLS
+            and self.connected
+            and not self.disconnecting
+            and not self._writeDisconnected
+            and not self._tempDataBuffer
+            and len(self.dataBuffer) == self.offset
+        ):
             try:
                 sent = self.socket.send(data)
             except OSError:  # full, or broken: Twisted's own write finds out and says so
@@ -104,15 +111,25 @@ def direct_messages() -> None:
     layered = WebSocketProtocol.sendMessage
     open_state = WebSocketProtocol.STATE_OPEN
 
-    def sendMessage(self, payload, isBinary=False, fragmentSize=None, sync=False,
-                    doNotCompress=False):  # fmt: skip
+    def sendMessage(
+        self, payload, isBinary=False, fragmentSize=None, sync=False, doNotCompress=False
+    ):
         length = len(payload)
-        if (type(payload) is not bytes or fragmentSize is not None or sync
-                or self.state != open_state or self._perMessageCompress is not None
-                or not self.factory.isServer or self.maskServerFrames
-                or self.send_queue or self.trackedTimings or self.logFrames or self.logOctets
-                or 0 < self.maxMessagePayloadSize < length
-                or 0 < self.autoFragmentSize < length):  # fmt: skip
+        if (
+            type(payload) is not bytes
+            or fragmentSize is not None
+            or sync
+            or self.state != open_state
+            or self._perMessageCompress is not None
+            or not self.factory.isServer
+            or self.maskServerFrames
+            or self.send_queue
+            or self.trackedTimings
+            or self.logFrames
+            or self.logOctets
+            or 0 < self.maxMessagePayloadSize < length
+            or 0 < self.autoFragmentSize < length
+        ):
             return layered(self, payload, isBinary, fragmentSize, sync, doNotCompress)
         data = frame_header(2 if isBinary else 1, length) + payload
         stats = self.trafficStats  # as autobahn keeps them, for its own reports

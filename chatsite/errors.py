@@ -60,8 +60,9 @@ def error_response(
     elif is_api(request):
         response = JsonResponse({"error": message}, status=status)
     else:
-        page = render_to_string("errors/page.html", {"status": status, "title": title,
-                                                     "message": message})  # fmt: skip
+        page = render_to_string(
+            "errors/page.html", {"status": status, "title": title, "message": message}
+        )
         response = HttpResponse(page, status=status)
     if retry_after is not None:
         response["Retry-After"] = str(retry_after)
@@ -82,10 +83,21 @@ def outage_response(request: HttpRequest, exception: BaseException) -> HttpRespo
     service = outage_of(exception)
     if service is None:
         return None
-    log.warning("%s %s: %s unavailable (%s: %s)", request.method, request.path, service,
-                type(exception).__name__, exception)  # fmt: skip
-    return error_response(request, 503, "Temporarily unavailable", OUTAGE_MESSAGES[service],
-                          retry_after=RETRY_AFTER_SECONDS)  # fmt: skip
+    log.warning(
+        "%s %s: %s unavailable (%s: %s)",
+        request.method,
+        request.path,
+        service,
+        type(exception).__name__,
+        exception,
+    )
+    return error_response(
+        request,
+        503,
+        "Temporarily unavailable",
+        OUTAGE_MESSAGES[service],
+        retry_after=RETRY_AFTER_SECONDS,
+    )
 
 
 # -- handlers named in chatsite/urls.py ----------------------------------------------------------
@@ -112,6 +124,8 @@ def server_error(request: HttpRequest) -> HttpResponse:
     # raised outside a view (by a middleware) is a 503 here too.
     response = outage_response(request, sys.exc_info()[1]) if sys.exc_info()[1] else None
     return response or error_response(
-        request, 500, "Something went wrong", "Something went wrong on our side. It has been "
-        "logged; please try again."
-    )  # fmt: skip
+        request,
+        500,
+        "Something went wrong",
+        "Something went wrong on our side. It has been logged; please try again.",
+    )

@@ -189,9 +189,13 @@ class Fleet:
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         with open(self.logs / f"{name}.log", "wb") as log:  # the child keeps its own copy
             process = subprocess.Popen(
-                argv, env=env or self.env, cwd=BASE_DIR, stdout=log, stderr=subprocess.STDOUT,
+                argv,
+                env=env or self.env,
+                cwd=BASE_DIR,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         self.supervisor.children.append((name, process))
 
     def start_all(self, *, host: str, port: int, engine: str, per_machine: int) -> None:
@@ -206,12 +210,32 @@ class Fleet:
             for n in range(1, per_machine + 1):
                 worker_id = f"{machine}-w{n}"
                 self.workers.append(worker_id)
-                argv = [sys.executable, "-m", "worker", "--engine", engine,
-                        "--worker-id", worker_id]  # fmt: skip
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "worker",
+                    "--engine",
+                    engine,
+                    "--worker-id",
+                    worker_id,
+                ]
                 self.start(worker_id, argv, env=machine_env(self.env))
         to = ",".join(map(str, self.web_ports))
-        self.start("proxy", [sys.executable, "-m", "chatsite.fleet", "proxy", "--host", host,
-                             "--port", str(port), "--to", to])  # fmt: skip
+        self.start(
+            "proxy",
+            [
+                sys.executable,
+                "-m",
+                "chatsite.fleet",
+                "proxy",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--to",
+                to,
+            ],
+        )
 
     def announce_when_ready(self, *, host: str, port: int) -> None:
         """Prints the addresses once every web process answers and every worker beats (a
@@ -231,8 +255,10 @@ class Fleet:
             for name, process in self.supervisor.children:
                 say(f"  {name:<13} pid {process.pid:<8} {urls.get(name, '')}")
             say(f"REDIS_URL={self.env['REDIS_URL']}; logs in {self.logs}")
-            say(f"the fleet is up: http://{host}:{port}/  (demo logins admin / sluice-admin, "
-                "demo / sluice-demo; Ctrl-C stops everything)")  # fmt: skip
+            say(
+                f"the fleet is up: http://{host}:{port}/  (demo logins admin / sluice-admin, "
+                "demo / sluice-demo; Ctrl-C stops everything)"
+            )
 
         threading.Thread(target=wait_then_print, daemon=True).start()
 
@@ -319,15 +345,20 @@ def command_run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chatsite.fleet", description=__doc__)
-    parser.add_argument("--port", type=int, default=0,
-                        help="the proxy's port; the web processes take the next free ones "
-                             "(default SLUICE_PORT, else 8000)")  # fmt: skip
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="the proxy's port; the web processes take the next free ones "
+        "(default SLUICE_PORT, else 8000)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="workers per machine (default 1)")
     parser.add_argument("--engine", default="", help="the workers' engine (default: make run's)")
     parser.add_argument(
-        "--no-corpus", action="store_true",
+        "--no-corpus",
+        action="store_true",
         help="skip ingesting the demo corpus (half a minute the first time)",
-    )  # fmt: skip
+    )
     sub = parser.add_subparsers(dest="command")
     proxy = sub.add_parser("proxy", help="only the round-robin proxy (the fleet starts it)")
     proxy.add_argument("--host", default="127.0.0.1")

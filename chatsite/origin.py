@@ -116,7 +116,10 @@ class SameOriginValidator:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "websocket" and not origin_allowed(scope):
-            log.warning("websocket from origin %r refused (host %r)",
-                        _header(scope, b"origin"), _header(scope, b"host"))  # fmt: skip
+            log.warning(
+                "websocket from origin %r refused (host %r)",
+                _header(scope, b"origin"),
+                _header(scope, b"host"),
+            )
             return await self.refuse(scope, receive, send)
         return await self.application(scope, receive, send)

@@ -41,10 +41,13 @@ def cluster_client(url: str, *, client_name: str):
     """A cluster client for `url`, CLUSTER_CONNECTIONS_PER_NODE per node (callers wait for a
     free one). Transactions are split by slot, pipelines by node (worker/cluster.py)."""
     return cluster.sync_client(
-        url, decode_responses=True, max_connections=CLUSTER_CONNECTIONS_PER_NODE,
-        timeout=settings.REDIS_SOCKET_TIMEOUT, connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
+        url,
+        decode_responses=True,
+        max_connections=CLUSTER_CONNECTIONS_PER_NODE,
+        timeout=settings.REDIS_SOCKET_TIMEOUT,
+        connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
         client_name=client_name,
-    )  # fmt: skip
+    )
 
 
 def _new_client() -> redis.Redis:

@@ -31,8 +31,11 @@ class ReusedThreads:
     async def context(self) -> AsyncIterator[None]:
         """The request's thread-sensitive context, on a thread of its own for as long as it
         runs. Entered before Django's own, which then uses it instead of starting a thread."""
-        executor = self._idle.pop() if self._idle else ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=self.name)  # fmt: skip
+        executor = (
+            self._idle.pop()
+            if self._idle
+            else ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
+        )
         try:
             async with ThreadSensitiveContext(executor=executor):
                 yield

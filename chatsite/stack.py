@@ -124,16 +124,23 @@ def embedded_redis(datadir: Path, *, port: int) -> Iterator[str]:
     process = subprocess.Popen(
         [
             str(redis_server_binary()),
-            "--port", str(port),
-            "--bind", "127.0.0.1",
-            "--dir", str(datadir),
-            "--appendonly", "yes",
-            "--save", "",
-            "--maxclients", "10000",
-            "--logfile", str(datadir / "redis.log"),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(datadir),
+            "--appendonly",
+            "yes",
+            "--save",
+            "",
+            "--maxclients",
+            "10000",
+            "--logfile",
+            str(datadir / "redis.log"),
         ],
         start_new_session=True,  # Ctrl-C reaches it only through us, after the app is down
-    )  # fmt: skip
+    )
     url = f"redis://127.0.0.1:{port}/0"
     client = redis.Redis.from_url(url)
     deadline = time.monotonic() + 20
@@ -235,8 +242,16 @@ def web_command(host: str, port: int | str) -> list[str]:
     """The command that serves Sluice's ASGI application (HTTP and websockets) on host:port:
     daphne on uvloop (chatsite/serve.py). (uvicorn with uvloop and httptools measured no cheaper
     per answer than daphne here.)"""
-    return [sys.executable, "-m", "chatsite.serve", "-b", host, "-p", str(port),
-            "chatsite.asgi:application"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "chatsite.serve",
+        "-b",
+        host,
+        "-p",
+        str(port),
+        "chatsite.asgi:application",
+    ]
 
 
 def app_processes(env: dict[str, str]) -> list[tuple[str, list[str]]]:
@@ -256,9 +271,20 @@ def app_processes(env: dict[str, str]) -> list[tuple[str, list[str]]]:
         second = env.get("SLUICE_SECOND_MODEL", "").strip()
         if second:
             model = env.get("SLUICE_SECOND_MODEL_FILE", "").strip()
-            processes.append(("worker-2", [python, "-m", "worker", *engine,
-                                           "--served-model-name", second,
-                                           *(["--model", model] if model else [])]))  # fmt: skip
+            processes.append(
+                (
+                    "worker-2",
+                    [
+                        python,
+                        "-m",
+                        "worker",
+                        *engine,
+                        "--served-model-name",
+                        second,
+                        *(["--model", model] if model else []),
+                    ],
+                )
+            )
     return processes
 
 
@@ -278,8 +304,10 @@ def command_run(args: argparse.Namespace) -> int:
         try:
             for name, argv in app_processes(env):
                 supervisor.start(name, argv)
-            say(f"Sluice is up: http://{env.get('SLUICE_HOST', '127.0.0.1')}:"
-                f"{env.get('SLUICE_PORT', '8000')}/  (Ctrl-C stops everything)")  # fmt: skip
+            say(
+                f"Sluice is up: http://{env.get('SLUICE_HOST', '127.0.0.1')}:"
+                f"{env.get('SLUICE_PORT', '8000')}/  (Ctrl-C stops everything)"
+            )
             code = supervisor.wait()
         finally:
             supervisor.stop_all()

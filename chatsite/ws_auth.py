@@ -35,6 +35,11 @@ class SessionAuthMiddleware:
         session_key = cookies.get(settings.SESSION_COOKIE_NAME)
         login = await db_call(socket_login, lane=LOGINS)(session_key)
         store = import_module(settings.SESSION_ENGINE).SessionStore
-        scope = {**scope, "cookies": cookies, "session": store(session_key=session_key),
-                 "user": login.user, "login": login}  # fmt: skip
+        scope = {
+            **scope,
+            "cookies": cookies,
+            "session": store(session_key=session_key),
+            "user": login.user,
+            "login": login,
+        }
         return await self.inner(scope, receive, send)

@@ -42,10 +42,15 @@ def pytest_runtest_makereport(item, call):
     crash = getattr(outcome.get_result().longrepr, "reprcrash", None)
     if call.excinfo is None or crash is None or "pytest-timeout" not in crash.message:
         return
-    frames = [entry for entry in call.excinfo.traceback
-              if not any(part in str(entry.path) for part in _HARNESS_FRAMES)][-5:]  # fmt: skip
-    where = " < ".join(f"{Path(str(entry.path)).name}:{entry.lineno + 1} {entry.name}"
-                       for entry in reversed(frames))  # fmt: skip
+    frames = [
+        entry
+        for entry in call.excinfo.traceback
+        if not any(part in str(entry.path) for part in _HARNESS_FRAMES)
+    ][-5:]
+    where = " < ".join(
+        f"{Path(str(entry.path)).name}:{entry.lineno + 1} {entry.name}"
+        for entry in reversed(frames)
+    )
     _TIMED_OUT.append(f"{item.nodeid} ({call.when}): {where or 'in the test harness'}")
 
 
@@ -103,8 +108,9 @@ def client_for():
     return make
 
 
-def wait_until(check, *, timeout: float = 60, what: str = "condition", every: float = 0.1,
-               step=None):  # fmt: skip
+def wait_until(
+    check, *, timeout: float = 60, what: str = "condition", every: float = 0.1, step=None
+):
     """Polls `check` until it returns something truthy, and returns that; fails after `timeout`
     seconds naming `what`. `step`, when given, runs before each look (a dispatcher pass, say)."""
     deadline = time.monotonic() + timeout
@@ -118,8 +124,9 @@ def wait_until(check, *, timeout: float = 60, what: str = "condition", every: fl
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def read_sse(response: httpx.Response, *, stop_after: int | None = None,
-             into: list | None = None) -> list[dict]:  # fmt: skip
+def read_sse(
+    response: httpx.Response, *, stop_after: int | None = None, into: list | None = None
+) -> list[dict]:
     """Parses an SSE body into [{"id", "event", "data"}] until a final event (or `stop_after`
     events). Each event lands in `into` as it arrives, so a reader whose connection is cut keeps
     what it read."""
@@ -194,8 +201,9 @@ def stop_process(process: subprocess.Popen) -> None:
 def live_web(transactional_db, redis_prefix):
     """A real daphne process serving Sluice on a free port, against the test database."""
     port = free_port()
-    process = subprocess.Popen(web_command("127.0.0.1", port), cwd=BASE_DIR,
-                               env=process_env(redis_prefix))  # fmt: skip
+    process = subprocess.Popen(
+        web_command("127.0.0.1", port), cwd=BASE_DIR, env=process_env(redis_prefix)
+    )
     base_url = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(base_url + "/health/", process)
@@ -210,10 +218,28 @@ def start_worker(redis_prefix):
     started: list[subprocess.Popen] = []
 
     def start(worker_id: str, *, engine: str = "llamacpp", slots: int = 1, extra=()):
-        argv = [sys.executable, "-m", "worker", "--engine", engine, "--slots", str(slots),
-                "--worker-id", worker_id, "--redis-url", django_settings.REDIS_URL,
-                "--prefix", redis_prefix, "--heartbeat-interval", "0.5",
-                "--claim-idle-ms", "1000", "--grace", "5", *extra]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "worker",
+            "--engine",
+            engine,
+            "--slots",
+            str(slots),
+            "--worker-id",
+            worker_id,
+            "--redis-url",
+            django_settings.REDIS_URL,
+            "--prefix",
+            redis_prefix,
+            "--heartbeat-interval",
+            "0.5",
+            "--claim-idle-ms",
+            "1000",
+            "--grace",
+            "5",
+            *extra,
+        ]
         process = subprocess.Popen(argv, cwd=BASE_DIR, env=process_env(redis_prefix))
         started.append(process)
         return process
@@ -227,8 +253,9 @@ def start_worker(redis_prefix):
 def dispatcher(transactional_db, redis_prefix):
     """`manage.py run_dispatcher` against the test database: it records finished answers."""
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "run_dispatcher"], cwd=BASE_DIR,
+        [sys.executable, "manage.py", "run_dispatcher"],
+        cwd=BASE_DIR,
         env=process_env(redis_prefix),
-    )  # fmt: skip
+    )
     yield process
     stop_process(process)

@@ -25,14 +25,26 @@ def await_chain(task: asyncio.Task) -> list[str]:
     lines = [repr(task)]
     awaited = task.get_coro()
     while awaited is not None and len(lines) < 80:
-        frame = next((getattr(awaited, name) for name in ("cr_frame", "gi_frame", "ag_frame")
-                      if getattr(awaited, name, None) is not None), None)  # fmt: skip
+        frame = next(
+            (
+                getattr(awaited, name)
+                for name in ("cr_frame", "gi_frame", "ag_frame")
+                if getattr(awaited, name, None) is not None
+            ),
+            None,
+        )
         if frame is None:  # a future's iterator: the future itself is the task's waiter
             lines.append(f"  awaits {getattr(task, '_fut_waiter', None) or awaited!r}")
             break
         lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
-        awaited = next((getattr(awaited, name) for name in ("cr_await", "gi_yieldfrom", "ag_await")
-                        if getattr(awaited, name, None) is not None), None)  # fmt: skip
+        awaited = next(
+            (
+                getattr(awaited, name)
+                for name in ("cr_await", "gi_yieldfrom", "ag_await")
+                if getattr(awaited, name, None) is not None
+            ),
+            None,
+        )
     return lines
 
 

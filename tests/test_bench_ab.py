@@ -13,10 +13,14 @@ spec.loader.exec_module(ab)
 
 
 def test_each_figure_is_the_mean_of_its_side_with_the_benchs_sign_and_decimals():
-    before = ["overhead: ttft +60.0 ms p50, cpu 8.4 ms/answer; c=1",
-              "overhead: ttft +70.0 ms p50, cpu 8.8 ms/answer; c=1"]  # fmt: skip
-    after = ["overhead: ttft +55.5 ms p50, cpu 8.1 ms/answer; c=1",
-             "overhead: ttft +58.5 ms p50, cpu 8.3 ms/answer; c=1"]  # fmt: skip
+    before = [
+        "overhead: ttft +60.0 ms p50, cpu 8.4 ms/answer; c=1",
+        "overhead: ttft +70.0 ms p50, cpu 8.8 ms/answer; c=1",
+    ]
+    after = [
+        "overhead: ttft +55.5 ms p50, cpu 8.1 ms/answer; c=1",
+        "overhead: ttft +58.5 ms p50, cpu 8.3 ms/answer; c=1",
+    ]
     assert ab.side_by_side(before, after) == (
         "overhead: ttft +65.0 -> +57.0 ms p50, cpu 8.6 -> 8.2 ms/answer; c=1"
     )

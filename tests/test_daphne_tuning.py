@@ -62,8 +62,7 @@ def test_twisted_leaves_a_posted_form_to_django(monkeypatch):
     request = WebRequest(channel)
     request.process = lambda: None  # daphne's own handling is not what is tested here
     body = b"text=Hello&csrfmiddlewaretoken=x"
-    request.requestHeaders.setRawHeaders(b"content-type",
-                                         [b"application/x-www-form-urlencoded"])  # fmt: skip
+    request.requestHeaders.setRawHeaders(b"content-type", [b"application/x-www-form-urlencoded"])
     request.requestHeaders.setRawHeaders(b"content-length", [str(len(body)).encode()])
     request.gotLength(len(body))
     request.handleContentChunk(body)
@@ -75,10 +74,13 @@ def test_twisted_leaves_a_posted_form_to_django(monkeypatch):
 
 def test_the_web_command_runs_daphne_on_uvloop():
     assert web_command("127.0.0.1", 8000)[1:3] == ["-m", "chatsite.serve"]
-    probe = ("import chatsite.serve, daphne.server, uvloop; "
-             "print(isinstance(daphne.server.twisted_loop, uvloop.Loop))")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", probe], cwd=BASE_DIR, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    probe = (
+        "import chatsite.serve, daphne.server, uvloop; "
+        "print(isinstance(daphne.server.twisted_loop, uvloop.Loop))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=BASE_DIR, capture_output=True, text=True, timeout=60
+    )
     assert done.stdout.strip() == "True", done.stderr
 
 
@@ -153,8 +155,11 @@ def _open_server_socket():
 
 
 def _traffic(server) -> dict:
-    return {name: value for name, value in vars(server.trafficStats).items()
-            if name.startswith("outgoing")}  # fmt: skip
+    return {
+        name: value
+        for name, value in vars(server.trafficStats).items()
+        if name.startswith("outgoing")
+    }
 
 
 def test_a_plain_message_is_the_same_frame_written_in_one_step():

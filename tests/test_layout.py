@@ -77,8 +77,11 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def test_no_module_is_too_long_to_read_in_one_sitting():
-    long = {name: n for name, path in project_modules().items()
-            if (n := len(path.read_text().splitlines())) > MAX_LINES}  # fmt: skip
+    long = {
+        name: n
+        for name, path in project_modules().items()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, long
 
 
@@ -106,8 +109,7 @@ def test_no_import_circles():
                 if member == node:
                     break
             # A package and its own modules (`from . import x` in __init__) are one unit.
-            if len({m for m in component if not any(m.startswith(o + ".")
-                                                     for o in component)}) > 1:  # fmt: skip
+            if len({m for m in component if not any(m.startswith(o + ".") for o in component)}) > 1:
                 circles.append(sorted(component))
 
     for node in graph:

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.django_db
 def test_the_question_insert_is_prepared_after_a_few_uses(user):
     conversation = services.conversation_create(owner=user)
     for n in range(6):
-        services.message_create(conversation=conversation, role=Message.Role.USER,
-                                text=f"question {n}")  # fmt: skip
+        services.message_create(
+            conversation=conversation, role=Message.Role.USER, text=f"question {n}"
+        )
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         statements = [row[0] for row in cursor.fetchall()]

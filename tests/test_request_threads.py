@@ -19,10 +19,20 @@ from chatsite.request_threads import ReusedThreads, with_reused_threads
 
 async def get(app, path: str) -> tuple[int, bytes]:
     """One GET through the ASGI app: its status and body."""
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": "GET", "scheme": "http", "path": path, "raw_path": path.encode(),
-             "query_string": b"", "root_path": "", "headers": [(b"host", b"testserver")],
-             "client": ("127.0.0.1", 5000), "server": ("testserver", 80)}  # fmt: skip
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
+    }
     sent: list[dict] = []
     requested = False
 

@@ -59,16 +59,24 @@ class VLLMWorker:
                 return beat
             time.sleep(0.05)
 
-    def submit(self, messages: list[dict[str, str]], *, max_tokens: int = 32,
-               temperature: float = 0.0) -> str:  # fmt: skip
+    def submit(
+        self, messages: list[dict[str, str]], *, max_tokens: int = 32, temperature: float = 0.0
+    ) -> str:
         request_id = uuid.uuid4().hex
-        item = WorkItem(id=request_id, user_id="1", conversation_id="1", messages=messages,
-                        max_tokens=max_tokens, temperature=temperature)  # fmt: skip
+        item = WorkItem(
+            id=request_id,
+            user_id="1",
+            conversation_id="1",
+            messages=messages,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
         self.client().xadd(self.keys.work, item.to_fields())
         return request_id
 
-    def events(self, request_id: str, *, until: str = "final", after: str = "0",
-               timeout: float = 120) -> list[dict]:  # fmt: skip
+    def events(
+        self, request_id: str, *, until: str = "final", after: str = "0", timeout: float = 120
+    ) -> list[dict]:
         """Output-stream events of a request from `after`, up to the first of type `until`."""
         client = self.client()
         events: list[dict] = []
@@ -101,12 +109,29 @@ def start_vllm_worker(worker_id: str) -> VLLMWorker:
     python = vllm_python()
     redis_url = os.environ["REDIS_URL"]
     prefix = f"tv{uuid.uuid4().hex[:8]}"
-    argv = [python, "-m", "worker", "--engine", "vllm",
-            "--redis-url", redis_url, "--prefix", prefix, "--worker-id", worker_id,
-            "--max-num-seqs", str(SLOTS), "--enforce-eager", "--kv-cache-gib", "1",
-            "--heartbeat-interval", "0.5", "--grace", "5"]  # fmt: skip
-    process = subprocess.Popen(argv, cwd=BASE_DIR,
-                               env=dict(os.environ, PYTHONUNBUFFERED="1"))  # fmt: skip
+    argv = [
+        python,
+        "-m",
+        "worker",
+        "--engine",
+        "vllm",
+        "--redis-url",
+        redis_url,
+        "--prefix",
+        prefix,
+        "--worker-id",
+        worker_id,
+        "--max-num-seqs",
+        str(SLOTS),
+        "--enforce-eager",
+        "--kv-cache-gib",
+        "1",
+        "--heartbeat-interval",
+        "0.5",
+        "--grace",
+        "5",
+    ]
+    process = subprocess.Popen(argv, cwd=BASE_DIR, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     worker = VLLMWorker(process=process, prefix=prefix, worker_id=worker_id, redis_url=redis_url)
     client = worker.client()
     started = time.monotonic()

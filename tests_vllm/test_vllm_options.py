@@ -14,16 +14,37 @@ def options(argv: list[str]) -> dict:
 
 
 def test_command_line_knobs_reach_the_engine(tmp_path):
-    got = options(["--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "8192",
-                   "--gpu-memory-utilization", "0.8", "--tensor-parallel-size", "2",
-                   "--enforce-eager", "--max-num-seqs", "64", "--kv-cache-gib", "20",
-                   "--vllm-engine-args", '{"kv_cache_dtype": "fp8"}'])  # fmt: skip
+    got = options(
+        [
+            "--model",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "--max-model-len",
+            "8192",
+            "--gpu-memory-utilization",
+            "0.8",
+            "--tensor-parallel-size",
+            "2",
+            "--enforce-eager",
+            "--max-num-seqs",
+            "64",
+            "--kv-cache-gib",
+            "20",
+            "--vllm-engine-args",
+            '{"kv_cache_dtype": "fp8"}',
+        ]
+    )
     assert got == {
-        "model": "Qwen/Qwen2.5-7B-Instruct", "max_model_len": 8192,
-        "gpu_memory_utilization": 0.8, "tensor_parallel_size": 2, "enforce_eager": True,
-        "max_num_seqs": 64, "dtype": "auto", "kv_cache_gib": 20.0,
-        "engine_args": {"kv_cache_dtype": "fp8"}, "exit_on_engine_death": True,
-    }  # fmt: skip
+        "model": "Qwen/Qwen2.5-7B-Instruct",
+        "max_model_len": 8192,
+        "gpu_memory_utilization": 0.8,
+        "tensor_parallel_size": 2,
+        "enforce_eager": True,
+        "max_num_seqs": 64,
+        "dtype": "auto",
+        "kv_cache_gib": 20.0,
+        "engine_args": {"kv_cache_dtype": "fp8"},
+        "exit_on_engine_death": True,
+    }
 
 
 def test_environment_knobs_reach_the_engine(monkeypatch):
@@ -34,7 +55,10 @@ def test_environment_knobs_reach_the_engine(monkeypatch):
     monkeypatch.setenv("WORKER_VLLM_ENGINE_ARGS", json.dumps({"quantization": "fp8"}))
     got = options([])
     assert (got["model"], got["tensor_parallel_size"], got["enforce_eager"]) == (
-        "/models/llama", 4, True)  # fmt: skip
+        "/models/llama",
+        4,
+        True,
+    )
     assert got["max_model_len"] == 4096 and got["engine_args"] == {"quantization": "fp8"}
 
 

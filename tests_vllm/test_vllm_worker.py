@@ -56,11 +56,12 @@ def test_chat_round_trip(vllm_worker):
 
 def test_concurrent_answers_share_the_engine(vllm_worker):
     # Answers that run to max_tokens, so all three are in the engine at the same time.
-    questions = ["Count from 1 to 60, separated by commas.",
-                 "Count from 100 to 160, separated by commas.",
-                 "List the letters of the alphabet, separated by commas."]  # fmt: skip
-    ids = [vllm_worker.submit([{"role": "user", "content": q}], max_tokens=40)
-           for q in questions]  # fmt: skip
+    questions = [
+        "Count from 1 to 60, separated by commas.",
+        "Count from 100 to 160, separated by commas.",
+        "List the letters of the alphabet, separated by commas.",
+    ]
+    ids = [vllm_worker.submit([{"role": "user", "content": q}], max_tokens=40) for q in questions]
     # While they run, the engine reports them as one batch.
     seen_running = 0
     deadline = time.monotonic() + 60

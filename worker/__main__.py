@@ -216,22 +216,30 @@ def build_parser() -> argparse.ArgumentParser:
     upstream.add_argument(
         "--api-key", default=env_default("OPENAI_API_KEY", ""), help="[OPENAI_API_KEY]"
     )
-    return parser  # fmt: skip
+    return parser
 
 
 def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     """The chosen engine's constructor arguments, from the command line."""
     slots = int(args.slots) if args.slots else None
     if args.engine == "llamacpp":
-        return {"model_path": args.model, "slots": slots or 2, "n_ctx": args.n_ctx,
-                "repeat_penalty": args.repeat_penalty}  # fmt: skip
+        return {
+            "model_path": args.model,
+            "slots": slots or 2,
+            "n_ctx": args.n_ctx,
+            "repeat_penalty": args.repeat_penalty,
+        }
     if args.engine == "simulated":
         return simulated.options_from_args(args, slots)
     if args.engine == "openai":
         if not args.base_url or not args.model:
             raise SystemExit("--engine openai needs --base-url and --model")
-        return {"base_url": args.base_url, "model": args.model, "api_key": args.api_key,
-                "slots": slots or 16}  # fmt: skip
+        return {
+            "base_url": args.base_url,
+            "model": args.model,
+            "api_key": args.api_key,
+            "slots": slots or 16,
+        }
     if args.engine == "vllm":
         from .engines.vllm import options_from_args
 
@@ -304,8 +312,7 @@ async def serve(args: argparse.Namespace) -> None:
                 breaker=breaker.settings_from_args(args),
             )
             if args.metrics_port:
-                metrics.serve(args.metrics_port, lambda: worker.last_beat,
-                              addr=args.metrics_addr)  # fmt: skip
+                metrics.serve(args.metrics_port, lambda: worker.last_beat, addr=args.metrics_addr)
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, worker.stop)

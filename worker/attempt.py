@@ -60,8 +60,9 @@ class Attempts:
     answer_timeout: float = 600.0
     redis_patience: float = 300.0
 
-    async def write(self, queue: Callable[[Any], Any], *,
-                    sent: Callable[[], Any] | None = None) -> Any:  # fmt: skip
+    async def write(
+        self, queue: Callable[[Any], Any], *, sent: Callable[[], Any] | None = None
+    ) -> Any:
         """Runs the commands `queue` puts on a pipeline, retried while Redis is away (`sent`:
         CommandBatcher.call's)."""
         return await self.retrying(lambda: self.batcher.call(queue, sent=sent))
@@ -79,8 +80,9 @@ class Attempts:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def run(self, entry_id: str, fields: dict[str, str], stream: str, *,
-                  fresh: bool = False) -> None:  # fmt: skip
+    async def run(
+        self, entry_id: str, fields: dict[str, str], stream: str, *, fresh: bool = False
+    ) -> None:
         """Runs one work item to its end. If the worker stops it past its grace period
         (cancelled), the work item goes back to the shared stream for another worker.
         `fresh`: the item's first delivery, whose generation begins beside its claim
@@ -99,11 +101,20 @@ class Attempts:
         except (KeyError, ValueError, TypeError) as exc:
             reason = f"malformed work item: {exc.__class__.__name__}: {exc}"
             log.error("dead-lettering work item %s: %s", entry_id, reason)
-            await self.write(lambda p: (
-                transitions.dead_letter(p, self.keys, source="worker", stream=stream,
-                                        entry_id=entry_id, fields=fields, reason=reason),
-                transitions.work_done(p, stream, entry_id),
-            ))  # fmt: skip
+            await self.write(
+                lambda p: (
+                    transitions.dead_letter(
+                        p,
+                        self.keys,
+                        source="worker",
+                        stream=stream,
+                        entry_id=entry_id,
+                        fields=fields,
+                        reason=reason,
+                    ),
+                    transitions.work_done(p, stream, entry_id),
+                )
+            )
             return True
         token = f"{self.worker_id}/{uuid.uuid4().hex[:12]}"
         begun: list[EngineAhead] = []
@@ -115,10 +126,20 @@ class Attempts:
                 begun.append(EngineAhead(self.engine, _request_of(item)))
 
         try:
-            start = transitions.start_result(await self.write(lambda p: transitions.start(
-                p, self.keys, item.id, token=token, worker_id=self.worker_id,
-                max_attempts=self.max_attempts, prompt_tokens=item.prompt_tokens_estimate,
-            ), sent=claim_sent))  # fmt: skip
+            start = transitions.start_result(
+                await self.write(
+                    lambda p: transitions.start(
+                        p,
+                        self.keys,
+                        item.id,
+                        token=token,
+                        worker_id=self.worker_id,
+                        max_attempts=self.max_attempts,
+                        prompt_tokens=item.prompt_tokens_estimate,
+                    ),
+                    sent=claim_sent,
+                )
+            )
             ahead = begun[0] if begun else None
             if start.code != transitions.STARTED and ahead is not None:
                 await ahead.drop()
@@ -127,17 +148,29 @@ class Attempts:
             if begun and not begun[0].taken:  # the attempt ended before its answer
                 await begun[0].drop()
 
-    async def _claimed(self, item: WorkItem, start: transitions.Start, token: str,
-                       stream: str, entry_id: str, fields: dict[str, str],
-                       ahead: EngineAhead | None) -> bool:  # fmt: skip
+    async def _claimed(
+        self,
+        item: WorkItem,
+        start: transitions.Start,
+        token: str,
+        stream: str,
+        entry_id: str,
+        fields: dict[str, str],
+        ahead: EngineAhead | None,
+    ) -> bool:
         if start.code == transitions.START_ENDED:  # ended meanwhile (stopped, or run already)
             await self.write(lambda p: transitions.work_done(p, stream, entry_id))
             return True
         answer = Answer(
-            id=item.id, user_id=item.user_id, conversation_id=item.conversation_id,
-            state=State.DONE, worker_id=self.worker_id, attempt=start.attempt,
-            prompt_tokens_estimate=item.prompt_tokens_estimate, max_tokens=item.max_tokens,
-        )  # fmt: skip
+            id=item.id,
+            user_id=item.user_id,
+            conversation_id=item.conversation_id,
+            state=State.DONE,
+            worker_id=self.worker_id,
+            attempt=start.attempt,
+            prompt_tokens_estimate=item.prompt_tokens_estimate,
+            max_tokens=item.max_tokens,
+        )
         exhausted = start.code == transitions.START_EXHAUSTED
         metrics.started(item.id, attempt=start.attempt, worker_id=self.worker_id)
         if start.code == transitions.START_STOPPED:
@@ -145,19 +178,25 @@ class Attempts:
         elif exhausted:
             log.error("request %s was started %d times; dead-lettered", item.id, start.attempt - 1)
             answer.state = State.FAILED
-            answer.error = ("This answer could not be generated: it was tried "
-                            f"{start.attempt - 1} times and failed each time. Please try again "
-                            "or rephrase the question.")  # fmt: skip
+            answer.error = (
+                "This answer could not be generated: it was tried "
+                f"{start.attempt - 1} times and failed each time. Please try again "
+                "or rephrase the question."
+            )
         else:
             buffer = await self._generate(item, answer, token, ahead)
             if buffer.lost:
-                log.warning("request %s: attempt %d lost its claim to a newer one; stopped",
-                            item.id, start.attempt)  # fmt: skip
+                log.warning(
+                    "request %s: attempt %d lost its claim to a newer one; stopped",
+                    item.id,
+                    start.attempt,
+                )
                 return True  # the current attempt acknowledges the work item
         return await self._end(answer, token, stream, entry_id, fields, exhausted=exhausted)
 
-    async def _generate(self, item: WorkItem, answer: Answer, token: str,
-                        ahead: EngineAhead | None) -> OutputBuffer:  # fmt: skip
+    async def _generate(
+        self, item: WorkItem, answer: Answer, token: str, ahead: EngineAhead | None
+    ) -> OutputBuffer:
         buffer = self.output.open(item.id, token)
         if ahead is not None:
             started, outputs = ahead.started, ahead.outputs()
@@ -198,8 +237,10 @@ class Attempts:
         except TimeoutError:
             await self.engine.abort(item.id)
             answer.state = State.FAILED
-            answer.error = (f"The model took longer than {self.answer_timeout:.0f} s to answer, "
-                            "so the answer was stopped. Please try again.")  # fmt: skip
+            answer.error = (
+                f"The model took longer than {self.answer_timeout:.0f} s to answer, "
+                "so the answer was stopped. Please try again."
+            )
         except asyncio.CancelledError:
             await self.engine.abort(item.id)
             await self.output.close(buffer)
@@ -218,16 +259,25 @@ class Attempts:
         self.stats.add_tokens(usage.completion_tokens)
         return buffer
 
-    async def _end(self, answer: Answer, token: str, stream: str, entry_id: str,
-                   fields: dict[str, str], *, exhausted: bool) -> bool:  # fmt: skip
+    async def _end(
+        self,
+        answer: Answer,
+        token: str,
+        stream: str,
+        entry_id: str,
+        fields: dict[str, str],
+        *,
+        exhausted: bool,
+    ) -> bool:
         """Ends the request, then records the answer and acknowledges the work item. The work
         item stays pending if another attempt owns the request: that one acknowledges it."""
         result = transitions.finish_result(
             await self.write(lambda p: transitions.finish(p, self.keys, answer, token=token))
         )
         if result == transitions.LOST:
-            log.warning("request %s: attempt %d lost its claim before it ended", answer.id,
-                        answer.attempt)  # fmt: skip
+            log.warning(
+                "request %s: attempt %d lost its claim before it ended", answer.id, answer.attempt
+            )
             return True
         self.stats.ended(answer.id, failed=answer.state == State.FAILED)
         metrics.ended(answer)
@@ -236,10 +286,15 @@ class Attempts:
             if result == transitions.ENDED_NOW:
                 transitions.answer_record(pipe, self.keys, answer)
             if exhausted:
-                transitions.dead_letter(pipe, self.keys, source="worker", stream=stream,
-                                        entry_id=entry_id, fields=fields,
-                                        reason=f"started {answer.attempt - 1} times without "
-                                        "finishing")  # fmt: skip
+                transitions.dead_letter(
+                    pipe,
+                    self.keys,
+                    source="worker",
+                    stream=stream,
+                    entry_id=entry_id,
+                    fields=fields,
+                    reason=f"started {answer.attempt - 1} times without finishing",
+                )
             transitions.work_done(pipe, stream, entry_id)
 
         await self.write(after)
@@ -248,8 +303,9 @@ class Attempts:
     async def _give_back(self, entry_id: str, fields: dict[str, str], stream: str) -> None:
         try:
             async with asyncio.timeout(5):
-                await self.batcher.call(lambda p: transitions.work_returned(
-                    p, self.keys, stream, entry_id, fields))  # fmt: skip
+                await self.batcher.call(
+                    lambda p: transitions.work_returned(p, self.keys, stream, entry_id, fields)
+                )
             log.info("returned %s to the shared stream for another worker", fields.get("id"))
         except (TimeoutError, *TRANSIENT) as exc:  # left pending: a live worker reclaims it
             log.warning("could not return %s (%s); it will be reclaimed", fields.get("id"), exc)
@@ -257,6 +313,10 @@ class Attempts:
 
 def _request_of(item: WorkItem) -> GenerationRequest:
     return GenerationRequest(
-        id=item.id, messages=item.messages, max_tokens=item.max_tokens,
-        temperature=item.temperature, top_p=item.top_p, stop=item.stop,
-    )  # fmt: skip
+        id=item.id,
+        messages=item.messages,
+        max_tokens=item.max_tokens,
+        temperature=item.temperature,
+        top_p=item.top_p,
+        stop=item.stop,
+    )

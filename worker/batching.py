@@ -68,8 +68,9 @@ class CommandBatcher:
                 del self._pending[: self.max_batch]
                 await self._send(batch)
 
-    async def _send(self, batch: list[tuple[Queue, asyncio.Future, Callable[[], Any] | None]]
-                    ) -> None:  # fmt: skip
+    async def _send(
+        self, batch: list[tuple[Queue, asyncio.Future, Callable[[], Any] | None]]
+    ) -> None:
         pipe = self.client.pipeline(transaction=False)
         spans: list[tuple[asyncio.Future, int, int]] = []  # each caller's slice of the replies
         written: list[Callable[[], Any]] = []

@@ -38,13 +38,18 @@ class BreakerSettings:
         if not 0 <= self.error_rate < 1:
             raise ValueError("the breaker's error rate must be in [0, 1)")
         if self.window_seconds <= 0 or self.cooldown_seconds < 0 or self.min_answers < 1:
-            raise ValueError("the breaker needs a positive window, a cool-down >= 0 and "
-                             "min_answers >= 1")  # fmt: skip
+            raise ValueError(
+                "the breaker needs a positive window, a cool-down >= 0 and min_answers >= 1"
+            )
 
 
 class CircuitBreaker:
-    def __init__(self, settings: BreakerSettings | None = None, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: BreakerSettings | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings or BreakerSettings()
         self.clock = clock
         self.state = CLOSED
@@ -108,9 +113,13 @@ class CircuitBreaker:
 
     def snapshot(self) -> dict:
         """What the heartbeat carries (the dispatcher, the ops page and /metrics read it)."""
-        return {"state": self.state, "error_rate": round(self.error_rate_now(), 4),
-                "answers": len(self.outcomes), "opened": self.opened,
-                "retry_in_s": round(self.wait_seconds(), 1)}  # fmt: skip
+        return {
+            "state": self.state,
+            "error_rate": round(self.error_rate_now(), 4),
+            "answers": len(self.outcomes),
+            "opened": self.opened,
+            "retry_in_s": round(self.wait_seconds(), 1),
+        }
 
     def _open(self, now: float) -> None:
         self.state = OPEN
@@ -133,21 +142,48 @@ class CircuitBreaker:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("circuit breaker")
     options = [
-        ("--breaker-error-rate", float, "WORKER_BREAKER_ERROR_RATE", 0.05,
-         "share of failed answers in the window that takes this worker out of routing"),
-        ("--breaker-window", float, "WORKER_BREAKER_WINDOW_SECONDS", 60.0,
-         "seconds of answers the error rate is measured over"),
-        ("--breaker-min-answers", int, "WORKER_BREAKER_MIN_ANSWERS", 10,
-         "answers the window must hold before it can open the breaker"),
-        ("--breaker-cooldown", float, "WORKER_BREAKER_COOLDOWN_SECONDS", 30.0,
-         "seconds out of routing before one probe request is let through"),
-    ]  # fmt: skip
+        (
+            "--breaker-error-rate",
+            float,
+            "WORKER_BREAKER_ERROR_RATE",
+            0.05,
+            "share of failed answers in the window that takes this worker out of routing",
+        ),
+        (
+            "--breaker-window",
+            float,
+            "WORKER_BREAKER_WINDOW_SECONDS",
+            60.0,
+            "seconds of answers the error rate is measured over",
+        ),
+        (
+            "--breaker-min-answers",
+            int,
+            "WORKER_BREAKER_MIN_ANSWERS",
+            10,
+            "answers the window must hold before it can open the breaker",
+        ),
+        (
+            "--breaker-cooldown",
+            float,
+            "WORKER_BREAKER_COOLDOWN_SECONDS",
+            30.0,
+            "seconds out of routing before one probe request is let through",
+        ),
+    ]
     for flag, kind, env, default, help_text in options:
-        group.add_argument(flag, type=kind, default=kind(os.environ.get(env, default)),
-                           help=f"[{env}] {help_text} (default {default})")  # fmt: skip
+        group.add_argument(
+            flag,
+            type=kind,
+            default=kind(os.environ.get(env, default)),
+            help=f"[{env}] {help_text} (default {default})",
+        )
 
 
 def settings_from_args(args: argparse.Namespace) -> BreakerSettings:
-    return BreakerSettings(error_rate=args.breaker_error_rate, window_seconds=args.breaker_window,
-                           min_answers=args.breaker_min_answers,
-                           cooldown_seconds=args.breaker_cooldown)  # fmt: skip
+    return BreakerSettings(
+        error_rate=args.breaker_error_rate,
+        window_seconds=args.breaker_window,
+        min_answers=args.breaker_min_answers,
+        cooldown_seconds=args.breaker_cooldown,
+    )

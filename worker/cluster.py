@@ -93,13 +93,16 @@ class SluicePipeline(StreamReadSlots, ClusterPipeline):
 
     def __init__(self, client: SluiceRedisCluster, *, transaction: bool = False) -> None:
         super().__init__(
-            nodes_manager=client.nodes_manager, commands_parser=client.commands_parser,
+            nodes_manager=client.nodes_manager,
+            commands_parser=client.commands_parser,
             startup_nodes=client.nodes_manager.startup_nodes,
             result_callbacks=client.result_callbacks,
             cluster_response_callbacks=client.cluster_response_callbacks,
-            read_from_replicas=client.read_from_replicas, retry=client.retry,
-            lock=client._lock, transaction=transaction,
-        )  # fmt: skip
+            read_from_replicas=client.read_from_replicas,
+            retry=client.retry,
+            lock=client._lock,
+            transaction=transaction,
+        )
         self.client = client
 
     def eval(self, script, numkeys, *keys_and_args):
@@ -130,8 +133,7 @@ class SluicePipeline(StreamReadSlots, ClusterPipeline):
             pipe = SluicePipeline(self.client)
             for command in commands:
                 pipe.execute_command(*command.args, **command.options)
-            for command, reply in zip(commands, ClusterPipeline.execute(pipe, False),
-                                      strict=True):  # fmt: skip
+            for command, reply in zip(commands, ClusterPipeline.execute(pipe, False), strict=True):
                 replies[command.position] = reply
         if raise_on_error:
             for reply in replies:
@@ -177,8 +179,9 @@ class SlotTransaction(SluicePipeline):
             pipe = SluicePipeline(self.client, transaction=True)
             for command in groups[slot]:
                 pipe.execute_command(*command.args, **command.options)
-            for command, reply in zip(groups[slot], pipe.execute(raise_on_error=False),
-                                      strict=True):  # fmt: skip
+            for command, reply in zip(
+                groups[slot], pipe.execute(raise_on_error=False), strict=True
+            ):
                 replies[command.position] = self._parsed(command, reply)
         if raise_on_error:
             for reply in replies:
@@ -277,21 +280,23 @@ class _NodePoolFactory:
         options.pop("max_connections", None)
         if options.pop("ssl", False):  # the URL's TLS, as redis-py's node clients take it
             options["connection_class"] = redis.SSLConnection
-        return NodePool(max_connections=self.per_node, wait_timeout=self.wait_timeout,
-                        **options)  # fmt: skip
+        return NodePool(max_connections=self.per_node, wait_timeout=self.wait_timeout, **options)
 
 
-def sync_client(url: str, *, max_connections: int, timeout: float, connect_timeout: float,
-                **options) -> SluiceRedisCluster:  # fmt: skip
+def sync_client(
+    url: str, *, max_connections: int, timeout: float, connect_timeout: float, **options
+) -> SluiceRedisCluster:
     """A cluster client with at most `max_connections` per node, opened as commands overlap;
     past them a command waits for a free connection (NodePool)."""
     nodes, url_options = parse_cluster_url(url)
     client = SluiceRedisCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in nodes],
         max_connections=max_connections,
-        socket_timeout=timeout, socket_connect_timeout=connect_timeout,
-        **url_options, **options,
-    )  # fmt: skip
+        socket_timeout=timeout,
+        socket_connect_timeout=connect_timeout,
+        **url_options,
+        **options,
+    )
     # redis-py builds node pools of its own class unless it was given a URL: from here on every
     # node's pool is a NodePool (the first CLUSTER SLOTS' connections are closed already).
     manager = client.nodes_manager
@@ -339,14 +344,23 @@ class AsyncSluiceRedisCluster(aioredis.RedisCluster):
         return await super()._execute_command(target_node, *args, **kwargs)
 
 
-def async_client(url: str, *, socket_timeout: float, connect_timeout: float,
-                 max_connections: int = 2**31, **options) -> AsyncSluiceRedisCluster:  # fmt: skip
+def async_client(
+    url: str,
+    *,
+    socket_timeout: float,
+    connect_timeout: float,
+    max_connections: int = 2**31,
+    **options,
+) -> AsyncSluiceRedisCluster:
     """An asyncio cluster client. redis-py's asyncio cluster fails a command past
     `max_connections` per node rather than waiting, so the default leaves it to the caller's
     own concurrency (a worker's slots) to bound its connections."""
     nodes, url_options = parse_cluster_url(url)
     return AsyncSluiceRedisCluster(
         startup_nodes=[AsyncClusterNode(host, port) for host, port in nodes],
-        socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
-        max_connections=max_connections, **url_options, **options,
-    )  # fmt: skip
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout,
+        max_connections=max_connections,
+        **url_options,
+        **options,
+    )

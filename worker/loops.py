@@ -33,8 +33,9 @@ class LoopDetector:
         # costs a look at its own recent positions, not at every period.
         self._runs: dict[int, int] = {}
         self._seen_at: dict[str, list[int]] = {}  # word -> its positions in the last periods
-        self._needed = {p: p * max(min_repeats, -(-min_words // p)) - p
-                        for p in range(1, max_period + 1)}  # fmt: skip
+        self._needed = {
+            p: p * max(min_repeats, -(-min_words // p)) - p for p in range(1, max_period + 1)
+        }
 
     def feed(self, text: str) -> bool:
         if self.looping or not text:

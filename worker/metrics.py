@@ -21,25 +21,39 @@ from .protocol import Answer, State
 log = logging.getLogger("sluice.worker")
 
 REGISTRY = CollectorRegistry(auto_describe=True)
-ANSWERS = Counter("sluice_worker_answers", "Answers this worker ended, by end state.",
-                  ["state"], registry=REGISTRY)  # fmt: skip
-TOKENS = Counter("sluice_worker_tokens", "Tokens this worker processed (prompt, completion).",
-                 ["kind"], registry=REGISTRY)  # fmt: skip
-ATTEMPTS = Counter("sluice_worker_attempts_started", "Attempts started (a rerun counts again).",
-                   registry=REGISTRY)  # fmt: skip
+ANSWERS = Counter(
+    "sluice_worker_answers",
+    "Answers this worker ended, by end state.",
+    ["state"],
+    registry=REGISTRY,
+)
+TOKENS = Counter(
+    "sluice_worker_tokens",
+    "Tokens this worker processed (prompt, completion).",
+    ["kind"],
+    registry=REGISTRY,
+)
+ATTEMPTS = Counter(
+    "sluice_worker_attempts_started", "Attempts started (a rerun counts again).", registry=REGISTRY
+)
 TTFT = Histogram(
-    "sluice_worker_ttft_seconds", "From the attempt's start to its first token (the engine's).",
-    buckets=(0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30), registry=REGISTRY,
-)  # fmt: skip
+    "sluice_worker_ttft_seconds",
+    "From the attempt's start to its first token (the engine's).",
+    buckets=(0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30),
+    registry=REGISTRY,
+)
 PER_TOKEN = Histogram(
-    "sluice_worker_time_per_token_seconds", "Mean time between tokens after the first, per answer.",
+    "sluice_worker_time_per_token_seconds",
+    "Mean time between tokens after the first, per answer.",
     buckets=(0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1),
     registry=REGISTRY,
-)  # fmt: skip
+)
 DURATION = Histogram(
-    "sluice_worker_answer_seconds", "Generation time of an answer on this worker.",
-    buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600), registry=REGISTRY,
-)  # fmt: skip
+    "sluice_worker_answer_seconds",
+    "Generation time of an answer on this worker.",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600),
+    registry=REGISTRY,
+)
 # Engine figures exported when a heartbeat reports them (vLLM reports all, llama.cpp some).
 ENGINE_GAUGES = {
     "kv_cache_usage": "Share of the KV cache in use (0-1).",
@@ -60,17 +74,28 @@ class BeatCollector(Collector):
         beat = self.last_beat() or {}
         if not beat:
             return
-        labels = {"worker": str(beat.get("worker_id", "")), "engine": str(beat.get("engine", "")),
-                  "model": str(beat.get("model", ""))}  # fmt: skip
+        labels = {
+            "worker": str(beat.get("worker_id", "")),
+            "engine": str(beat.get("engine", "")),
+            "model": str(beat.get("model", "")),
+        }
         names, values = list(labels), list(labels.values())
-        own = [("capacity_slots", "Concurrent answers this worker offers.", beat.get("slots")),
-               ("busy_slots", "Answers running now.", beat.get("busy")),
-               ("healthy", "1 while the engine reports healthy.", bool(beat.get("healthy"))),
-               ("draining", "1 while the worker is stopping.", bool(beat.get("draining"))),
-               ("breaker_open", "1 while its circuit breaker keeps it out of routing (open or "
-                "half-open).", (beat.get("breaker") or {}).get("state", "closed") != "closed"),
-               ("tokens_per_second", "Tokens per second over the last ~10 s.",
-                beat.get("tokens_per_second"))]  # fmt: skip
+        own = [
+            ("capacity_slots", "Concurrent answers this worker offers.", beat.get("slots")),
+            ("busy_slots", "Answers running now.", beat.get("busy")),
+            ("healthy", "1 while the engine reports healthy.", bool(beat.get("healthy"))),
+            ("draining", "1 while the worker is stopping.", bool(beat.get("draining"))),
+            (
+                "breaker_open",
+                "1 while its circuit breaker keeps it out of routing (open or half-open).",
+                (beat.get("breaker") or {}).get("state", "closed") != "closed",
+            ),
+            (
+                "tokens_per_second",
+                "Tokens per second over the last ~10 s.",
+                beat.get("tokens_per_second"),
+            ),
+        ]
         engine = beat.get("engine_metrics") or {}
         own += [(f"engine_{k}", h, engine.get(k)) for k, h in ENGINE_GAUGES.items() if k in engine]
         for name, help_text, value in own:
@@ -116,9 +141,15 @@ def ended(answer: Answer) -> None:
             PER_TOKEN.observe(decode_ms / 1000 / (usage.completion_tokens - 1))
     if usage.duration_ms:
         DURATION.observe(usage.duration_ms / 1000)
-    log.info("request %s finished: %s, attempt %d, %d tokens in %s ms%s", answer.id,
-             answer.state, answer.attempt, usage.completion_tokens or 0,
-             _ms(usage.duration_ms), f": {answer.error}" if answer.error else "")  # fmt: skip
+    log.info(
+        "request %s finished: %s, attempt %d, %d tokens in %s ms%s",
+        answer.id,
+        answer.state,
+        answer.attempt,
+        usage.completion_tokens or 0,
+        _ms(usage.duration_ms),
+        f": {answer.error}" if answer.error else "",
+    )
 
 
 def _ms(value: float | None) -> str:

@@ -35,8 +35,16 @@ log = logging.getLogger("sluice.worker")
 class OutputBuffer:
     """One attempt's output: the text not yet written, and whether it was stopped or lost."""
 
-    __slots__ = ("batches", "cancelled", "lost", "pending", "pending_chars", "request_id",
-                 "started", "token")  # fmt: skip
+    __slots__ = (
+        "batches",
+        "cancelled",
+        "lost",
+        "pending",
+        "pending_chars",
+        "request_id",
+        "started",
+        "token",
+    )
 
     def __init__(self, request_id: str, token: str) -> None:
         self.request_id = request_id
@@ -173,20 +181,27 @@ class OutputWriter:
                 log.warning("writing answers failed: %s", exc)
 
     def _queue_delta(self, pipe, buffer: OutputBuffer, batch: int, text: str) -> None:
-        transitions.delta(pipe, self.keys, buffer.request_id, token=buffer.token, text=text,
-                          batch=batch)  # fmt: skip
+        transitions.delta(
+            pipe, self.keys, buffer.request_id, token=buffer.token, text=text, batch=batch
+        )
 
     async def tick(self) -> None:
         """One clock tick: every buffer's gathered text in one pipeline, and the checks for
         Stop and for a lost claim when they are due (a delta's reply answers both for its
         answer, so only the answers with nothing to write this tick are asked)."""
-        due = [(buffer, *buffer.take()) for buffer in self.buffers.values()
-               if buffer.pending and buffer.started and not buffer.lost]  # fmt: skip
+        due = [
+            (buffer, *buffer.take())
+            for buffer in self.buffers.values()
+            if buffer.pending and buffer.started and not buffer.lost
+        ]
         now = time.monotonic()
         check = now - self._last_check >= self.check_interval
         writing = {id(buffer) for buffer, _, _ in due}
-        watched = [b for b in self.buffers.values() if not b.over and id(b) not in writing
-                   ] if check else []  # fmt: skip
+        watched = (
+            [b for b in self.buffers.values() if not b.over and id(b) not in writing]
+            if check
+            else []
+        )
         if not due and not watched:
             return
         if check:

@@ -392,8 +392,10 @@ def final_fields(answer: Answer) -> dict[str, str]:
     return fields
 
 
-def answer_from_final(request_id: str, fields: dict[str, str], *, user_id: str,
-                      conversation_id: str) -> Answer:  # fmt: skip
+def answer_from_final(
+    request_id: str, fields: dict[str, str], *, user_id: str, conversation_id: str
+) -> Answer:
     """The answer a final event describes (for readers that settle a request themselves)."""
-    return Answer.from_fields({**fields, "id": request_id, "user_id": user_id,
-                               "conversation_id": conversation_id})  # fmt: skip
+    return Answer.from_fields(
+        {**fields, "id": request_id, "user_id": user_id, "conversation_id": conversation_id}
+    )

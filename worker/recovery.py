@@ -80,9 +80,11 @@ class Reclaimer:
         found: list[ClaimedEntry] = []
         for stream in (self.keys.work_for(self.worker_id), *self.shared_streams):
             response = await self.redis.xreadgroup(
-                protocol.WORKER_GROUP, self.worker_id, {stream: "0"},
+                protocol.WORKER_GROUP,
+                self.worker_id,
+                {stream: "0"},
                 count=limit + len(self.running),
-            )  # fmt: skip
+            )
             for _, entries in response or []:
                 for entry_id, fields in entries:
                     if (stream, entry_id) in self.running or len(found) >= limit:
@@ -90,8 +92,7 @@ class Reclaimer:
                     if not fields:  # deleted from the stream while pending: nothing to run
                         await self.redis.xack(stream, protocol.WORKER_GROUP, entry_id)
                         continue
-                    log.warning("re-running %s, delivered here but not running",
-                                fields.get("id"))  # fmt: skip
+                    log.warning("re-running %s, delivered here but not running", fields.get("id"))
                     found.append((entry_id, fields, stream))
         return found
 
@@ -106,8 +107,11 @@ class Reclaimer:
                     dead.append(name)
         # Workers whose heartbeat key expired (three missed beats): their affinity streams'
         # backlog goes back at once, whether or not they had work on a shared stream.
-        names = [n for n in await self.redis.zrange(self.keys.workers, 0, -1)
-                 if n != self.worker_id and n not in dead]  # fmt: skip
+        names = [
+            n
+            for n in await self.redis.zrange(self.keys.workers, 0, -1)
+            if n != self.worker_id and n not in dead
+        ]
         if names:
             pipe = self.redis.pipeline(transaction=False)
             for name in names:
@@ -124,18 +128,26 @@ class Reclaimer:
 
     async def _claim_on(self, stream: str, consumer: str, *, limit: int) -> list[ClaimedEntry]:
         pending = await self.redis.xpending_range(
-            stream, protocol.WORKER_GROUP, min="-", max="+", count=max(limit, 1) * 4,
-            consumername=consumer, idle=self.claim_idle_ms,
-        )  # fmt: skip
+            stream,
+            protocol.WORKER_GROUP,
+            min="-",
+            max="+",
+            count=max(limit, 1) * 4,
+            consumername=consumer,
+            idle=self.claim_idle_ms,
+        )
         claimed: list[ClaimedEntry] = []
         for entry in pending:
             if len(claimed) >= limit:
                 break
             entry_id = entry["message_id"]
             entries = await self.redis.xclaim(
-                stream, protocol.WORKER_GROUP, self.worker_id,
-                min_idle_time=self.claim_idle_ms, message_ids=[entry_id],
-            )  # fmt: skip
+                stream,
+                protocol.WORKER_GROUP,
+                self.worker_id,
+                min_idle_time=self.claim_idle_ms,
+                message_ids=[entry_id],
+            )
             if not entries:
                 continue  # another worker claimed it first
             _, fields = entries[0]
@@ -155,22 +167,33 @@ class Reclaimer:
         stream = self.keys.work_for(worker_id)
         leaving = worker_id == self.worker_id
         lock = self.keys.reclaim_lock(worker_id)
-        if not leaving and not await self.redis.set(lock, self.worker_id, nx=True,
-                                                    ex=REHOME_LOCK_SECONDS):  # fmt: skip
+        if not leaving and not await self.redis.set(
+            lock, self.worker_id, nx=True, ex=REHOME_LOCK_SECONDS
+        ):
             return 0
         try:
             exists = await self.redis.exists(stream)
             groups = await self.redis.xinfo_groups(stream) if exists else []
-            read = next((g["last-delivered-id"] for g in groups
-                         if g["name"] == protocol.WORKER_GROUP), "0-0")  # fmt: skip
+            read = next(
+                (g["last-delivered-id"] for g in groups if g["name"] == protocol.WORKER_GROUP),
+                "0-0",
+            )
             entries = await self.redis.xrange(stream, min=f"({read}")
             still_pending = False
             if not leaving and groups:
                 pending = await self.redis.xpending_range(
-                    stream, protocol.WORKER_GROUP, min="-", max="+", count=1000,
-                    consumername=worker_id)  # fmt: skip
-                idle = [p["message_id"] for p in pending
-                        if p["time_since_delivered"] >= self.claim_idle_ms]  # fmt: skip
+                    stream,
+                    protocol.WORKER_GROUP,
+                    min="-",
+                    max="+",
+                    count=1000,
+                    consumername=worker_id,
+                )
+                idle = [
+                    p["message_id"]
+                    for p in pending
+                    if p["time_since_delivered"] >= self.claim_idle_ms
+                ]
                 still_pending = len(idle) < len(pending)
                 for entry_id in idle:
                     entries += await self.redis.xrange(stream, min=entry_id, max=entry_id)
@@ -179,8 +202,11 @@ class Reclaimer:
                 for entry_id, fields in entries:
                     transitions.work_returned(pipe, self.keys, stream, entry_id, fields)
                 await pipe.execute()
-                log.warning("moved %d entries from worker %s's stream to the shared streams",
-                            len(entries), worker_id)  # fmt: skip
+                log.warning(
+                    "moved %d entries from worker %s's stream to the shared streams",
+                    len(entries),
+                    worker_id,
+                )
             if not leaving and not still_pending:
                 await self.redis.zrem(self.keys.workers, worker_id)
             return len(entries)

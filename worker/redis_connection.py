@@ -75,8 +75,13 @@ class HiredisPackedConnection(aioredis.Connection):
 
     async def read_response(self, disable_decoding: bool = False, timeout=None, **options):
         reader = getattr(self._parser, "_reader", None)  # hiredis' reader; RESP2 replies only
-        if (timeout is not None or options or reader is None or self.protocol in ("3", 3)
-                or not getattr(self._parser, "_connected", False)):  # fmt: skip
+        if (
+            timeout is not None
+            or options
+            or reader is None
+            or self.protocol in ("3", 3)
+            or not getattr(self._parser, "_connected", False)
+        ):
             return await super().read_response(disable_decoding, timeout, **options)
         reply = reader.gets(False) if disable_decoding else reader.gets()
         if reply is NOT_ENOUGH_DATA:  # not all here yet: what arrived stays in the buffer
@@ -123,12 +128,17 @@ def connect(
     a work read names streams of one slot (their shared tag), a request's writes one slot each,
     and its pipelines are split by node."""
     if cluster.is_cluster_url(url):
-        return cluster.async_client(url, socket_timeout=socket_timeout,
-                                    connect_timeout=connect_timeout, **options)  # fmt: skip
+        return cluster.async_client(
+            url, socket_timeout=socket_timeout, connect_timeout=connect_timeout, **options
+        )
     pool = aioredis.BlockingConnectionPool.from_url(
-        url, max_connections=max_connections, timeout=socket_timeout,
-        socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout, **options,
-    )  # fmt: skip
+        url,
+        max_connections=max_connections,
+        timeout=socket_timeout,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout,
+        **options,
+    )
     if pool.connection_class is aioredis.Connection:  # TLS connections keep redis-py's packer
         pool.connection_class = HiredisPackedConnection
     return aioredis.Redis(connection_pool=pool)

@@ -100,14 +100,24 @@ class Worker:
         self._background: set[asyncio.Task] = set()
         self.last_beat: dict | None = None  # what the metrics endpoint's gauges read
         self.batcher = CommandBatcher(redis_client)
-        self.output = OutputWriter(self.batcher, keys, interval=batch_interval,
-                                   busy_interval=batch_busy_interval, max_chars=batch_chars,
-                                   check_interval=CHECK_SECONDS)  # fmt: skip
+        self.output = OutputWriter(
+            self.batcher,
+            keys,
+            interval=batch_interval,
+            busy_interval=batch_busy_interval,
+            max_chars=batch_chars,
+            check_interval=CHECK_SECONDS,
+        )
         self.attempts = Attempts(
-            batcher=self.batcher, keys=keys, engine=engine, output=self.output,
-            worker_id=self.worker_id, stats=self.stats, max_attempts=max_attempts,
+            batcher=self.batcher,
+            keys=keys,
+            engine=engine,
+            output=self.output,
+            worker_id=self.worker_id,
+            stats=self.stats,
+            max_attempts=max_attempts,
             answer_timeout=answer_timeout,
-        )  # fmt: skip
+        )
         # Its own affinity stream first, then its model's, then work naming no model.
         self.shared_streams = tuple(dict.fromkeys((keys.work_for_model(model), keys.work)))
         self.streams = (self.keys.work_for(self.worker_id), *self.shared_streams)
@@ -117,10 +127,14 @@ class Worker:
         self._tasks: dict[tuple[str, str], tuple[asyncio.Task, str]] = {}
         self._stopping = asyncio.Event()
         self.reclaimer = Reclaimer(
-            redis_client=redis_client, keys=keys, worker_id=self.worker_id,
-            claim_idle_ms=claim_idle_ms, interval_seconds=heartbeat_interval,
-            running=self._tasks, shared_streams=self.shared_streams,
-        )  # fmt: skip
+            redis_client=redis_client,
+            keys=keys,
+            worker_id=self.worker_id,
+            claim_idle_ms=claim_idle_ms,
+            interval_seconds=heartbeat_interval,
+            running=self._tasks,
+            shared_streams=self.shared_streams,
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -132,8 +146,13 @@ class Worker:
         await self.attempts.retrying(self._ensure_groups)
         self._beating = True
         beating = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
-        log.info("worker %s ready: engine %s, model %r, %d slots", self.worker_id,
-                 self.engine.name, self.model, self.slots)  # fmt: skip
+        log.info(
+            "worker %s ready: engine %s, model %r, %d slots",
+            self.worker_id,
+            self.engine.name,
+            self.model,
+            self.slots,
+        )
         try:
             await self._read_loop()
         finally:
@@ -149,8 +168,7 @@ class Worker:
     async def _drain(self) -> None:
         if not self._tasks:
             return
-        log.info("waiting up to %.0fs for %d running answers", self.grace_seconds,
-                 len(self._tasks))  # fmt: skip
+        log.info("waiting up to %.0fs for %d running answers", self.grace_seconds, len(self._tasks))
         tasks = [task for task, _ in self._tasks.values()]
         _, pending = await asyncio.wait(tasks, timeout=self.grace_seconds)
         for task in pending:
@@ -171,8 +189,11 @@ class Worker:
             log.warning("could not hand back routed work: %s", exc)
 
     def _breaker_opened(self) -> None:
-        log.warning("worker %s: circuit breaker open (answers failing); out of routing for "
-                    "%.0f s", self.worker_id, self.breaker.settings.cooldown_seconds)  # fmt: skip
+        log.warning(
+            "worker %s: circuit breaker open (answers failing); out of routing for %.0f s",
+            self.worker_id,
+            self.breaker.settings.cooldown_seconds,
+        )
         task = asyncio.create_task(self._hand_back_backlog(announce=True))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -186,11 +207,17 @@ class Worker:
             for stream in self.streams:
                 # Only with nothing pending: deleting a consumer drops its pending entries.
                 pending = await self.redis.xpending_range(
-                    stream, protocol.WORKER_GROUP, min="-", max="+", count=1,
-                    consumername=self.worker_id)  # fmt: skip
+                    stream,
+                    protocol.WORKER_GROUP,
+                    min="-",
+                    max="+",
+                    count=1,
+                    consumername=self.worker_id,
+                )
                 if not pending:
-                    await self.redis.xgroup_delconsumer(stream, protocol.WORKER_GROUP,
-                                                        self.worker_id)  # fmt: skip
+                    await self.redis.xgroup_delconsumer(
+                        stream, protocol.WORKER_GROUP, self.worker_id
+                    )
         except RedisError as exc:  # the others find this worker gone by its heartbeat
             log.warning("could not leave cleanly: %s", exc)
 
@@ -239,9 +266,12 @@ class Worker:
 
     async def _read(self, count: int) -> int:
         response = await self.redis.xreadgroup(
-            protocol.WORKER_GROUP, self.worker_id, dict.fromkeys(self.streams, ">"),
-            count=count, block=self.read_block_ms,
-        )  # fmt: skip
+            protocol.WORKER_GROUP,
+            self.worker_id,
+            dict.fromkeys(self.streams, ">"),
+            count=count,
+            block=self.read_block_ms,
+        )
         entries = [(stream, entry) for stream, batch in response or [] for entry in batch]
         # Read just as the stop came, or as the breaker opened during the blocking read:
         # another worker runs them, not this draining (or failing) one.
@@ -254,8 +284,11 @@ class Worker:
                     transitions.work_returned(pipe, self.keys, stream, entry_id, fields)
 
             await self.batcher.call(give_back)
-            log.info("returned %d work items just read (%s)", len(returned),
-                     "stopping" if self._stopping.is_set() else "breaker open")  # fmt: skip
+            log.info(
+                "returned %d work items just read (%s)",
+                len(returned),
+                "stopping" if self._stopping.is_set() else "breaker open",
+            )
         for stream, (entry_id, fields) in entries:
             self._start(entry_id, fields, stream, fresh=protocol.RETURNED not in fields)
         return len(entries)
@@ -286,8 +319,9 @@ class Worker:
             permits += 1
         return permits
 
-    def _start(self, entry_id: str, fields: dict[str, str], stream: str, *,
-               fresh: bool = False) -> None:  # fmt: skip
+    def _start(
+        self, entry_id: str, fields: dict[str, str], stream: str, *, fresh: bool = False
+    ) -> None:
         """Runs one entry in its own task; the task owns one slot permit and releases it.
         `fresh`: its first delivery (not reclaimed, not given back: Attempts.run)."""
         task = asyncio.create_task(self.attempts.run(entry_id, fields, stream, fresh=fresh))
@@ -317,7 +351,14 @@ class Worker:
 
     async def _beat(self) -> None:
         self.last_beat = await heartbeat.beat(
-            self.redis, self.keys, worker_id=self.worker_id, engine=self.engine,
-            model=self.model, slots=self.slots, running=[rid for _, rid in self._tasks.values()],
-            stats=self.stats, draining=self._stopping.is_set(), interval=self.heartbeat_interval,
-        )  # fmt: skip
+            self.redis,
+            self.keys,
+            worker_id=self.worker_id,
+            engine=self.engine,
+            model=self.model,
+            slots=self.slots,
+            running=[rid for _, rid in self._tasks.values()],
+            stats=self.stats,
+            draining=self._stopping.is_set(),
+            interval=self.heartbeat_interval,
+        )

@@ -30,8 +30,10 @@ from redis.exceptions import ResponseError
 from . import protocol
 from .protocol import Answer, EventType, Keys, State, WorkItem
 
-_ENDED = "local s = redis.call('HGET', KEYS[1], 'state') " \
-         "if s == 'done' or s == 'failed' or s == 'cancelled' then return 0 end "  # fmt: skip
+_ENDED = (
+    "local s = redis.call('HGET', KEYS[1], 'state') "
+    "if s == 'done' or s == 'failed' or s == 'cancelled' then return 0 end "
+)
 
 # KEYS: request hash, output stream, cancel flag
 # ARGV: token, worker, now ms, request ttl, output ttl, output maxlen, max attempts (0: any),
@@ -138,17 +140,27 @@ def submitted(
     cited = json.dumps(citations)
     now = protocol.now_ms()
     request_key, out_key = keys.request(item.id), keys.output(item.id)
-    pipe.hset(request_key, mapping={
-        "state": State.QUEUED, "user_id": item.user_id, "conversation_id": item.conversation_id,
-        "kind": item.kind, "created_ms": now, "updated_ms": now, "citations": cited,
-        "purpose": json.dumps(item.purpose) if item.purpose else "",
-    })  # fmt: skip
+    pipe.hset(
+        request_key,
+        mapping={
+            "state": State.QUEUED,
+            "user_id": item.user_id,
+            "conversation_id": item.conversation_id,
+            "kind": item.kind,
+            "created_ms": now,
+            "updated_ms": now,
+            "citations": cited,
+            "purpose": json.dumps(item.purpose) if item.purpose else "",
+        },
+    )
     pipe.expire(request_key, protocol.REQUEST_TTL_SECONDS)
     if item.conversation_id:  # a stateless API request belongs to no conversation
-        pipe.set(keys.conversation_active(item.conversation_id), item.id,
-                 ex=protocol.REQUEST_TTL_SECONDS)  # fmt: skip
-    first = FirstEvent(len(pipe), {"type": EventType.STATUS, "state": State.QUEUED,
-                                   "citations": cited})  # fmt: skip
+        pipe.set(
+            keys.conversation_active(item.conversation_id), item.id, ex=protocol.REQUEST_TTL_SECONDS
+        )
+    first = FirstEvent(
+        len(pipe), {"type": EventType.STATUS, "state": State.QUEUED, "citations": cited}
+    )
     _event(pipe, out_key, first.fields)
     pipe.expire(out_key, protocol.OUTPUT_TTL_SECONDS)
     pipe.xadd(stream, {**item.to_fields(), "submit_by_ms": str(submit_by_ms)})
@@ -182,16 +194,29 @@ def answer_stored(pipe, keys: Keys, request_id: str) -> None:
 def dispatched(pipe, keys: Keys, request_id: str, *, stream: str, fields: dict[str, str]) -> None:
     """The request leaves the line for a work stream (unless it has moved on already)."""
     pipe.xadd(stream, fields)
-    pipe.eval(DISPATCHED, 2, keys.request(request_id), keys.output(request_id), protocol.now_ms(),
-              protocol.REQUEST_TTL_SECONDS, protocol.OUTPUT_TTL_SECONDS,
-              protocol.OUTPUT_MAXLEN, stream)  # fmt: skip
+    pipe.eval(
+        DISPATCHED,
+        2,
+        keys.request(request_id),
+        keys.output(request_id),
+        protocol.now_ms(),
+        protocol.REQUEST_TTL_SECONDS,
+        protocol.OUTPUT_TTL_SECONDS,
+        protocol.OUTPUT_MAXLEN,
+        stream,
+    )
 
 
-def position(pipe, keys: Keys, request_id: str, *, place: int, eta_seconds: int,
-             reason: str = "") -> None:  # fmt: skip
+def position(
+    pipe, keys: Keys, request_id: str, *, place: int, eta_seconds: int, reason: str = ""
+) -> None:
     """ "You are #3 in line (about 12 s)", and why, when the plan's rate holds it."""
-    event = {"type": EventType.STATUS, "state": State.QUEUED, "position": str(place),
-             "eta_seconds": str(eta_seconds)}  # fmt: skip
+    event = {
+        "type": EventType.STATUS,
+        "state": State.QUEUED,
+        "position": str(place),
+        "eta_seconds": str(eta_seconds),
+    }
     if reason:
         event["reason"] = reason
     out_key = keys.output(request_id)
@@ -202,14 +227,33 @@ def position(pipe, keys: Keys, request_id: str, *, place: int, eta_seconds: int,
 # -- workers ----------------------------------------------------------------------------------
 
 
-def start(pipe, keys: Keys, request_id: str, *, token: str, worker_id: str,
-          max_attempts: int = 0, prompt_tokens: int = 0) -> None:  # fmt: skip
+def start(
+    pipe,
+    keys: Keys,
+    request_id: str,
+    *,
+    token: str,
+    worker_id: str,
+    max_attempts: int = 0,
+    prompt_tokens: int = 0,
+) -> None:
     """Claims the request for a new attempt; read the reply with `start_result`. The start
     event tells readers how many `prompt_tokens` the model reads before it answers."""
-    pipe.eval(START, 3, keys.request(request_id), keys.output(request_id),
-              keys.cancel(request_id), token, worker_id, protocol.now_ms(),
-              protocol.REQUEST_TTL_SECONDS, protocol.OUTPUT_TTL_SECONDS, protocol.OUTPUT_MAXLEN,
-              max_attempts, prompt_tokens)  # fmt: skip
+    pipe.eval(
+        START,
+        3,
+        keys.request(request_id),
+        keys.output(request_id),
+        keys.cancel(request_id),
+        token,
+        worker_id,
+        protocol.now_ms(),
+        protocol.REQUEST_TTL_SECONDS,
+        protocol.OUTPUT_TTL_SECONDS,
+        protocol.OUTPUT_MAXLEN,
+        max_attempts,
+        prompt_tokens,
+    )
 
 
 def start_result(reply) -> Start:
@@ -222,8 +266,17 @@ def delta(pipe, keys: Keys, request_id: str, *, token: str, text: str, batch: in
     """Batch number `batch` (1, 2, ...) of the answer's text, written only while `token` owns
     the request, and once: the reply is WRITTEN, WRITTEN_STOPPED (the user pressed Stop), or
     NOT_OWNER when another attempt took over (the caller has lost its claim)."""
-    pipe.eval(DELTA, 3, keys.request(request_id), keys.output(request_id),
-              keys.cancel(request_id), token, protocol.OUTPUT_MAXLEN, text, batch)  # fmt: skip
+    pipe.eval(
+        DELTA,
+        3,
+        keys.request(request_id),
+        keys.output(request_id),
+        keys.cancel(request_id),
+        token,
+        protocol.OUTPUT_MAXLEN,
+        text,
+        batch,
+    )
 
 
 def finish(pipe, keys: Keys, answer: Answer, *, token: str = "") -> None:
@@ -233,10 +286,22 @@ def finish(pipe, keys: Keys, answer: Answer, *, token: str = "") -> None:
     final = protocol.final_fields(answer)
     pairs = [part for name_value in final.items() for part in name_value]
     retry_after = "" if answer.retry_after is None else str(int(answer.retry_after))
-    pipe.eval(FINISH, 2, keys.request(answer.id), keys.output(answer.id), token,
-              protocol.now_ms(), protocol.REQUEST_TTL_SECONDS, protocol.OUTPUT_TTL_SECONDS,
-              protocol.OUTPUT_MAXLEN, str(answer.state), answer.error,
-              json.dumps(asdict(answer.usage)), retry_after, *pairs)  # fmt: skip
+    pipe.eval(
+        FINISH,
+        2,
+        keys.request(answer.id),
+        keys.output(answer.id),
+        token,
+        protocol.now_ms(),
+        protocol.REQUEST_TTL_SECONDS,
+        protocol.OUTPUT_TTL_SECONDS,
+        protocol.OUTPUT_MAXLEN,
+        str(answer.state),
+        answer.error,
+        json.dumps(asdict(answer.usage)),
+        retry_after,
+        *pairs,
+    )
 
 
 def finish_result(reply) -> int:
@@ -269,16 +334,33 @@ def work_returned(pipe, keys: Keys, stream: str, entry_id: str, fields: dict[str
 # -- anyone -----------------------------------------------------------------------------------
 
 
-def dead_letter(pipe, keys: Keys, *, source: str, reason: str, stream: str = "",
-                entry_id: str = "", fields: dict | None = None) -> None:  # fmt: skip
+def dead_letter(
+    pipe,
+    keys: Keys,
+    *,
+    source: str,
+    reason: str,
+    stream: str = "",
+    entry_id: str = "",
+    fields: dict | None = None,
+) -> None:
     """Keeps what could not be parsed, stored or run, with the reason, for an operator: no
     loop dies on data, and nothing is dropped silently."""
     fields = fields or {}
-    pipe.xadd(keys.dead, {
-        "source": source, "reason": reason[:500], "stream": stream, "entry_id": entry_id,
-        "request_id": str(fields.get("id", "")), "at_ms": protocol.now_ms(),
-        "fields": json.dumps(fields, default=str),
-    }, maxlen=protocol.DEAD_MAXLEN, approximate=True)  # fmt: skip
+    pipe.xadd(
+        keys.dead,
+        {
+            "source": source,
+            "reason": reason[:500],
+            "stream": stream,
+            "entry_id": entry_id,
+            "request_id": str(fields.get("id", "")),
+            "at_ms": protocol.now_ms(),
+            "fields": json.dumps(fields, default=str),
+        },
+        maxlen=protocol.DEAD_MAXLEN,
+        approximate=True,
+    )
 
 
 def ensure_groups(pipe, groups: Iterable[tuple[str, str]]) -> None:

@@ -26,8 +26,16 @@ class UserAdmin(BaseUserAdmin):
 
 @admin.register(Tag)
 class TagAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "prompt_hint", "is_active", "user_count", "proposed",
-                    "accepted", "rejected")  # fmt: skip
+    list_display = (
+        "name",
+        "slug",
+        "prompt_hint",
+        "is_active",
+        "user_count",
+        "proposed",
+        "accepted",
+        "rejected",
+    )
     list_filter = ("is_active",)
     search_fields = ("name", "slug", "prompt_hint")
     prepopulated_fields = {"slug": ("name",)}
@@ -39,13 +47,19 @@ class TagAdmin(admin.ModelAdmin):
     # Adoption of the tags Sluice proposes from users' questions (counted in one query).
     def get_queryset(self, request):
         decided = TagProposal.Status
-        return super().get_queryset(request).annotate(
-            n_proposed=Count("proposals", distinct=True),
-            n_accepted=Count("proposals", filter=Q(proposals__status=decided.ACCEPTED),
-                             distinct=True),
-            n_rejected=Count("proposals", filter=Q(proposals__status=decided.REJECTED),
-                             distinct=True),
-        )  # fmt: skip
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                n_proposed=Count("proposals", distinct=True),
+                n_accepted=Count(
+                    "proposals", filter=Q(proposals__status=decided.ACCEPTED), distinct=True
+                ),
+                n_rejected=Count(
+                    "proposals", filter=Q(proposals__status=decided.REJECTED), distinct=True
+                ),
+            )
+        )
 
     @admin.display(description="proposed", ordering="n_proposed")
     def proposed(self, tag: Tag) -> int:

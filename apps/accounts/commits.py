@@ -52,5 +52,8 @@ def batch_pending(name: str) -> bool:
 
 
 def _registered(conn, batch: dict | None) -> bool:
-    return (batch is not None and conn.in_atomic_block
-            and any(entry[1] is batch["_flush"] for entry in conn.run_on_commit))  # fmt: skip
+    return (
+        batch is not None
+        and conn.in_atomic_block
+        and any(entry[1] is batch["_flush"] for entry in conn.run_on_commit)
+    )

@@ -61,8 +61,9 @@ class Profile(models.Model):
 class ApiKey(models.Model):
     """A key for API clients. Only a SHA-256 of the key is stored; the key is shown once."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
-                             related_name="api_keys")  # fmt: skip
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
+    )
     name = models.CharField(max_length=80)
     prefix = models.CharField(
         max_length=16, help_text="The key's first characters, to tell keys apart."
@@ -88,8 +89,9 @@ class TagProposal(models.Model):
         ACCEPTED = "accepted", "Accepted"
         REJECTED = "rejected", "Rejected"
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
-                             related_name="tag_proposals")  # fmt: skip
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tag_proposals"
+    )
     tag = models.ForeignKey(Tag, on_delete=models.CASCADE, related_name="proposals")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PROPOSED)
     created = models.DateTimeField(auto_now_add=True)

@@ -13,5 +13,6 @@ def tag_list_active() -> QuerySet[Tag]:
 
 def tag_proposals_open_for_user(*, user: User) -> QuerySet[TagProposal]:
     """Tags Sluice proposed from the user's questions, waiting for their yes or no."""
-    return (TagProposal.objects.filter(user=user, status=TagProposal.Status.PROPOSED,
-                                       tag__is_active=True).select_related("tag"))  # fmt: skip
+    return TagProposal.objects.filter(
+        user=user, status=TagProposal.Status.PROPOSED, tag__is_active=True
+    ).select_related("tag")

@@ -54,8 +54,12 @@ def profile_update(
 def tag_proposal_decide(*, user: User, proposal_id: int, accept: bool) -> TagProposal:
     """The user's yes or no to a proposed tag; only a yes puts the tag on the profile.
     Http404 for a proposal that is not theirs or was decided already."""
-    proposal = get_object_or_404(TagProposal.objects.select_for_update(), id=proposal_id,
-                                 user=user, status=TagProposal.Status.PROPOSED)  # fmt: skip
+    proposal = get_object_or_404(
+        TagProposal.objects.select_for_update(),
+        id=proposal_id,
+        user=user,
+        status=TagProposal.Status.PROPOSED,
+    )
     proposal.status = TagProposal.Status.ACCEPTED if accept else TagProposal.Status.REJECTED
     proposal.decided = timezone.now()
     proposal.save(update_fields=["status", "decided"])

@@ -56,8 +56,11 @@ def session_digest(session_key: str | None) -> str:
 def account_event_publish(*, user_id: int, kind: str, session_key: str | None = None) -> None:
     """Tells the user's open sockets to re-check their sessions. Never raises: a logout must
     work while Redis is down, and the sockets' per-frame checks still hold then."""
-    fields = {"user": str(user_id), "type": kind,
-              "session": session_digest(session_key) if session_key else ""}  # fmt: skip
+    fields = {
+        "user": str(user_id),
+        "type": kind,
+        "session": session_digest(session_key) if session_key else "",
+    }
     try:
         get_redis().xadd(keys().account_events, fields, maxlen=EVENTS_MAXLEN, approximate=True)
     except RedisError as exc:
@@ -158,9 +161,14 @@ class SessionCheck:
         the database (the caller then calls `require()` first)."""
         if self._password is None or settings.SESSION_ENGINE not in DATABASE_SESSION_ENGINES:
             return None
-        return SqlCondition(_condition_sql(), {"session_key": self.session_key,
-                                               "session_user": self.user_id,
-                                               "session_password": self._password})  # fmt: skip
+        return SqlCondition(
+            _condition_sql(),
+            {
+                "session_key": self.session_key,
+                "session_user": self.user_id,
+                "session_password": self._password,
+            },
+        )
 
     def _decoded_current(self, data: dict) -> bool:
         """Checks the session's own fields and remembers its auth hash."""
@@ -184,19 +192,23 @@ def _check_sql() -> str:
     users = get_user_model()._meta.db_table
     sessions = Session._meta.db_table
     # The session is read only when the user exists: one row, or none for a deleted user.
-    return (f"SELECT u.password, u.is_active, s.session_data FROM {users} u "
-            f"LEFT JOIN {sessions} s ON s.session_key = %s AND s.expire_date > now() "
-            "WHERE u.id = %s")  # fmt: skip
+    return (
+        f"SELECT u.password, u.is_active, s.session_data FROM {users} u "
+        f"LEFT JOIN {sessions} s ON s.session_key = %s AND s.expire_date > now() "
+        "WHERE u.id = %s"
+    )
 
 
 @functools.cache
 def _condition_sql() -> str:
     users = get_user_model()._meta.db_table
     sessions = Session._meta.db_table
-    return (f"EXISTS (SELECT 1 FROM {users} u JOIN {sessions} s "
-            "ON s.session_key = %(session_key)s AND s.expire_date > now() "
-            "WHERE u.id = %(session_user)s AND u.is_active "
-            "AND u.password = %(session_password)s)")  # fmt: skip
+    return (
+        f"EXISTS (SELECT 1 FROM {users} u JOIN {sessions} s "
+        "ON s.session_key = %(session_key)s AND s.expire_date > now() "
+        "WHERE u.id = %(session_user)s AND u.is_active "
+        "AND u.password = %(session_password)s)"
+    )
 
 
 def _hash_matches(session_hash: str | None, password: str) -> bool:

@@ -56,8 +56,7 @@ def socket_login(session_key: str | None) -> SocketLogin:
     if backend != MODEL_BACKEND and backend in settings.AUTHENTICATION_BACKENDS:
         return _general_login(session_key, events_after)
     if user_id is None or backend not in settings.AUTHENTICATION_BACKENDS:
-        return SocketLogin(AnonymousUser(), SessionCheck(session_key=None, user_id=0),
-                           events_after)  # fmt: skip
+        return SocketLogin(AnonymousUser(), SessionCheck(session_key=None, user_id=0), events_after)
     user = _active_user(user_id)
     check = SessionCheck(session_key=session_key, user_id=user.pk if user else 0)
     if user is None or not check.passed(data, password=user.password):
@@ -111,8 +110,10 @@ def _decoder() -> SessionBase:
 
 @functools.cache
 def _session_sql() -> str:
-    return (f"SELECT session_data FROM {Session._meta.db_table} "
-            "WHERE session_key = %s AND expire_date > now()")  # fmt: skip
+    return (
+        f"SELECT session_data FROM {Session._meta.db_table} "
+        "WHERE session_key = %s AND expire_date > now()"
+    )
 
 
 @functools.cache
@@ -123,7 +124,8 @@ def _user_fields() -> list[str]:
 @functools.cache
 def _user_sql() -> str:
     model = get_user_model()
-    columns = ", ".join(connection.ops.quote_name(field.column)
-                        for field in model._meta.concrete_fields)  # fmt: skip
+    columns = ", ".join(
+        connection.ops.quote_name(field.column) for field in model._meta.concrete_fields
+    )
     pk = connection.ops.quote_name(model._meta.pk.column)
     return f"SELECT {columns} FROM {model._meta.db_table} WHERE {pk} = %s"

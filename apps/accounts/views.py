@@ -47,8 +47,9 @@ class PasswordChangeView(auth_views.PasswordChangeView):
 
     def form_valid(self, form):
         response = super().form_valid(form)
-        messages.success(self.request, "Password changed. Your other sessions have been logged "
-                         "out.")  # fmt: skip
+        messages.success(
+            self.request, "Password changed. Your other sessions have been logged out."
+        )
         return response
 
 
@@ -78,10 +79,15 @@ def profile(request: HttpRequest) -> HttpResponse:
         services.profile_update(user=request.user, **form.cleaned_data)
         messages.success(request, "Profile saved.")
         return redirect("accounts:profile")
-    return render(request, "accounts/profile.html", {
-        "form": form, "api_keys": request.user.api_keys.filter(revoked=False),
-        "tag_proposals": selectors.tag_proposals_open_for_user(user=request.user),
-    })  # fmt: skip
+    return render(
+        request,
+        "accounts/profile.html",
+        {
+            "form": form,
+            "api_keys": request.user.api_keys.filter(revoked=False),
+            "tag_proposals": selectors.tag_proposals_open_for_user(user=request.user),
+        },
+    )
 
 
 @login_required
@@ -89,8 +95,9 @@ def profile(request: HttpRequest) -> HttpResponse:
 def api_key_new(request: HttpRequest) -> HttpResponse:
     key, raw = services.api_key_create(user=request.user, name=request.POST.get("name", ""))
     # Shown once on the next page; only its hash is stored.
-    messages.success(request, f"New API key “{key.name}”: {raw} — copy it now, it will not be "
-                     "shown again.")  # fmt: skip
+    messages.success(
+        request, f"New API key “{key.name}”: {raw} — copy it now, it will not be shown again."
+    )
     return redirect("accounts:profile")
 
 
@@ -112,8 +119,9 @@ def tag_proposal_decide(request: HttpRequest, proposal_id: int) -> HttpResponse:
     if decision not in ("accept", "reject"):
         messages.error(request, "Choose Add or No thanks.")
         return redirect("accounts:profile")
-    proposal = services.tag_proposal_decide(user=request.user, proposal_id=proposal_id,
-                                            accept=decision == "accept")  # fmt: skip
+    proposal = services.tag_proposal_decide(
+        user=request.user, proposal_id=proposal_id, accept=decision == "accept"
+    )
     if decision == "accept":
         messages.success(request, f"“{proposal.tag.name}” added to your profile.")
     else:

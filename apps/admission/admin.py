@@ -9,8 +9,16 @@ from .services import plan_make_default
 
 @admin.register(Plan)
 class PlanAdmin(admin.ModelAdmin):
-    list_display = ("name", "slug", "is_default", "requests_per_minute", "tokens_per_minute",
-                    "tokens_per_day", "max_concurrent", "priority_weight")  # fmt: skip
+    list_display = (
+        "name",
+        "slug",
+        "is_default",
+        "requests_per_minute",
+        "tokens_per_minute",
+        "tokens_per_day",
+        "max_concurrent",
+        "priority_weight",
+    )
     prepopulated_fields = {"slug": ("name",)}
     readonly_fields = ("models_served_now",)
     fieldsets = (
@@ -68,19 +76,43 @@ class UserPlanAdmin(admin.ModelAdmin):
 
 @admin.register(DegradationSettings)
 class DegradationSettingsAdmin(admin.ModelAdmin):
-    list_display = ("__str__", "level_in_force", "backlog_threshold", "cpu_percent_threshold",
-                    "gpu_memory_percent_threshold", "forced_level")  # fmt: skip
+    list_display = (
+        "__str__",
+        "level_in_force",
+        "backlog_threshold",
+        "cpu_percent_threshold",
+        "gpu_memory_percent_threshold",
+        "forced_level",
+    )
     readonly_fields = ("level_in_force",)
     fieldsets = (
         ("In force now", {"fields": ("level_in_force",)}),
-        ("Thresholds (level 1 when any signal reaches its threshold)", {"fields": (
-            "backlog_threshold", "cpu_percent_threshold", "gpu_memory_percent_threshold",
-            "level2_ratio", "level3_ratio")}),
-        ("Effects (the level from which each applies)", {"fields": (
-            "cap_max_tokens_level", "capped_max_tokens", "skip_retrieval_level",
-            "reject_lowest_plan_level", "reject_retry_after_seconds")}),
+        (
+            "Thresholds (level 1 when any signal reaches its threshold)",
+            {
+                "fields": (
+                    "backlog_threshold",
+                    "cpu_percent_threshold",
+                    "gpu_memory_percent_threshold",
+                    "level2_ratio",
+                    "level3_ratio",
+                )
+            },
+        ),
+        (
+            "Effects (the level from which each applies)",
+            {
+                "fields": (
+                    "cap_max_tokens_level",
+                    "capped_max_tokens",
+                    "skip_retrieval_level",
+                    "reject_lowest_plan_level",
+                    "reject_retry_after_seconds",
+                )
+            },
+        ),
         ("Override", {"fields": ("forced_level",)}),
-    )  # fmt: skip
+    )
 
     @admin.display(description="level in force")
     def level_in_force(self, obj=None) -> str:

@@ -77,8 +77,7 @@ class AffinityStore:
         if not requests:
             return lambda replies: None
         self._shapes = {r.id: self.shape(r) for r in requests}
-        names = self._names([(r.conversation_id, self._shapes[r.id].fingerprint)
-                             for r in requests])  # fmt: skip
+        names = self._names([(r.conversation_id, self._shapes[r.id].fingerprint) for r in requests])
         pipe.mget(names)
 
         def received(replies: list) -> None:
@@ -88,8 +87,11 @@ class AffinityStore:
         return received
 
     def _names(self, pairs: list[tuple[str, str]]) -> list[str]:
-        return [self.keys.affinity(kind, name) for conversation, fingerprint in pairs
-                for kind, name in (("conv", conversation), ("prefix", fingerprint))]  # fmt: skip
+        return [
+            self.keys.affinity(kind, name)
+            for conversation, fingerprint in pairs
+            for kind, name in (("conv", conversation), ("prefix", fingerprint))
+        ]
 
     def routed(self, request_id: str, fingerprint: str) -> None:
         """Remembers the request's fingerprint until its answer says which worker read it."""

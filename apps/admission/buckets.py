@@ -40,8 +40,12 @@ class Bucket:
 
     def scaled(self) -> tuple[str, int, int, int]:
         # Scaled by the window, the refill per millisecond is a whole number: see buckets.lua.
-        return (self.name, self.capacity * self.window_ms, self.refill,
-                round(self.amount * self.window_ms))  # fmt: skip
+        return (
+            self.name,
+            self.capacity * self.window_ms,
+            self.refill,
+            round(self.amount * self.window_ms),
+        )
 
 
 @dataclass(frozen=True)

@@ -83,8 +83,9 @@ def lookup(digest: str) -> Lookup:
         stamp, _, data = entry.partition(" ")
         if stamp == token:
             found = json.loads(data)
-            user = User.from_db(DEFAULT_DB_ALIAS, ["id", "username"],
-                                [found["user"], found["username"]])  # fmt: skip
+            user = User.from_db(
+                DEFAULT_DB_ALIAS, ["id", "username"], [found["user"], found["username"]]
+            )
             return Lookup(digest, token, (user, found["plans"]))
     return Lookup(digest, token or "")
 
@@ -95,11 +96,13 @@ def remember(missed: Lookup, *, user: User, plans: list[dict]) -> None:
     if missed.token is None:
         return
     token_name, entry_name = _names(missed.digest)
-    entry = json.dumps({"user": user.pk, "username": user.get_username(), "plans": plans},
-                       separators=(",", ":"))  # fmt: skip
+    entry = json.dumps(
+        {"user": user.pk, "username": user.get_username(), "plans": plans}, separators=(",", ":")
+    )
     try:
-        get_redis().eval(_REMEMBER, 2, token_name, entry_name, missed.token, uuid.uuid4().hex,
-                         entry, TTL_SECONDS)  # fmt: skip
+        get_redis().eval(
+            _REMEMBER, 2, token_name, entry_name, missed.token, uuid.uuid4().hex, entry, TTL_SECONDS
+        )
     except RedisError as exc:
         log.warning("API caller not cached: %s", exc)
 
@@ -109,8 +112,9 @@ def forget_all() -> None:
     try:
         get_redis().set(_names("")[0], uuid.uuid4().hex)
     except RedisError as exc:  # the entries then expire on their own
-        log.warning("API callers cache not cleared (entries expire within %ss): %s",
-                    TTL_SECONDS, exc)  # fmt: skip
+        log.warning(
+            "API callers cache not cleared (entries expire within %ss): %s", TTL_SECONDS, exc
+        )
 
 
 def _changed(sender, **kwargs) -> None:
@@ -119,8 +123,12 @@ def _changed(sender, **kwargs) -> None:
         fields = kwargs.get("update_fields")
         if fields is not None and set(fields) <= {"last_login"}:
             return  # a login changes nothing a caller holds
-    after_commit_collect("api-callers", add=lambda batch: batch.update(changed=True),
-                         apply=lambda batch: forget_all(), empty=dict)  # fmt: skip
+    after_commit_collect(
+        "api-callers",
+        add=lambda batch: batch.update(changed=True),
+        apply=lambda batch: forget_all(),
+        empty=dict,
+    )
 
 
 def connect() -> None:
@@ -131,5 +139,4 @@ def connect() -> None:
     for model in (Plan, UserPlan):
         name = model.__name__
         pre_update.connect(_changed, sender=model, dispatch_uid=f"api-callers-{name}-update")
-        post_bulk_create.connect(_changed, sender=model,
-                                 dispatch_uid=f"api-callers-{name}-bulk")  # fmt: skip
+        post_bulk_create.connect(_changed, sender=model, dispatch_uid=f"api-callers-{name}-bulk")

@@ -77,39 +77,62 @@ def degradation_compute(
         "gpu_memory": gpu_percent / settings.gpu_memory_percent_threshold,
     }
     pressure = max(signals.values())
-    level = 3 if pressure >= settings.level3_ratio else 2 if pressure >= settings.level2_ratio \
-        else 1 if pressure >= 1 else 0  # fmt: skip
+    level = (
+        3
+        if pressure >= settings.level3_ratio
+        else 2
+        if pressure >= settings.level2_ratio
+        else 1
+        if pressure >= 1
+        else 0
+    )
     forced = settings.forced_level is not None
     if forced:
         level = settings.forced_level
     return Degradation(
         level=level,
-        cap_max_tokens=settings.capped_max_tokens if level >= settings.cap_max_tokens_level
+        cap_max_tokens=settings.capped_max_tokens
+        if level >= settings.cap_max_tokens_level
         else None,
         skip_retrieval=level >= settings.skip_retrieval_level,
         reject_lowest_plan=level >= settings.reject_lowest_plan_level,
         retry_after=settings.reject_retry_after_seconds,
         signals={name: round(value, 3) for name, value in signals.items()},
         forced=forced,
-    )  # fmt: skip
+    )
 
 
 def degradation_publish(
-    client: redis.Redis, keys: Keys, *, settings: DegradationSettings, backlog: int,
-    heartbeats: list[dict], workers: int, slots: int, running: int, service_s: float,
-) -> Degradation:  # fmt: skip
+    client: redis.Redis,
+    keys: Keys,
+    *,
+    settings: DegradationSettings,
+    backlog: int,
+    heartbeats: list[dict],
+    workers: int,
+    slots: int,
+    running: int,
+    service_s: float,
+) -> Degradation:
     """Computes the level from the backlog, this host's CPU and the workers' KV caches, and
     publishes it with the gauges /metrics shows."""
     degradation = degradation_compute(
-        settings=settings, backlog=backlog, cpu_percent=host_cpu_percent(),
+        settings=settings,
+        backlog=backlog,
+        cpu_percent=host_cpu_percent(),
         gpu_percent=gpu_memory_percent(heartbeats),
-    )  # fmt: skip
+    )
     pipe = client.pipeline(transaction=False)
     pipe.set(keys.degradation, degradation.to_json(), ex=PUBLISHED_TTL_SECONDS)
-    pipe.hset(keys.metrics, mapping={
-        "gauge:workers": workers, "gauge:slots": slots, "gauge:running": running,
-        "gauge:service_seconds": service_s,
-    })  # fmt: skip
+    pipe.hset(
+        keys.metrics,
+        mapping={
+            "gauge:workers": workers,
+            "gauge:slots": slots,
+            "gauge:running": running,
+            "gauge:service_seconds": service_s,
+        },
+    )
     pipe.expire(keys.metrics, METRICS_TTL_SECONDS)
     pipe.execute()
     return degradation

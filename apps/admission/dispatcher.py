@@ -96,8 +96,9 @@ class Dispatcher:
         self.client, self.keys, self.clock = client, keys, clock
         self.bucket_clock = bucket_clock  # None: the bucket script reads Redis TIME
         self.recorder_pass = recorder_pass
-        self.lease = Lease(client, keys.lease, holder=holder or uuid.uuid4().hex,
-                           lease_ms=o.lease_ms)  # fmt: skip
+        self.lease = Lease(
+            client, keys.lease, holder=holder or uuid.uuid4().hex, lease_ms=o.lease_ms
+        )
         self.plans = PlanBook()
         self.buckets = BucketStore(client)
         self.line = Line(keys, quantum=o.quantum)
@@ -109,21 +110,45 @@ class Dispatcher:
         # Learned from the answers, kept in Redis for the next lease holder (see load).
         self.estimator = Estimator(keys)
         self.service = ServiceTimes(keys)
-        self.intake = Intake(**shared, plans=self.plans, buckets=self.buckets, line=self.line,
-                             bucket_now=self.bucket_now, batch=o.batch,
-                             estimator=self.estimator)  # fmt: skip
+        self.intake = Intake(
+            **shared,
+            plans=self.plans,
+            buckets=self.buckets,
+            line=self.line,
+            bucket_now=self.bucket_now,
+            batch=o.batch,
+            estimator=self.estimator,
+        )
         self.sweep = Sweep(**shared, line=self.line, cancel_checks=o.cancel_checks)
-        self.release = Release(**shared, line=self.line, running=self.running, plans=self.plans,
-                               fleet=self.fleet, prefetch=o.prefetch)  # fmt: skip
-        self.reconcile = Reconcile(**shared, plans=self.plans, buckets=self.buckets,
-                                   running=self.running, fleet=self.fleet,
-                                   bucket_now=self.bucket_now,
-                                   grace_ms=int(o.lost_grace * 1000),
-                                   samples=self.samples, estimator=self.estimator,
-                                   service=self.service)  # fmt: skip
-        self.positions = Positions(**shared, line=self.line, fleet=self.fleet,
-                                   pushes=o.position_pushes, share=o.position_share,
-                                   service=self.service, plans=self.plans)  # fmt: skip
+        self.release = Release(
+            **shared,
+            line=self.line,
+            running=self.running,
+            plans=self.plans,
+            fleet=self.fleet,
+            prefetch=o.prefetch,
+        )
+        self.reconcile = Reconcile(
+            **shared,
+            plans=self.plans,
+            buckets=self.buckets,
+            running=self.running,
+            fleet=self.fleet,
+            bucket_now=self.bucket_now,
+            grace_ms=int(o.lost_grace * 1000),
+            samples=self.samples,
+            estimator=self.estimator,
+            service=self.service,
+        )
+        self.positions = Positions(
+            **shared,
+            line=self.line,
+            fleet=self.fleet,
+            pushes=o.position_pushes,
+            share=o.position_share,
+            service=self.service,
+            plans=self.plans,
+        )
         self.active = self.loaded = False
         self.loads = 0  # how many times the mirrors were rebuilt from Redis
         self._due: dict[str, float] = {}
@@ -147,8 +172,9 @@ class Dispatcher:
             pipe = self.client.pipeline(transaction=True)
             # The fleet is read in the bucket script's round trip, for the release below.
             self.fleet.drop_read()
-            decided = self.intake.decide(entries, level=self.degradation, pipe=pipe,
-                                         alongside=self.release.read_ahead)  # fmt: skip
+            decided = self.intake.decide(
+                entries, level=self.degradation, pipe=pipe, alongside=self.release.read_ahead
+            )
             sweep = self._every("sweep", o.sweep_interval)
             if decided and (sweep or self.intake.held_due()):
                 self.intake.written(pipe.execute())
@@ -174,9 +200,13 @@ class Dispatcher:
                 self.positions.tell()
             if self._every("degradation", o.degradation_interval):
                 self.publish_degradation()
-            self.samples.tick(line=self.line, fleet_view=self.fleet, running=len(self.running),
-                              degradation=self.degradation,
-                              holder=self.lease.holder)  # fmt: skip
+            self.samples.tick(
+                line=self.line,
+                fleet_view=self.fleet,
+                running=len(self.running),
+                degradation=self.degradation,
+                holder=self.lease.holder,
+            )
             return decided
         except redis.RedisError:
             self.loaded = False
@@ -194,8 +224,13 @@ class Dispatcher:
     def load(self) -> None:
         """Rebuilds the mirrors from Redis: what a new lease holder starts from."""
         pipe = self.client.pipeline(transaction=False)
-        transitions.ensure_groups(pipe, [(self.keys.admit, protocol.DISPATCHER_GROUP),
-                                         (self.keys.done, protocol.RECORDER_GROUP)])  # fmt: skip
+        transitions.ensure_groups(
+            pipe,
+            [
+                (self.keys.admit, protocol.DISPATCHER_GROUP),
+                (self.keys.done, protocol.RECORDER_GROUP),
+            ],
+        )
         transitions.check_groups(pipe.execute(raise_on_error=False))
         unreadable = self.line.load(self.client)
         self.running.load(self.client)
@@ -205,16 +240,23 @@ class Dispatcher:
         fail_unreadable(self.client, self.keys, unreadable)
         self.loaded = True
         self.loads += 1
-        log.info("queue loaded from Redis: %d waiting, %d running", len(self.line),
-                 len(self.running))  # fmt: skip
+        log.info(
+            "queue loaded from Redis: %d waiting, %d running", len(self.line), len(self.running)
+        )
 
     def publish_degradation(self) -> Degradation:
         fleet = self.fleet.fleet
         self.degradation = degradation_publish(
-            self.client, self.keys, settings=self.plans.degradation, backlog=len(self.line),
-            heartbeats=fleet.heartbeats, workers=len(fleet.workers), slots=fleet.slots,
-            running=len(self.running), service_s=self.service.overall(),
-        )  # fmt: skip
+            self.client,
+            self.keys,
+            settings=self.plans.degradation,
+            backlog=len(self.line),
+            heartbeats=fleet.heartbeats,
+            workers=len(fleet.workers),
+            slots=fleet.slots,
+            running=len(self.running),
+            service_s=self.service.overall(),
+        )
         return self.degradation
 
     def release_lease(self) -> None:

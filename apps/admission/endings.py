@@ -33,8 +33,11 @@ class Endings:
 
     def record(self, client: redis.Redis, replies: list) -> list[Answer]:
         """Adds the answer records of the requests these finishes ended; returns those."""
-        ended = [answer for index, answer in self._ended
-                 if transitions.finish_result(replies[index]) == transitions.ENDED_NOW]  # fmt: skip
+        ended = [
+            answer
+            for index, answer in self._ended
+            if transitions.finish_result(replies[index]) == transitions.ENDED_NOW
+        ]
         if ended:
             pipe = client.pipeline(transaction=False)
             for answer in ended:
@@ -59,8 +62,15 @@ def fail_unreadable(client: redis.Redis, keys: Keys, request_ids: list[str]) -> 
     pipe = client.pipeline(transaction=False)
     for request_id, (user_id, conversation_id) in zip(request_ids, owners, strict=True):
         if user_id:  # an API request belongs to no conversation: its id is ""
-            endings.add(pipe, Answer(id=request_id, user_id=user_id,
-                                     conversation_id=conversation_id or "", state=State.FAILED,
-                                     error=outcomes.unreadable()))  # fmt: skip
+            endings.add(
+                pipe,
+                Answer(
+                    id=request_id,
+                    user_id=user_id,
+                    conversation_id=conversation_id or "",
+                    state=State.FAILED,
+                    error=outcomes.unreadable(),
+                ),
+            )
     if endings:
         endings.record(client, pipe.execute())

@@ -39,8 +39,17 @@ from worker.protocol import ADMISSION_STATE_TTL_SECONDS, Keys
 
 from .kinds import BACKGROUND, LONG, RAG
 
-FEATURES = ("bias", "rag", "long", "background", "prompt", "question", "max_tokens",
-            "asks_long", "asks_short")  # fmt: skip
+FEATURES = (
+    "bias",
+    "rag",
+    "long",
+    "background",
+    "prompt",
+    "question",
+    "max_tokens",
+    "asks_long",
+    "asks_short",
+)
 DECAY = 0.998  # per answer learned: the last ~500 answers weigh most
 RIDGE = 1.0
 MIN_SAMPLES = 30
@@ -50,13 +59,24 @@ ERRORS_KEPT = 1000
 SAVE_SECONDS = 1.0  # what was learned is written to Redis at most this often
 QUESTION_CHARS = 2000  # what the text features read of the question (its start)
 # Words and phrases that ask for a long answer, or a short one (matched on the lowered text).
-LONG_WORDS = frozenset("explain describe write essay story list steps code implement compare "
-                       "detail detailed summarize summarise article guide tutorial why outline "
-                       "draft translate".split())  # fmt: skip
+LONG_WORDS = frozenset(
+    "explain describe write essay story list steps code implement compare "
+    "detail detailed summarize summarise article guide tutorial why outline "
+    "draft translate".split()
+)
 LONG_PHRASES = ("how do", "how to", "step by step")
 SHORT_WORDS = frozenset("who when where capital define which".split())
-SHORT_PHRASES = ("what is", "who is", "who was", "yes or no", "one word", "true or false",
-                 "how many", "how much", "name the")  # fmt: skip
+SHORT_PHRASES = (
+    "what is",
+    "who is",
+    "who was",
+    "yes or no",
+    "one word",
+    "true or false",
+    "how many",
+    "how much",
+    "name the",
+)
 _PUNCTUATION = str.maketrans({c: " " for c in "?.,;:!\"'()"})
 _USER_MARK = '"role": "user", "content": "'
 
@@ -103,10 +123,13 @@ class ErrorStats:
 
     def gauges(self) -> dict[str, float]:
         """The metrics hash's fields (missing figures are left out)."""
-        named = {"estimate_samples": self.samples, "estimate_median_ape": self.median_ape,
-                 "estimate_under_half": self.under_half,
-                 "estimate_rule_median_ape": self.rule_median_ape,
-                 "estimate_rule_under_half": self.rule_under_half}  # fmt: skip
+        named = {
+            "estimate_samples": self.samples,
+            "estimate_median_ape": self.median_ape,
+            "estimate_under_half": self.under_half,
+            "estimate_rule_median_ape": self.rule_median_ape,
+            "estimate_rule_under_half": self.rule_under_half,
+        }
         return {f"gauge:{k}": round(v, 4) for k, v in named.items() if v is not None}
 
 
@@ -146,10 +169,24 @@ class Estimator:
 
     # -- predicting ------------------------------------------------------------------------------
 
-    def guess(self, *, kind: str, user_id: str, plan: str, prompt_tokens: int, max_tokens: int,
-              question: str) -> Guess:  # fmt: skip
-        x = self.features(kind=kind, user_id=user_id, plan=plan, prompt_tokens=prompt_tokens,
-                          max_tokens=max_tokens, question=question)  # fmt: skip
+    def guess(
+        self,
+        *,
+        kind: str,
+        user_id: str,
+        plan: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        question: str,
+    ) -> Guess:
+        x = self.features(
+            kind=kind,
+            user_id=user_id,
+            plan=plan,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            question=question,
+        )
         if self.samples < MIN_SAMPLES:
             return Guess(max_tokens, x)
         predicted = math.exp(min(20.0, self._log_tokens(x, user_id, plan)))
@@ -159,18 +196,31 @@ class Estimator:
         shared = sum(w * v for w, v in zip(self.w, x, strict=True))
         return shared + self.users.get(user_id, 0.0) + self.plans.get(plan, 0.0)
 
-    def features(self, *, kind: str, user_id: str, plan: str, prompt_tokens: int,
-                 max_tokens: int, question: str) -> list[float]:  # fmt: skip
+    def features(
+        self,
+        *,
+        kind: str,
+        user_id: str,
+        plan: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        question: str,
+    ) -> list[float]:
         text = question[:QUESTION_CHARS].lower()
         words = text.translate(_PUNCTUATION).split()
         asks_long = not LONG_WORDS.isdisjoint(words) or any(p in text for p in LONG_PHRASES)
         asks_short = not SHORT_WORDS.isdisjoint(words) or any(p in text for p in SHORT_PHRASES)
         return [
-            1.0, float(kind == RAG), float(kind == LONG), float(kind == BACKGROUND),
-            math.log1p(max(0, prompt_tokens)) / 8, math.log1p(len(question)) / 8,
+            1.0,
+            float(kind == RAG),
+            float(kind == LONG),
+            float(kind == BACKGROUND),
+            math.log1p(max(0, prompt_tokens)) / 8,
+            math.log1p(len(question)) / 8,
             math.log1p(max(1, max_tokens)) / 8,
-            float(asks_long), float(asks_short),
-        ]  # fmt: skip
+            float(asks_long),
+            float(asks_short),
+        ]
 
     # -- learning --------------------------------------------------------------------------------
 
@@ -201,8 +251,13 @@ class Estimator:
             )
             self.errors.append(error)
             self._new_errors.append(error)
-        self.w = _solve([[v + (RIDGE if i == j else 0.0) for j, v in enumerate(row)]
-                         for i, row in enumerate(self.a)], self.b)  # fmt: skip
+        self.w = _solve(
+            [
+                [v + (RIDGE if i == j else 0.0) for j, v in enumerate(row)]
+                for i, row in enumerate(self.a)
+            ],
+            self.b,
+        )
 
     def stats(self) -> ErrorStats:
         return error_stats(self.errors)
@@ -225,8 +280,9 @@ class Estimator:
         model = {"a": self.a, "b": self.b, "n": self.samples, "plans": self.plans}
         pipe.set(k.estimates("model"), json.dumps(model), ex=ADMISSION_STATE_TTL_SECONDS)
         if self._dirty_users:
-            pipe.hset(k.estimates("users"), mapping={
-                u: f"{self.users[u]:.5f}" for u in self._dirty_users})  # fmt: skip
+            pipe.hset(
+                k.estimates("users"), mapping={u: f"{self.users[u]:.5f}" for u in self._dirty_users}
+            )
             pipe.expire(k.estimates("users"), ADMISSION_STATE_TTL_SECONDS)
         if self._new_errors:
             pipe.lpush(k.estimates("errors"), *(f"{e:.4f},{r:.4f}" for e, r in self._new_errors))
@@ -255,8 +311,13 @@ class Estimator:
                     self.b = [float(v) for v in b]
                     self.samples = int(model["n"])
                     self.plans = {str(p): float(v) for p, v in model["plans"].items()}
-                    self.w = _solve([[v + (RIDGE if i == j else 0.0) for j, v in enumerate(row)]
-                                     for i, row in enumerate(self.a)], self.b)  # fmt: skip
+                    self.w = _solve(
+                        [
+                            [v + (RIDGE if i == j else 0.0) for j, v in enumerate(row)]
+                            for i, row in enumerate(self.a)
+                        ],
+                        self.b,
+                    )
             self.users = {user: float(value) for user, value in users.items()}
             for value in reversed(errors):
                 learned, _, rule = value.partition(",")

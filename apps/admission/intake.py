@@ -43,14 +43,29 @@ Entries = list[tuple[str, dict[str, str] | None]]
 # Queues reads on a pipeline, given the requests being charged; returns what takes the replies.
 ReadAlongside = Callable[[Any, list[QueuedRequest]], Callable[[list], None]]
 # Why a request was refused, for programs (the final event's `code`), by the metrics' reason.
-REJECTION_CODES = {"rate": "rate_limited", "too_large": "too_large", "shed": "shed",
-                   "model": "model_not_allowed", "background": "shed"}  # fmt: skip
+REJECTION_CODES = {
+    "rate": "rate_limited",
+    "too_large": "too_large",
+    "shed": "shed",
+    "model": "model_not_allowed",
+    "background": "shed",
+}
 
 
 class Intake:
-    def __init__(self, *, client: redis.Redis, keys: Keys, plans: PlanBook, buckets: BucketStore,
-                 line: Line, now_ms: Callable[[], int], bucket_now: Callable[[], int | None],
-                 batch: int, estimator: Estimator | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        client: redis.Redis,
+        keys: Keys,
+        plans: PlanBook,
+        buckets: BucketStore,
+        line: Line,
+        now_ms: Callable[[], int],
+        bucket_now: Callable[[], int | None],
+        batch: int,
+        estimator: Estimator | None = None,
+    ) -> None:
         self.client = client
         self.estimator = estimator or Estimator(keys)
         self.keys = keys
@@ -80,15 +95,24 @@ class Intake:
 
     def _read(self, start: str, *, block_ms: int | None) -> Entries:
         response = self.client.xreadgroup(
-            DISPATCHER_GROUP, protocol.ACTIVE_CONSUMER, {self.keys.admit: start},
-            count=self.batch, block=block_ms,
-        )  # fmt: skip
+            DISPATCHER_GROUP,
+            protocol.ACTIVE_CONSUMER,
+            {self.keys.admit: start},
+            count=self.batch,
+            block=block_ms,
+        )
         return response[0][1] if response else []
 
     # -- new requests ----------------------------------------------------------------------------
 
-    def decide(self, entries: Entries, *, level: Degradation, pipe=None,
-               alongside: ReadAlongside | None = None) -> int:  # fmt: skip
+    def decide(
+        self,
+        entries: Entries,
+        *,
+        level: Degradation,
+        pipe=None,
+        alongside: ReadAlongside | None = None,
+    ) -> int:
         """Decides `entries` (as `read` returns them); returns how many. `alongside(pipe,
         requests)`: queues reads for the bucket script's round trip, given the requests it
         charges (Release.read_ahead: the fleet and their routing). `pipe`: a MULTI
@@ -120,23 +144,43 @@ class Intake:
                 continue
             metrics.latency(now - request.submitted_ms)
             if request.model and not plan.allows(request.model):
-                rejected.append((request, outcomes.model_not_allowed(model=request.model), None,
-                                 "model"))  # fmt: skip
+                rejected.append(
+                    (request, outcomes.model_not_allowed(model=request.model), None, "model")
+                )
                 continue
             if level.reject_lowest_plan and self.plans.is_lowest(plan):
-                rejected.append((request, outcomes.shed(retry_after=level.retry_after),
-                                 level.retry_after, "shed"))  # fmt: skip
+                rejected.append(
+                    (
+                        request,
+                        outcomes.shed(retry_after=level.retry_after),
+                        level.retry_after,
+                        "shed",
+                    )
+                )
                 continue
             if is_background(request.kind) and level.level >= 1:  # people first, always
-                rejected.append((request, outcomes.background_deferred(
-                    retry_after=level.retry_after), level.retry_after, "background"))  # fmt: skip
+                rejected.append(
+                    (
+                        request,
+                        outcomes.background_deferred(retry_after=level.retry_after),
+                        level.retry_after,
+                        "background",
+                    )
+                )
                 continue
             if request.worst_cost > min(plan.burst_tokens, plan.tokens_per_day):
                 # The estimate may fit, but an answer running to its cap would not.
-                rejected.append((request, outcomes.too_large(
-                    tokens=request.worst_cost, limit=min(plan.burst_tokens,
-                                                         plan.tokens_per_day)),
-                    None, "too_large"))  # fmt: skip
+                rejected.append(
+                    (
+                        request,
+                        outcomes.too_large(
+                            tokens=request.worst_cost,
+                            limit=min(plan.burst_tokens, plan.tokens_per_day),
+                        ),
+                        None,
+                        "too_large",
+                    )
+                )
                 continue
             first_held = self.line.holds(request.user_id)
             if first_held is not None:  # held by its plan's rate: later ones wait behind it
@@ -145,8 +189,9 @@ class Intake:
                 continue
             size = (plan.slug, request.cost, request.kind_weight)
             if size not in buckets_of:
-                buckets_of[size] = plan_buckets(plan, tokens=request.cost,
-                                                requests=request.kind_weight)  # fmt: skip
+                buckets_of[size] = plan_buckets(
+                    plan, tokens=request.cost, requests=request.kind_weight
+                )
             to_charge.append((request, buckets_of[size]))
         charging = [request for request, _ in to_charge]
         reads = None if alongside is None else lambda pipe: alongside(pipe, charging)
@@ -170,8 +215,9 @@ class Intake:
                 continue
             request.charged = False
             if decision.code == NEVER:
-                error = outcomes.too_large(tokens=request.cost,
-                                           limit=_capacity(buckets, decision.bucket))  # fmt: skip
+                error = outcomes.too_large(
+                    tokens=request.cost, limit=_capacity(buckets, decision.bucket)
+                )
                 rejected.append((request, error, None, "too_large"))
             elif decision.wait_ms < request.deadline_ms - now:
                 request.retry_at_ms, request.held_by = now + decision.wait_ms, decision.bucket
@@ -189,17 +235,24 @@ class Intake:
         self.line.store(pipe, queued, encoded)
         endings = Endings(self.keys)
         for request, error, retry_after, reason in rejected:
-            endings.add(pipe, request.ended(State.FAILED, error, retry_after,
-                                            code=REJECTION_CODES[reason]))  # fmt: skip
+            endings.add(
+                pipe, request.ended(State.FAILED, error, retry_after, code=REJECTION_CODES[reason])
+            )
             metrics.count("rejected", reason=reason)
         for request in withdrawn:
             endings.add(pipe, request.ended(State.CANCELLED))
         metrics.count("withdrawn", len(withdrawn))
         for entry_id, fields, reason in unreadable:
             log.error("dead-lettering admission entry %s: %s", entry_id, reason)
-            transitions.dead_letter(pipe, self.keys, source="dispatcher", reason=reason,
-                                    stream=self.keys.admit, entry_id=entry_id,
-                                    fields=fields)  # fmt: skip
+            transitions.dead_letter(
+                pipe,
+                self.keys,
+                source="dispatcher",
+                reason=reason,
+                stream=self.keys.admit,
+                entry_id=entry_id,
+                fields=fields,
+            )
         metrics.count("invalid", len(unreadable))
         entry_ids = [entry_id for entry_id, _ in entries]
         pipe.xack(self.keys.admit, DISPATCHER_GROUP, *entry_ids)
@@ -240,8 +293,11 @@ class Intake:
         plan = self.plans.for_user(user_id)
         asked = int(fields["max_tokens"])
         prompt_tokens = max(0, int(fields.get("prompt_tokens_estimate") or 0))
-        kind = kind_decide(submitted=submitted_kind, prompt_tokens=prompt_tokens,
-                           long_prompt_tokens=plan.long_prompt_tokens)  # fmt: skip
+        kind = kind_decide(
+            submitted=submitted_kind,
+            prompt_tokens=prompt_tokens,
+            long_prompt_tokens=plan.long_prompt_tokens,
+        )
         if kind != submitted_kind:
             fields["kind"] = kind
         submitted = int(fields.get("submitted_ms") or now)
@@ -253,14 +309,31 @@ class Intake:
         if max_tokens != asked:
             fields["max_tokens"] = str(max_tokens)
         request = QueuedRequest(
-            request_id, user_id, conversation_id, kind, plan.slug,
-            prompt_tokens, max_tokens, plan.priority_weight, submitted,
-            submitted + plan.max_queue_wait_seconds * 1000, self._next_ns(), False, 0, "", fields,
-        )  # fmt: skip
+            request_id,
+            user_id,
+            conversation_id,
+            kind,
+            plan.slug,
+            prompt_tokens,
+            max_tokens,
+            plan.priority_weight,
+            submitted,
+            submitted + plan.max_queue_wait_seconds * 1000,
+            self._next_ns(),
+            False,
+            0,
+            "",
+            fields,
+        )
         request.kind_weight = plan.cost_weight(kind)
-        guess = self.estimator.guess(kind=kind, user_id=user_id, plan=plan.slug,
-                                     prompt_tokens=prompt_tokens, max_tokens=max_tokens,
-                                     question=question_of(fields["messages"]))  # fmt: skip
+        guess = self.estimator.guess(
+            kind=kind,
+            user_id=user_id,
+            plan=plan.slug,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            question=question_of(fields["messages"]),
+        )
         request.estimate, request.features = guess.tokens, guess.x
         return request, plan, submit_by_ms
 
@@ -288,9 +361,12 @@ class Intake:
         batch = []
         for request in due:
             plan = self.plans.for_user(request.user_id)
-            batch.append((self.keys.bucket(request.user_id),
-                          plan_buckets(plan, tokens=request.cost,
-                                       requests=request.kind_weight)))  # fmt: skip
+            batch.append(
+                (
+                    self.keys.bucket(request.user_id),
+                    plan_buckets(plan, tokens=request.cost, requests=request.kind_weight),
+                )
+            )
         decisions = self.buckets.take(batch, now_ms=self.bucket_now())
         charged, waiting, ended = [], [], []
         pipe = self.client.pipeline(transaction=True)
@@ -302,8 +378,9 @@ class Intake:
                 request.queued_ns = self._next_ns()  # joins the fair queue now, at its back
                 charged.append(request)
             elif decision.code == NEVER:
-                error = outcomes.too_large(tokens=request.cost,
-                                           limit=_capacity(buckets, decision.bucket))  # fmt: skip
+                error = outcomes.too_large(
+                    tokens=request.cost, limit=_capacity(buckets, decision.bucket)
+                )
                 endings.add(pipe, request.ended(State.FAILED, error, code="too_large"))
                 metrics.count("rejected", reason="too_large")
                 ended.append(request)

@@ -88,12 +88,29 @@ class QueuedRequest:
 
     def encode(self) -> str:
         # A list, not an object: no keys to write or parse, on the admission hot path.
-        return _dumps([
-            ENCODING, self.id, self.user_id, self.conversation_id, self.kind, self.plan,
-            self.prompt_tokens, self.max_tokens, self.weight, self.submitted_ms,
-            self.deadline_ms, self.queued_ns, self.charged, self.retry_at_ms, self.held_by,
-            self.fields, self.estimate, self.kind_weight, self.features,
-        ])  # fmt: skip
+        return _dumps(
+            [
+                ENCODING,
+                self.id,
+                self.user_id,
+                self.conversation_id,
+                self.kind,
+                self.plan,
+                self.prompt_tokens,
+                self.max_tokens,
+                self.weight,
+                self.submitted_ms,
+                self.deadline_ms,
+                self.queued_ns,
+                self.charged,
+                self.retry_at_ms,
+                self.held_by,
+                self.fields,
+                self.estimate,
+                self.kind_weight,
+                self.features,
+            ]
+        )
 
     @classmethod
     def decode(cls, raw: str) -> QueuedRequest:
@@ -102,31 +119,77 @@ class QueuedRequest:
         if version not in READABLE:
             raise ValueError(f"unknown queue record layout {version!r}")
         estimate, kind_weight, features = values[15:] if version == 2 else (0, 1.0, [])
-        (request_id, user_id, conversation_id, kind, plan, prompt_tokens, max_tokens, weight,
-         submitted, deadline, queued, charged, retry_at, held_by, fields) = values[:15]  # fmt: skip
+        (
+            request_id,
+            user_id,
+            conversation_id,
+            kind,
+            plan,
+            prompt_tokens,
+            max_tokens,
+            weight,
+            submitted,
+            deadline,
+            queued,
+            charged,
+            retry_at,
+            held_by,
+            fields,
+        ) = values[:15]
         if not isinstance(fields, dict) or not isinstance(features, list):
             raise TypeError("the work item must be an object, the features a list")
-        return cls(str(request_id), str(user_id), str(conversation_id), str(kind), str(plan),
-                   int(prompt_tokens), int(max_tokens), float(weight), int(submitted),
-                   int(deadline), int(queued), bool(charged), int(retry_at), str(held_by),
-                   {str(k): str(v) for k, v in fields.items()}, int(estimate),
-                   float(kind_weight), [float(v) for v in features])  # fmt: skip
+        return cls(
+            str(request_id),
+            str(user_id),
+            str(conversation_id),
+            str(kind),
+            str(plan),
+            int(prompt_tokens),
+            int(max_tokens),
+            float(weight),
+            int(submitted),
+            int(deadline),
+            int(queued),
+            bool(charged),
+            int(retry_at),
+            str(held_by),
+            {str(k): str(v) for k, v in fields.items()},
+            int(estimate),
+            float(kind_weight),
+            [float(v) for v in features],
+        )
 
     def charge_record(self) -> str:
         """What its buckets were charged, kept in the charges hash until its answer settles it,
         with what its answer's real length teaches the estimator and the service times."""
-        return _dumps({"user": self.user_id, "plan": self.plan, "tokens": self.cost,
-                       "w": self.kind_weight, "est": self.estimate,
-                       "max": self.max_tokens, "model": self.model,
-                       "x": [round(v, 4) for v in self.features]})  # fmt: skip
+        return _dumps(
+            {
+                "user": self.user_id,
+                "plan": self.plan,
+                "tokens": self.cost,
+                "w": self.kind_weight,
+                "est": self.estimate,
+                "max": self.max_tokens,
+                "model": self.model,
+                "x": [round(v, 4) for v in self.features],
+            }
+        )
 
-    def ended(self, state: State, error: str = "", retry_after: int | None = None,
-              code: str = "") -> Answer:  # fmt: skip
+    def ended(
+        self, state: State, error: str = "", retry_after: int | None = None, code: str = ""
+    ) -> Answer:
         """How it ends without running: no text, nothing used."""
-        return Answer(id=self.id, user_id=self.user_id, conversation_id=self.conversation_id,
-                      state=state, error=error, retry_after=retry_after, code=code,
-                      prompt_tokens_estimate=self.prompt_tokens,
-                      max_tokens=self.max_tokens)  # fmt: skip
+        return Answer(
+            id=self.id,
+            user_id=self.user_id,
+            conversation_id=self.conversation_id,
+            state=state,
+            error=error,
+            retry_after=retry_after,
+            code=code,
+            prompt_tokens_estimate=self.prompt_tokens,
+            max_tokens=self.max_tokens,
+        )
 
 
 class Line:
@@ -163,10 +226,14 @@ class Line:
                 loaded.append(QueuedRequest.decode(raw))
             except (ValueError, TypeError) as exc:
                 log.error("queue record %s cannot be read: %s", request_id, exc)
-                transitions.dead_letter(pipe, self.keys, source="dispatcher",
-                                        reason=f"unreadable queue record: {exc}",
-                                        stream=self.keys.queue, fields={"id": request_id,
-                                                                        "record": raw})  # fmt: skip
+                transitions.dead_letter(
+                    pipe,
+                    self.keys,
+                    source="dispatcher",
+                    reason=f"unreadable queue record: {exc}",
+                    stream=self.keys.queue,
+                    fields={"id": request_id, "record": raw},
+                )
                 unreadable.append(request_id)
         if unreadable:
             pipe.hdel(self.keys.queue, *unreadable)
@@ -181,8 +248,9 @@ class Line:
         if not requests:
             return
         encoded = encoded or {}
-        pipe.hset(self.keys.queue, mapping={r.id: encoded.get(r.id) or r.encode()
-                                            for r in requests})  # fmt: skip
+        pipe.hset(
+            self.keys.queue, mapping={r.id: encoded.get(r.id) or r.encode() for r in requests}
+        )
         pipe.expire(self.keys.queue, protocol.ADMISSION_STATE_TTL_SECONDS)
 
     def leave(self, pipe, requests: list[QueuedRequest]) -> None:

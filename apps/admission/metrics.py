@@ -15,14 +15,24 @@ LATENCY_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
 # timed_out (with a reason below), cancelled (stopped in line), withdrawn (given up by the web
 # before Redis took it), lost (its worker stopped before it finished), invalid (an admission
 # entry that could not be read, dead-lettered).
-STATUSES = ("admitted", "queued", "rejected", "timed_out", "cancelled", "withdrawn", "lost",
-            "invalid")  # fmt: skip
+STATUSES = (
+    "admitted",
+    "queued",
+    "rejected",
+    "timed_out",
+    "cancelled",
+    "withdrawn",
+    "lost",
+    "invalid",
+)
 # `requests:<status>:<reason>`, counted besides the status's total. rate: the plan's rate or
 # daily quota; too_large: more tokens than the plan allows at once; shed: the lowest plan under
 # heavy load; no_worker: charged, but no worker slot came free in time.
 # background: work Sluice starts itself, refused while the service degrades.
-REASONS = {"rejected": ("rate", "too_large", "shed", "background"),
-           "timed_out": ("rate", "no_worker")}  # fmt: skip
+REASONS = {
+    "rejected": ("rate", "too_large", "shed", "background"),
+    "timed_out": ("rate", "no_worker"),
+}
 
 # Every count this process has written (`requests:rejected:rate`, `tokens:<plan>`, ...): the
 # dispatcher's own figures (its Prometheus endpoint, the ops page's samples) read the same

@@ -31,22 +31,25 @@ class Plan(models.Model):
     )
     requests_per_minute = models.PositiveIntegerField(default=20, validators=positive)
     burst_requests = models.PositiveIntegerField(
-        default=10, validators=positive,
+        default=10,
+        validators=positive,
         help_text="Requests that may arrive back to back before the per-minute rate applies.",
-    )  # fmt: skip
+    )
     tokens_per_minute = models.PositiveIntegerField(default=20_000, validators=positive)
     burst_tokens = models.PositiveIntegerField(
-        default=20_000, validators=positive,
+        default=20_000,
+        validators=positive,
         help_text="Largest token spend at once (prompt + answer); also the largest request.",
-    )  # fmt: skip
+    )
     tokens_per_day = models.PositiveIntegerField(default=500_000, validators=positive)
     max_concurrent = models.PositiveIntegerField(
         default=2, validators=positive, help_text="Requests running on workers at once."
     )
     max_queue_wait_seconds = models.PositiveIntegerField(
-        default=120, validators=positive,
+        default=120,
+        validators=positive,
         help_text="A request waiting longer fails with a message to retry.",
-    )  # fmt: skip
+    )
     max_tokens_cap = models.PositiveIntegerField(
         default=1024, validators=positive, help_text="Longest answer, in tokens."
     )
@@ -54,20 +57,25 @@ class Plan(models.Model):
         default=1.0, help_text="Share of the workers under contention (fair queue weight)."
     )
     cost_weights = models.JSONField(
-        default=default_cost_weights, blank=True,
+        default=default_cost_weights,
+        blank=True,
         help_text="What a request of each kind counts: its requests, tokens and fair-queue "
         'cost times this weight, e.g. {"chat": 1, "rag": 1, "long": 2, "background": 1} '
         "(a kind not listed weighs 1).",
-    )  # fmt: skip
+    )
     long_prompt_tokens = models.PositiveIntegerField(
-        default=1500, validators=positive,
+        default=1500,
+        validators=positive,
         help_text="A prompt over this many tokens makes its request of the kind long.",
-    )  # fmt: skip
+    )
     model_names = ArrayField(
-        models.CharField(max_length=200), default=list, blank=True, verbose_name="models",
+        models.CharField(max_length=200),
+        default=list,
+        blank=True,
+        verbose_name="models",
         help_text="Model names this plan may use, comma-separated (as workers announce "
         "them, and all-MiniLM-L6-v2 for embeddings). Empty: every model.",
-    )  # fmt: skip
+    )
 
     objects = NotifyingManager()  # bulk writes reach the caches (querysets.py)
 

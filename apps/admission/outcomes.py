@@ -15,8 +15,10 @@ def human_seconds(seconds: float) -> str:
 
 
 def too_large(*, tokens: int, limit: int) -> str:
-    return (f"This request needs about {tokens} tokens, more than your plan allows at once "
-            f"({limit}). Start a new conversation or ask for a shorter answer.")  # fmt: skip
+    return (
+        f"This request needs about {tokens} tokens, more than your plan allows at once "
+        f"({limit}). Start a new conversation or ask for a shorter answer."
+    )
 
 
 def rate_limited(*, bucket: str, wait_s: float) -> str:
@@ -24,24 +26,32 @@ def rate_limited(*, bucket: str, wait_s: float) -> str:
     if bucket == "tpd":
         return f"You have used today's tokens for your plan. Try again in {human_seconds(wait_s)}."
     what = "requests" if bucket == "req" else "text"
-    return (f"You are sending {what} faster than your plan allows. "
-            f"Try again in {human_seconds(wait_s)}.")  # fmt: skip
+    return (
+        f"You are sending {what} faster than your plan allows. "
+        f"Try again in {human_seconds(wait_s)}."
+    )
 
 
 def shed(*, retry_after: int) -> str:
-    return ("Sluice is under heavy load and is serving other plans first. "
-            f"Try again in {human_seconds(retry_after)}.")  # fmt: skip
+    return (
+        "Sluice is under heavy load and is serving other plans first. "
+        f"Try again in {human_seconds(retry_after)}."
+    )
 
 
 def background_deferred(*, retry_after: int) -> str:
     """Background work (summaries, suggestions) refused while the service sheds load."""
-    return ("Sluice is under load and keeps its workers for people's questions: this "
-            f"background task is refused. Try again in {human_seconds(retry_after)}.")  # fmt: skip
+    return (
+        "Sluice is under load and keeps its workers for people's questions: this "
+        f"background task is refused. Try again in {human_seconds(retry_after)}."
+    )
 
 
 def timed_out(*, waited_s: float) -> str:
-    return (f"Sluice is very busy: your request waited {human_seconds(waited_s)} without a free "
-            "worker. Please try again in a minute.")  # fmt: skip
+    return (
+        f"Sluice is very busy: your request waited {human_seconds(waited_s)} without a free "
+        "worker. Please try again in a minute."
+    )
 
 
 def waiting_reason(*, bucket: str, wait_s: float) -> str:

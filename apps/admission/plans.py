@@ -69,11 +69,14 @@ class PlanBook:
             return
         plans = {plan.id: plan for plan in Plan.objects.all()}
         self.plans = plans
-        self.overrides = {str(user_id): plans[plan_id] for user_id, plan_id
-                          in UserPlan.objects.values_list("user_id", "plan_id")
-                          if plan_id in plans}  # fmt: skip
-        self.default = plan_decide(override=None, defaults=(p for p in plans.values()
-                                                            if p.is_default))  # fmt: skip
+        self.overrides = {
+            str(user_id): plans[plan_id]
+            for user_id, plan_id in UserPlan.objects.values_list("user_id", "plan_id")
+            if plan_id in plans
+        }
+        self.default = plan_decide(
+            override=None, defaults=(p for p in plans.values() if p.is_default)
+        )
         self.lowest_weight = min(
             (p.priority_weight for p in plans.values()), default=self.default.priority_weight
         )

@@ -37,10 +37,19 @@ class Positions:
     the whole order is recomputed, which takes at most `share` of the dispatcher's time (every
     pass for a short line, every few seconds for tens of thousands)."""
 
-    def __init__(self, *, client: redis.Redis, keys: Keys, line: Line, fleet: FleetView,
-                 now_ms: Callable[[], int], pushes: int, share: float,
-                 service: ServiceTimes | None = None,
-                 plans: PlanBook | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        client: redis.Redis,
+        keys: Keys,
+        line: Line,
+        fleet: FleetView,
+        now_ms: Callable[[], int],
+        pushes: int,
+        share: float,
+        service: ServiceTimes | None = None,
+        plans: PlanBook | None = None,
+    ) -> None:
         self.client = client
         self.service = service or ServiceTimes(keys)
         self.plans = plans or PlanBook()
@@ -88,8 +97,14 @@ class Positions:
             if not request.told_position:
                 first_told += 1
             request.told_position, request.told_at_ms = place, now
-            transitions.position(pipe, self.keys, request_id, place=place,
-                                 eta_seconds=max(1, round(eta)), reason=reason)  # fmt: skip
+            transitions.position(
+                pipe,
+                self.keys,
+                request_id,
+                place=place,
+                eta_seconds=max(1, round(eta)),
+                reason=reason,
+            )
         if first_told:
             MetricsBatch(counts={"queued": first_told}).write(pipe, self.keys.metrics)
         pipe.execute()

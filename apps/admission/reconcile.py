@@ -52,11 +52,22 @@ CHECKS = 1000  # requests checked per pass, the longest running first
 
 
 class Reconcile:
-    def __init__(self, *, client: redis.Redis, keys: Keys, plans: PlanBook, buckets: BucketStore,
-                 running: Running, fleet: FleetView, now_ms: Callable[[], int],
-                 bucket_now: Callable[[], int | None], grace_ms: int,
-                 samples: Samples | None = None, estimator: Estimator | None = None,
-                 service: ServiceTimes | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        client: redis.Redis,
+        keys: Keys,
+        plans: PlanBook,
+        buckets: BucketStore,
+        running: Running,
+        fleet: FleetView,
+        now_ms: Callable[[], int],
+        bucket_now: Callable[[], int | None],
+        grace_ms: int,
+        samples: Samples | None = None,
+        estimator: Estimator | None = None,
+        service: ServiceTimes | None = None,
+    ) -> None:
         self.client = client
         self.estimator = estimator or Estimator(keys)
         self.service = service or ServiceTimes(keys)
@@ -97,8 +108,9 @@ class Reconcile:
             difference = estimate - round(used * _float(record.get("w"), 1.0))
             if difference:
                 plan = self.plans.for_user(user_id)
-                buckets = [b for b in plan_buckets(plan, tokens=difference, requests=0)
-                           if b.name != "req"]  # fmt: skip
+                buckets = [
+                    b for b in plan_buckets(plan, tokens=difference, requests=0) if b.name != "req"
+                ]
                 refunds.append((self.keys.bucket(user_id), buckets))
         self.estimator.learn(learned)
         pipe = self.client.pipeline(transaction=False)
@@ -113,10 +125,12 @@ class Reconcile:
                 pipe.hmget(self.keys.request(answer.id), "created_ms", "dispatched_ms")
         replies = pipe.execute()
         if self.samples is not None:
-            for answer, (created, dispatched) in zip(answers, replies[-len(answers) :],
-                                                     strict=True):  # fmt: skip
-                self.samples.settle(answer, created_ms=_int(created) or None,
-                                    dispatched_ms=_int(dispatched) or None)  # fmt: skip
+            for answer, (created, dispatched) in zip(
+                answers, replies[-len(answers) :], strict=True
+            ):
+                self.samples.settle(
+                    answer, created_ms=_int(created) or None, dispatched_ms=_int(dispatched) or None
+                )
         self.buckets.adjust(refunds, now_ms=self.bucket_now())
 
     def save_learning(self, *, force: bool = False) -> None:
@@ -145,8 +159,12 @@ class Reconcile:
             pipe.hgetall(self.keys.request(request_id))
         replies = pipe.execute()
         beats = parsed_heartbeats(replies.pop(0)) if workers else []
-        on_workers = {rid for beat in beats if isinstance(beat.get("running"), list)
-                      for rid in beat["running"]}  # fmt: skip
+        on_workers = {
+            rid
+            for beat in beats
+            if isinstance(beat.get("running"), list)
+            for rid in beat["running"]
+        }
         verdicts: dict[str, str] = {}
         hashes: dict[str, dict] = {}
         unseen = []
@@ -167,8 +185,9 @@ class Reconcile:
         self._verdicts = verdicts
         return self._act(confirmed, hashes) if confirmed else 0
 
-    def _off_the_streams(self, unseen: list[str], workers: list[str],
-                         models: set[str]) -> dict[str, dict]:  # fmt: skip
+    def _off_the_streams(
+        self, unseen: list[str], workers: list[str], models: set[str]
+    ) -> dict[str, dict]:
         """Of `unseen`, those on no work stream and still not ended, with their hashes."""
         shared = dict.fromkeys([self.keys.work, *(self.keys.work_for_model(m) for m in models)])
         streams = [*shared, *(self.keys.work_for(w) for w in workers)]
@@ -178,11 +197,19 @@ class Reconcile:
         for request_id in unseen:
             pipe.hgetall(self.keys.request(request_id))
         replies = pipe.execute()
-        waiting = {fields.get("id") for entries in replies[: len(streams)]
-                   for _, fields in entries if fields}  # fmt: skip
-        return {rid: fields for rid, fields in zip(unseen, replies[len(streams) :], strict=True)
-                if rid not in waiting and fields.get("user_id")
-                and fields.get("state") not in protocol.TERMINAL_STATES}  # fmt: skip
+        waiting = {
+            fields.get("id")
+            for entries in replies[: len(streams)]
+            for _, fields in entries
+            if fields
+        }
+        return {
+            rid: fields
+            for rid, fields in zip(unseen, replies[len(streams) :], strict=True)
+            if rid not in waiting
+            and fields.get("user_id")
+            and fields.get("state") not in protocol.TERMINAL_STATES
+        }
 
     def _act(self, confirmed: dict[str, str], hashes: dict[str, dict]) -> int:
         ended = [rid for rid, verdict in confirmed.items() if verdict == "ended"]
@@ -197,12 +224,18 @@ class Reconcile:
         for request_id in lost:
             log.warning("request %s is no longer running anywhere: ending it", request_id)
             fields = hashes[request_id]
-            endings.add(pipe, Answer(
-                id=request_id, user_id=fields["user_id"],
-                conversation_id=fields["conversation_id"], state=State.FAILED,
-                error=outcomes.lost(), worker_id=fields.get("worker", ""),
-                attempt=_int(fields.get("attempt")),
-            ))  # fmt: skip
+            endings.add(
+                pipe,
+                Answer(
+                    id=request_id,
+                    user_id=fields["user_id"],
+                    conversation_id=fields["conversation_id"],
+                    state=State.FAILED,
+                    error=outcomes.lost(),
+                    worker_id=fields.get("worker", ""),
+                    attempt=_int(fields.get("attempt")),
+                ),
+            )
         if gone:
             log.warning("forgetting %d requests whose state has expired", len(gone))
             pipe.hdel(self.keys.charges, *gone)
@@ -258,8 +291,14 @@ def _sample(answer: Answer, record: dict, user_id: str, plan: str) -> Sample | N
     if answer.state != State.DONE or real <= 0 or not isinstance(features, list):
         return None
     try:
-        return Sample([float(v) for v in features], int(record["est"]), int(record["max"]),
-                      user_id, plan, real)  # fmt: skip
+        return Sample(
+            [float(v) for v in features],
+            int(record["est"]),
+            int(record["max"]),
+            user_id,
+            plan,
+            real,
+        )
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -57,16 +57,21 @@ class Fleet:
     def queued(self, keys: Keys, model: str) -> int:
         """Work waiting or running on `model`'s streams: its shared one and its workers'."""
         return self.stream_len.get(keys.work_for_model(model), 0) + sum(
-            self.stream_len.get(keys.work_for(w), 0) for w, beat in self.workers.items()
+            self.stream_len.get(keys.work_for(w), 0)
+            for w, beat in self.workers.items()
             if beat_model(beat) == model
-        )  # fmt: skip
+        )
 
     def overbooked(self, model: str) -> int:
         """Work waiting for a worker that is already full (routed there for its cache): it
         holds none of the other workers' slots, so it is left out of the model's room."""
-        return sum(max(0, int(beat.get("busy") or 0) + self.waiting.get(w, 0)
-                       - int(beat.get("slots") or 0))
-                   for w, beat in self.workers.items() if beat_model(beat) == model)  # fmt: skip
+        return sum(
+            max(
+                0, int(beat.get("busy") or 0) + self.waiting.get(w, 0) - int(beat.get("slots") or 0)
+            )
+            for w, beat in self.workers.items()
+            if beat_model(beat) == model
+        )
 
     def slots_for(self, model: str) -> int:
         return self.model_slots.get(model, 0)
@@ -78,12 +83,15 @@ class FleetView:
         self.keys = keys
         self.interval = interval
         self.fleet = Fleet()
-        self.affinity = AffinityStore(client, keys, ttl_seconds=getattr(
-            settings, "SLUICE_AFFINITY_TTL_SECONDS", 1800))  # fmt: skip
+        self.affinity = AffinityStore(
+            client, keys, ttl_seconds=getattr(settings, "SLUICE_AFFINITY_TTL_SECONDS", 1800)
+        )
         self.router = Router(
-            keys, self.affinity, policy=getattr(settings, "SLUICE_ROUTING", "affinity"),
+            keys,
+            self.affinity,
+            policy=getattr(settings, "SLUICE_ROUTING", "affinity"),
             max_load=getattr(settings, "SLUICE_AFFINITY_MAX_LOAD", 2.5),
-        )  # fmt: skip
+        )
         self.service_s = 10.0  # average time an answer takes
         self.models_seen: set[str] = set()  # every model a live worker has served
         self._read_at = 0.0
@@ -169,8 +177,10 @@ class FleetView:
         return finish
 
     def _streams(self, fleet: Fleet) -> list[str]:
-        return [*(self.keys.work_for_model(m) for m in fleet.model_slots),
-                *(self.keys.work_for(w) for w in fleet.workers)]  # fmt: skip
+        return [
+            *(self.keys.work_for_model(m) for m in fleet.model_slots),
+            *(self.keys.work_for(w) for w in fleet.workers),
+        ]
 
     def _queue_lengths(self, pipe, fleet: Fleet) -> list[str]:
         """Queues the reads of `fleet`'s streams' lengths; returns the streams."""
@@ -212,8 +222,12 @@ class FleetView:
 
     def target(self, model: str, plan: Plan) -> str:
         """The model a request asking for `model` runs on ("" asks for the default)."""
-        return model_choose(model, plan=plan, live=self.fleet.model_slots,
-                            configured=getattr(settings, "SLUICE_DEFAULT_MODEL", ""))  # fmt: skip
+        return model_choose(
+            model,
+            plan=plan,
+            live=self.fleet.model_slots,
+            configured=getattr(settings, "SLUICE_DEFAULT_MODEL", ""),
+        )
 
     def learn(self, answer: Answer) -> None:
         """Which worker holds this conversation's prefix now, and how long answers take."""
@@ -255,9 +269,18 @@ def parsed_heartbeats(raws: list[str | None]) -> list[dict]:
 
 
 class Release:
-    def __init__(self, *, client: redis.Redis, keys: Keys, line: Line, running: Running,
-                 plans: PlanBook, fleet: FleetView, now_ms: Callable[[], int],
-                 prefetch: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        client: redis.Redis,
+        keys: Keys,
+        line: Line,
+        running: Running,
+        plans: PlanBook,
+        fleet: FleetView,
+        now_ms: Callable[[], int],
+        prefetch: int,
+    ) -> None:
         self.client = client
         self.keys = keys
         self.line = line
@@ -285,9 +308,13 @@ class Release:
         if self.fleet.router.pushes:  # a load balancer forwards at once: workers queue it
             room = {model: len(line.fair) for model, slots in fleet.model_slots.items() if slots}
         else:
-            room = {model: slots + self.prefetch - fleet.queued(self.keys, model)
-                    + fleet.overbooked(model)
-                    for model, slots in fleet.model_slots.items()}  # fmt: skip
+            room = {
+                model: slots
+                + self.prefetch
+                - fleet.queued(self.keys, model)
+                + fleet.overbooked(model)
+                for model, slots in fleet.model_slots.items()
+            }
         if not any(free > 0 for free in room.values()):
             return 0
         targets: dict[Flow, str] = {}  # (user, model asked for) → the model it runs on
@@ -322,8 +349,9 @@ class Release:
         released = [request for request, _ in picked]
         for request, stream in zip(released, self.fleet.route(picked, fleet), strict=True):
             fleet.stream_len[stream] = fleet.stream_len.get(stream, 0) + 1
-            transitions.dispatched(pipe, self.keys, request.id, stream=stream,
-                                   fields=request.fields)  # fmt: skip
+            transitions.dispatched(
+                pipe, self.keys, request.id, stream=stream, fields=request.fields
+            )
         if released:
             self.running.keep(pipe)
             line.leave(pipe, released)

@@ -72,16 +72,21 @@ class Router:
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
-            raise ValueError(f"SLUICE_ROUTING must be one of {', '.join(POLICIES)}, "
-                             f"not {self.policy!r}")  # fmt: skip
+            raise ValueError(
+                f"SLUICE_ROUTING must be one of {', '.join(POLICIES)}, not {self.policy!r}"
+            )
 
     @property
     def pushes(self) -> bool:
         """Push policies send every request out at once; the queue is at the workers."""
         return self.policy in PUSH_POLICIES
 
-    def route(self, requests: list[tuple[QueuedRequest, str]], workers: dict[str, dict],
-              waiting: dict[str, int]) -> list[str]:  # fmt: skip
+    def route(
+        self,
+        requests: list[tuple[QueuedRequest, str]],
+        workers: dict[str, dict],
+        waiting: dict[str, int],
+    ) -> list[str]:
         """The stream for each (request, model it runs on). `workers`: the live ones' heartbeats
         by id; `waiting`: work waiting (not yet read) on each one's private stream, updated as
         this pass routes."""
@@ -109,18 +114,23 @@ class Router:
 
     def _by_affinity(self, requests, workers, waiting) -> list[str]:
         shapes = [self.store.shape(request) for request, _ in requests]
-        cached = self.store.lookup([
-            (r.conversation_id, s.fingerprint) for (r, _), s in zip(requests, shapes, strict=True)
-        ])  # fmt: skip
+        cached = self.store.lookup(
+            [(r.conversation_id, s.fingerprint) for (r, _), s in zip(requests, shapes, strict=True)]
+        )
         streams = []
         for (request, model), shape, (conv_worker, prefix_worker) in zip(
             requests, shapes, cached, strict=True
         ):
             self.store.routed(request.id, shape.fingerprint)
             stream = self.keys.work_for_model(model)
-            candidates = [(w, benefit) for w, benefit in ((conv_worker, shape.history_share),
-                                                         (prefix_worker, shape.prefix_share))
-                          if w in workers and _model(workers[w]) == model]  # fmt: skip
+            candidates = [
+                (w, benefit)
+                for w, benefit in (
+                    (conv_worker, shape.history_share),
+                    (prefix_worker, shape.prefix_share),
+                )
+                if w in workers and _model(workers[w]) == model
+            ]
             mine = [w for w, beat in workers.items() if _model(beat) == model]
             mean = sum(load_of(workers[w], waiting.get(w, 0)) for w in mine) / max(len(mine), 1)
             best, best_score = None, LOAD_WEIGHT * (1 - min(mean, 1.0))  # the shared stream's

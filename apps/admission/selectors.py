@@ -77,8 +77,9 @@ def models_for_plan(*, plan: Plan) -> list[str]:
 
 def model_default(*, plan: Plan) -> str:
     """The model a request that names none runs on (see plans.model_choose)."""
-    return model_choose("", plan=plan, live=model_fleet().live,
-                        configured=settings.SLUICE_DEFAULT_MODEL)  # fmt: skip
+    return model_choose(
+        "", plan=plan, live=model_fleet().live, configured=settings.SLUICE_DEFAULT_MODEL
+    )
 
 
 MODEL_OK, MODEL_NOT_FOUND, MODEL_NO_WORKER = "ok", "not_found", "no_worker"
@@ -114,9 +115,11 @@ def _int(value) -> int:
 @functools.cache
 def _plans_sql() -> str:
     plans, overrides = Plan._meta.db_table, UserPlan._meta.db_table
-    return (f"SELECT p.*, up.id IS NOT NULL AS mine FROM {plans} p "
-            f"LEFT JOIN {overrides} up ON up.plan_id = p.id AND up.user_id = %s "
-            "WHERE up.id IS NOT NULL OR p.is_default")  # fmt: skip
+    return (
+        f"SELECT p.*, up.id IS NOT NULL AS mine FROM {plans} p "
+        f"LEFT JOIN {overrides} up ON up.plan_id = p.id AND up.user_id = %s "
+        "WHERE up.id IS NOT NULL OR p.is_default"
+    )
 
 
 def plan_for_user(*, user) -> Plan:
@@ -164,8 +167,9 @@ def api_key_caller(*, raw: str) -> tuple[User, Plan] | None:
 def _plan_from_json(row: dict) -> Plan:
     """A plan from its row as `to_jsonb` writes it, each value as its field reads it."""
     fields = Plan._meta.concrete_fields
-    plan = Plan.from_db("default", [f.attname for f in fields],
-                        [f.to_python(row[f.column]) for f in fields])  # fmt: skip
+    plan = Plan.from_db(
+        "default", [f.attname for f in fields], [f.to_python(row[f.column]) for f in fields]
+    )
     plan.mine = row["mine"]
     return plan
 
@@ -211,8 +215,9 @@ class EstimateFigures:
     service: dict[str, tuple[float, int]] = field(default_factory=dict)
 
 
-def estimate_figures(counters: dict[str, str] | None = None, *,
-                     service: bool = False) -> EstimateFigures:  # fmt: skip
+def estimate_figures(
+    counters: dict[str, str] | None = None, *, service: bool = False
+) -> EstimateFigures:
     """From the metrics hash (`counters`: already read, else read here); with `service`, the
     per-model service times too."""
     if counters is None:
@@ -230,8 +235,11 @@ def estimate_figures(counters: dict[str, str] | None = None, *,
         except (KeyError, TypeError, ValueError):
             return None
 
-    return EstimateFigures(samples=int(figure("samples") or 0), median_ape=figure("median_ape"),
-                           under_half=figure("under_half"),
-                           rule_median_ape=figure("rule_median_ape"),
-                           rule_under_half=figure("rule_under_half"),
-                           service=dict(sorted(times.items())))  # fmt: skip
+    return EstimateFigures(
+        samples=int(figure("samples") or 0),
+        median_ape=figure("median_ape"),
+        under_half=figure("under_half"),
+        rule_median_ape=figure("rule_median_ape"),
+        rule_under_half=figure("rule_under_half"),
+        service=dict(sorted(times.items())),
+    )

@@ -58,8 +58,10 @@ class ServiceTimes:
 
     def save(self, pipe) -> None:
         if self._changed:
-            pipe.hset(self.keys.estimates("service"), mapping={
-                m: "{:.4f},{}".format(*self.seconds[m]) for m in self._changed})  # fmt: skip
+            pipe.hset(
+                self.keys.estimates("service"),
+                mapping={m: "{:.4f},{}".format(*self.seconds[m]) for m in self._changed},
+            )
             pipe.expire(self.keys.estimates("service"), ADMISSION_STATE_TTL_SECONDS)
             self._changed.clear()
 

@@ -27,8 +27,15 @@ NO_WORKER_RETRY_AFTER = 60  # seconds: a busy service needs a while to drain
 
 
 class Sweep:
-    def __init__(self, *, client: redis.Redis, keys: Keys, line: Line,
-                 now_ms: Callable[[], int], cancel_checks: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        client: redis.Redis,
+        keys: Keys,
+        line: Line,
+        now_ms: Callable[[], int],
+        cancel_checks: int,
+    ) -> None:
         self.client = client
         self.keys = keys
         self.line = line
@@ -83,8 +90,12 @@ class Sweep:
 
     def _background(self) -> list[str]:
         """Background requests waiting: charged ones in their tier, and any a rate holds."""
-        held = [i for ids in self.line.held.values() for i in ids
-                if is_background(self.line.requests[i].kind)]  # fmt: skip
+        held = [
+            i
+            for ids in self.line.held.values()
+            for i in ids
+            if is_background(self.line.requests[i].kind)
+        ]
         return self.line.fair.tier_ids(BACKGROUND) + held
 
     def _flagged(self) -> set[str]:

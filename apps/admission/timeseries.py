@@ -41,8 +41,25 @@ GONE_KEEP_MS = 15 * 60 * 1000  # a worker that vanished is shown as gone this lo
 HEAD = 10  # requests of the line's head shown in release order
 TOP_USERS = 10
 # Upper bounds (ms) of the latency histograms; a last bucket holds anything longer.
-BOUNDS_MS = (50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 7500, 10_000, 15_000,
-             30_000, 60_000, 120_000)  # fmt: skip
+BOUNDS_MS = (
+    50,
+    100,
+    200,
+    300,
+    500,
+    750,
+    1000,
+    1500,
+    2000,
+    3000,
+    5000,
+    7500,
+    10_000,
+    15_000,
+    30_000,
+    60_000,
+    120_000,
+)
 
 
 def bucket_of(ms: float) -> int:
@@ -85,8 +102,9 @@ class Settled:
     prompt_estimate_ratio: float | None  # real prompt tokens / the web's estimate
 
 
-def settled(answer: Answer, *, created_ms: int | None, dispatched_ms: int | None,
-            now_ms: int) -> Settled:  # fmt: skip
+def settled(
+    answer: Answer, *, created_ms: int | None, dispatched_ms: int | None, now_ms: int
+) -> Settled:
     ran = answer.attempt > 0
     wait = dispatched_ms - created_ms if created_ms and dispatched_ms else None
     ttft = e2e = ratio = None
@@ -125,10 +143,12 @@ class Samples:
 
     # -- feeding ---------------------------------------------------------------------------------
 
-    def settle(self, answer: Answer, *, created_ms: int | None, dispatched_ms: int | None,
-               plan: str = "") -> None:  # fmt: skip
-        record = settled(answer, created_ms=created_ms, dispatched_ms=dispatched_ms,
-                         now_ms=self.now_ms())  # fmt: skip
+    def settle(
+        self, answer: Answer, *, created_ms: int | None, dispatched_ms: int | None, plan: str = ""
+    ) -> None:
+        record = settled(
+            answer, created_ms=created_ms, dispatched_ms=dispatched_ms, now_ms=self.now_ms()
+        )
         c = self._counts
         if record.ran:
             c["run"] += 1
@@ -147,12 +167,22 @@ class Samples:
         if not record.ran and answer.state == State.FAILED:
             rejections[user] += 1
         if answer.state == State.FAILED or not record.ran:
-            log.info("request %s settled: %s after %s attempt(s)%s", answer.id, answer.state,
-                     answer.attempt, f": {answer.error}" if answer.error else "")  # fmt: skip
+            log.info(
+                "request %s settled: %s after %s attempt(s)%s",
+                answer.id,
+                answer.state,
+                answer.attempt,
+                f": {answer.error}" if answer.error else "",
+            )
         else:
-            log.info("request %s settled: %s, %s tokens, ttft %s ms, end to end %s ms", answer.id,
-                     answer.state, answer.usage.completion_tokens, _ms(record.ttft_ms),
-                     _ms(record.e2e_ms))  # fmt: skip
+            log.info(
+                "request %s settled: %s, %s tokens, ttft %s ms, end to end %s ms",
+                answer.id,
+                answer.state,
+                answer.usage.completion_tokens,
+                _ms(record.ttft_ms),
+                _ms(record.e2e_ms),
+            )
         for hook in self.hooks:
             hook(record)
 
@@ -173,8 +203,9 @@ class Samples:
             self._load()
         if now >= self._due["sample"]:
             self._due["sample"] = now + SAMPLE_SECONDS
-            self._sample(line=line, fleet=fleet_view.fleet, running=running,
-                         level=degradation.level)  # fmt: skip
+            self._sample(
+                line=line, fleet=fleet_view.fleet, running=running, level=degradation.level
+            )
         if now >= self._due["state"]:
             self._due["state"] = now + STATE_SECONDS
             self._publish(line=line, running=running, holder=holder)
@@ -191,21 +222,34 @@ class Samples:
     def _sample(self, *, line, fleet, running: int, level: int) -> None:
         c = self._counts
         sample = {
-            "t": self.now_ms(), "dt": round(max(0.001, time.monotonic() - self._started), 3),
-            "run": c["run"], "done": c["done"], "failed": c["failed"],
-            "cancelled": c["cancelled"], "tokens": c["tokens"],
-            "ttft": dict(self._ttft), "e2e": dict(self._e2e),
-            "ttft50": percentile(self._ttft, 50), "ttft99": percentile(self._ttft, 99),
+            "t": self.now_ms(),
+            "dt": round(max(0.001, time.monotonic() - self._started), 3),
+            "run": c["run"],
+            "done": c["done"],
+            "failed": c["failed"],
+            "cancelled": c["cancelled"],
+            "tokens": c["tokens"],
+            "ttft": dict(self._ttft),
+            "e2e": dict(self._e2e),
+            "ttft50": percentile(self._ttft, 50),
+            "ttft99": percentile(self._ttft, 99),
             "e2e99": percentile(self._e2e, 99),
             "ended": self._ended(),  # rejected:rate, timed_out:no_worker, ...
-            "queue": len(line), "running": running, "slots": fleet.slots,
-            "workers": len(fleet.workers), "level": level,
-        }  # fmt: skip
+            "queue": len(line),
+            "running": running,
+            "slots": fleet.slots,
+            "workers": len(fleet.workers),
+            "level": level,
+        }
         self._reset()
         self.series.append(sample)
         pipe = self.client.pipeline(transaction=False)
-        pipe.xadd(self.keys.series, {"s": json.dumps(sample, separators=(",", ":"))},
-                  maxlen=SERIES_MAXLEN, approximate=True)  # fmt: skip
+        pipe.xadd(
+            self.keys.series,
+            {"s": json.dumps(sample, separators=(",", ":"))},
+            maxlen=SERIES_MAXLEN,
+            approximate=True,
+        )
         pipe.expire(self.keys.series, SERIES_TTL_SECONDS)
         pipe.execute()
 
@@ -233,12 +277,17 @@ class Samples:
         for worker_id in [w for w, v in self.workers.items() if now - v["seen_ms"] > GONE_KEEP_MS]:
             del self.workers[worker_id]
         state = {
-            "at_ms": now, "holder": holder, "running": running,
-            "line": line_summary(line, now_ms=now), "workers": self.workers,
-            "users": self.heaviest(), "windows": {str(m): self.window(m) for m in WINDOWS_MINUTES},
-        }  # fmt: skip
-        self.client.set(self.keys.ops_state, json.dumps(state, separators=(",", ":")),
-                        ex=STATE_TTL_SECONDS)  # fmt: skip
+            "at_ms": now,
+            "holder": holder,
+            "running": running,
+            "line": line_summary(line, now_ms=now),
+            "workers": self.workers,
+            "users": self.heaviest(),
+            "windows": {str(m): self.window(m) for m in WINDOWS_MINUTES},
+        }
+        self.client.set(
+            self.keys.ops_state, json.dumps(state, separators=(",", ":")), ex=STATE_TTL_SECONDS
+        )
 
     def window(self, minutes: int) -> dict:
         """The rolling figures over the last `minutes`."""
@@ -251,16 +300,19 @@ class Samples:
             ended.update(s.get("ended") or {})
         ttft, e2e = merged(s["ttft"] for s in samples), merged(s["e2e"] for s in samples)
         return {
-            "seconds": round(seconds, 1), "answers": run,
+            "seconds": round(seconds, 1),
+            "answers": run,
             "answers_per_s": round(run / seconds, 3),
             "tokens_per_s": round(sum(s["tokens"] for s in samples) / seconds, 1),
-            "ttft50": percentile(ttft, 50), "ttft99": percentile(ttft, 99),
+            "ttft50": percentile(ttft, 50),
+            "ttft99": percentile(ttft, 99),
             "e2e99": percentile(e2e, 99),
             "error_rate": round(sum(s["failed"] for s in samples) / run, 4) if run else 0.0,
             "ended": dict(ended),
-            "rejected_per_min": round(sum(v for k, v in ended.items()
-                                          if k.startswith("rejected:")) / seconds * 60, 2),
-        }  # fmt: skip
+            "rejected_per_min": round(
+                sum(v for k, v in ended.items() if k.startswith("rejected:")) / seconds * 60, 2
+            ),
+        }
 
     def heaviest(self) -> list[dict]:
         tokens: Counter[str] = Counter()
@@ -271,8 +323,10 @@ class Samples:
             requests.update(r)
             rejections.update(x)
         users = sorted(requests, key=lambda u: (tokens[u], requests[u]), reverse=True)
-        return [{"user": u, "tokens": tokens[u], "requests": requests[u],
-                 "rejections": rejections[u]} for u in users[:TOP_USERS]]  # fmt: skip
+        return [
+            {"user": u, "tokens": tokens[u], "requests": requests[u], "rejections": rejections[u]}
+            for u in users[:TOP_USERS]
+        ]
 
 
 def line_summary(line, *, now_ms: int) -> dict:
@@ -291,11 +345,23 @@ def line_summary(line, *, now_ms: int) -> dict:
     for request_id in line.head(HEAD):
         r = line.requests.get(request_id)
         if r is not None:
-            head.append({"id": r.id, "user": r.user_id, "plan": r.plan, "cost": r.cost,
-                         "charged": r.charged, "held_by": r.held_by,
-                         "waited_ms": max(0, now_ms - r.submitted_ms)})  # fmt: skip
-    return {"waiting": len(line), "plans": plans, "head": head,
-            "oldest_wait_ms": None if oldest is None else max(0, now_ms - oldest)}  # fmt: skip
+            head.append(
+                {
+                    "id": r.id,
+                    "user": r.user_id,
+                    "plan": r.plan,
+                    "cost": r.cost,
+                    "charged": r.charged,
+                    "held_by": r.held_by,
+                    "waited_ms": max(0, now_ms - r.submitted_ms),
+                }
+            )
+    return {
+        "waiting": len(line),
+        "plans": plans,
+        "head": head,
+        "oldest_wait_ms": None if oldest is None else max(0, now_ms - oldest),
+    }
 
 
 def _ms(value: float | None) -> str:

@@ -55,8 +55,11 @@ class MessageAdmin(admin.ModelAdmin):
         """The request id, linked to its timeline in the request inspector (apps/ops)."""
         if not message.request_id:
             return "-"
-        return format_html('<a href="{}">{}</a>', reverse("ops:request",
-                           args=[message.request_id]), message.request_id)  # fmt: skip
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse("ops:request", args=[message.request_id]),
+            message.request_id,
+        )
 
 
 @admin.register(Announcement)

@@ -92,8 +92,9 @@ def request_create(request: HttpRequest) -> JsonResponse:
     else:
         conversation = selectors.conversation_get_for_user(user=user, id=conversation_id)
     try:
-        submitted = submission.request_submit(user=user, conversation=conversation, text=text,
-                                              model=model)  # fmt: skip
+        submitted = submission.request_submit(
+            user=user, conversation=conversation, text=text, model=model
+        )
     except ValidationError as exc:
         return _error(400, " ".join(exc.messages))
     except submission.ModelUnavailable as exc:
@@ -142,8 +143,9 @@ def request_detail(request: HttpRequest, request_id: str) -> JsonResponse:
     if user is None:
         return _unauthenticated()
     info = submission.request_get_for_user(user=user, request_id=request_id)
-    return JsonResponse({"request_id": info.id, "conversation": info.conversation_id,
-                         "state": info.state})  # fmt: skip
+    return JsonResponse(
+        {"request_id": info.id, "conversation": info.conversation_id, "state": info.state}
+    )
 
 
 @csrf_exempt

@@ -41,8 +41,9 @@ def attachment_upload(request: HttpRequest) -> JsonResponse:
     except ValueError:
         declared = 0
     if declared > limit + ENVELOPE_BYTES:  # refused before the body is parsed
-        return _rejected(f"The file is too large; files may be at most "
-                         f"{limit // (1024 * 1024)} MB.", 413)  # fmt: skip
+        return _rejected(
+            f"The file is too large; files may be at most {limit // (1024 * 1024)} MB.", 413
+        )
     conversation_id = None
     if request.POST.get("conversation"):
         try:
@@ -54,13 +55,17 @@ def attachment_upload(request: HttpRequest) -> JsonResponse:
     if upload is None:
         return _rejected("Choose a file to attach.", 400)
     if upload.size > limit:
-        return _rejected(f"“{upload.name}” is too large; files may be at most "
-                         f"{limit // (1024 * 1024)} MB.", 413)  # fmt: skip
+        return _rejected(
+            f"“{upload.name}” is too large; files may be at most {limit // (1024 * 1024)} MB.", 413
+        )
     try:
         with transaction.atomic():
-            entry, created = user_file_accept(owner=request.user, name=upload.name,
-                                              data=upload.read(),
-                                              conversation_id=conversation_id)  # fmt: skip
+            entry, created = user_file_accept(
+                owner=request.user,
+                name=upload.name,
+                data=upload.read(),
+                conversation_id=conversation_id,
+            )
             if entry.status == UserFile.Status.QUEUED:
                 transaction.on_commit(ingest_soon)
     except FileRejected as error:

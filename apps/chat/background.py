@@ -44,23 +44,31 @@ class Task:
     TAGS = "tags"
 
 
-def background_submit(*, user_id: int, purpose: dict, messages: list[dict[str, str]],
-                      max_tokens: int, model: str = "") -> str:  # fmt: skip
+def background_submit(
+    *, user_id: int, purpose: dict, messages: list[dict[str, str]], max_tokens: int, model: str = ""
+) -> str:
     """Hands a background request to admission; returns its id. Raises RedisError."""
     k = keys()
     item = WorkItem(
-        id=protocol.new_request_id(), user_id=str(user_id), conversation_id="",
-        messages=messages, max_tokens=max_tokens, temperature=0.0,
+        id=protocol.new_request_id(),
+        user_id=str(user_id),
+        conversation_id="",
+        messages=messages,
+        max_tokens=max_tokens,
+        temperature=0.0,
         prompt_tokens_estimate=sum(memory.estimate_tokens(m["content"]) for m in messages),
-        kind=KIND, model=model, purpose=purpose,
-    )  # fmt: skip
+        kind=KIND,
+        model=model,
+        purpose=purpose,
+    )
     stream = k.admit if settings.SLUICE_ADMISSION else k.work_for_model(model)
     submit_by_ms = protocol.now_ms() + int(settings.REDIS_SOCKET_TIMEOUT * 1000)
     pipe = get_redis().pipeline(transaction=False)
     transitions.submitted(pipe, k, item, citations=[], stream=stream, submit_by_ms=submit_by_ms)
     pipe.execute()
-    log.info("background request %s submitted: %s for user %s", item.id, purpose.get("task"),
-             user_id)  # fmt: skip
+    log.info(
+        "background request %s submitted: %s for user %s", item.id, purpose.get("task"), user_id
+    )
     return item.id
 
 
@@ -89,13 +97,21 @@ def summary_schedule(*, conversation: Conversation, prompt: Prompt) -> str | Non
     try:
         if not _claim(Task.SUMMARY, conversation.id):
             return None
-        purpose = {"task": Task.SUMMARY, "conversation": conversation.id,
-                   "upto": prompt.to_summarise[-1].id, "from": prompt.summary_upto,
-                   "previous": prompt.summary}  # fmt: skip
+        purpose = {
+            "task": Task.SUMMARY,
+            "conversation": conversation.id,
+            "upto": prompt.to_summarise[-1].id,
+            "from": prompt.summary_upto,
+            "previous": prompt.summary,
+        }
         messages = memory.summary_messages(previous=prompt.summary, turns=prompt.to_summarise)
-        return background_submit(user_id=conversation.owner_id, purpose=purpose,
-                                 messages=messages, max_tokens=memory.SUMMARY_MAX_TOKENS,
-                                 model=conversation.model)  # fmt: skip
+        return background_submit(
+            user_id=conversation.owner_id,
+            purpose=purpose,
+            messages=messages,
+            max_tokens=memory.SUMMARY_MAX_TOKENS,
+            model=conversation.model,
+        )
     except RedisError:
         log.warning("summary of conversation %s not asked: Redis unreachable", conversation.id)
         return None
@@ -135,12 +151,17 @@ def _after_answer(answer: Answer) -> None:
     if followups:
         question = suggestions.followups_question_for(conversation_id=conversation_id)
         background_submit(
-            user_id=user_id, model=model,
-            purpose={"task": Task.FOLLOWUPS, "conversation": conversation_id,
-                     "request": answer.id, "question": question[:600]},
+            user_id=user_id,
+            model=model,
+            purpose={
+                "task": Task.FOLLOWUPS,
+                "conversation": conversation_id,
+                "request": answer.id,
+                "question": question[:600],
+            },
             messages=suggestions.followups_messages(question=question),
             max_tokens=suggestions.FOLLOWUPS_MAX_TOKENS,
-        )  # fmt: skip
+        )
     if every > 0 and suggestions.questions_asked(user_id=user_id) % every == 0:
         tags_schedule(user_id=user_id, model=model)
 
@@ -152,9 +173,13 @@ def tags_schedule(*, user_id: int, model: str = "") -> str | None:
     messages = suggestions.tags_messages(user_id=user_id, tags=tags)
     if messages is None or not _claim(Task.TAGS, user_id):
         return None
-    return background_submit(user_id=user_id, model=model, messages=messages,
-                             purpose={"task": Task.TAGS, "tags": [t.id for t in tags]},
-                             max_tokens=suggestions.TAGS_MAX_TOKENS)  # fmt: skip
+    return background_submit(
+        user_id=user_id,
+        model=model,
+        messages=messages,
+        purpose={"task": Task.TAGS, "tags": [t.id for t in tags]},
+        max_tokens=suggestions.TAGS_MAX_TOKENS,
+    )
 
 
 # -- answers ----------------------------------------------------------------------------------
@@ -169,25 +194,35 @@ def _finished(answer: Answer, purpose: dict) -> None:
         conversation_id = int(purpose["conversation"])
         if done:
             stored = memory.summary_store(
-                conversation_id=conversation_id, upto_message_id=int(purpose["upto"]),
-                text=memory.summary_text(previous=purpose.get("previous", ""),
-                                         answer=answer.text),
-                model=_model_of(answer), covered_from=int(purpose["from"]),
-            )  # fmt: skip
-            log.info("summary of conversation %s %s", conversation_id,
-                     "stored" if stored else "not needed any more")  # fmt: skip
+                conversation_id=conversation_id,
+                upto_message_id=int(purpose["upto"]),
+                text=memory.summary_text(previous=purpose.get("previous", ""), answer=answer.text),
+                model=_model_of(answer),
+                covered_from=int(purpose["from"]),
+            )
+            log.info(
+                "summary of conversation %s %s",
+                conversation_id,
+                "stored" if stored else "not needed any more",
+            )
         _release(Task.SUMMARY, conversation_id)
     elif task == Task.FOLLOWUPS and done:
         questions = suggestions.followups_parse(answer.text, question=purpose.get("question", ""))
         conversation_id = int(purpose["conversation"])
         if questions and suggestions.conversation_exists(conversation_id):
-            inbox.inbox_post(user_id=int(answer.user_id), kind=InboxMessage.Kind.FOLLOWUPS,
-                             text="Suggested follow-up questions",
-                             data={"conversation_id": conversation_id,
-                                   "request_id": purpose.get("request", ""),
-                                   "message_id": suggestions.answer_message_id(
-                                       request_id=purpose.get("request", "")),
-                                   "questions": questions})  # fmt: skip
+            inbox.inbox_post(
+                user_id=int(answer.user_id),
+                kind=InboxMessage.Kind.FOLLOWUPS,
+                text="Suggested follow-up questions",
+                data={
+                    "conversation_id": conversation_id,
+                    "request_id": purpose.get("request", ""),
+                    "message_id": suggestions.answer_message_id(
+                        request_id=purpose.get("request", "")
+                    ),
+                    "questions": questions,
+                },
+            )
     elif task == titles.TASK and done:
         titles.title_finished(purpose=purpose, answer_text=answer.text)
     elif task == Task.TAGS:

@@ -126,10 +126,13 @@ class NodeListener:
         await self.hub.ensure_keyspace_events(self.node)
         _, options = cluster.parse_cluster_url(self.hub.redis_url)
         self._client = aioredis.Redis(
-            host=host, port=int(port), decode_responses=True, **options,
+            host=host,
+            port=int(port),
+            decode_responses=True,
+            **options,
             client_name=f"{self.hub.name}-listener",
             socket_connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
-        )  # fmt: skip
+        )
         self._pubsub = self._client.pubsub()
 
     async def _disconnect(self) -> None:
@@ -260,8 +263,12 @@ class ClusterOutputHub(SubscriberHub):
                 )
             self._checked_events.add(node)
         except (RedisError, AttributeError) as exc:
-            log.warning("output hub cannot turn on keyspace events on %s (%s): set "
-                        "notify-keyspace-events to include K and t", node, exc)  # fmt: skip
+            log.warning(
+                "output hub cannot turn on keyspace events on %s (%s): set "
+                "notify-keyspace-events to include K and t",
+                node,
+                exc,
+            )
 
     # -- the reader task ----------------------------------------------------------------------
 

@@ -79,8 +79,9 @@ class ChatConsumer(PooledConsumer):
             await self.close(code=4404)
             return
         await self.accept()
-        self.stop_listening = get_account_watch().listen(self.user.pk, self._account_event,
-                                                         after=login.events_after)  # fmt: skip
+        self.stop_listening = get_account_watch().listen(
+            self.user.pk, self._account_event, after=login.events_after
+        )
         if active:
             await self._follow(active, after=self._resume_point(active))
 
@@ -177,8 +178,12 @@ class ChatConsumer(PooledConsumer):
             return
         try:
             submitted, removed = await db_call(self._in_session)(
-                turns.message_edit, user=self.user, conversation=self.conversation,
-                message_id=message_id, text=text)  # fmt: skip
+                turns.message_edit,
+                user=self.user,
+                conversation=self.conversation,
+                message_id=message_id,
+                text=text,
+            )
         except turns.EDIT_REFUSALS as exc:
             await self._error(turns.refusal_message(exc))
             return
@@ -190,14 +195,18 @@ class ChatConsumer(PooledConsumer):
         this socket follows the answer, so that it knows the event as its own), unless the
         submit told them already."""
         message = submitted.user_message
-        await self._send({"type": "user_message", "id": message.id,
-                          "html": linebreaks(escape(message.text))})  # fmt: skip
+        await self._send(
+            {"type": "user_message", "id": message.id, "html": linebreaks(escape(message.text))}
+        )
         await self._started(submitted.request_id, written=submitted.first_event)
         if published:
             return
         await db_call(live.question_published)(
-            conversation=self.conversation, message=submitted.user_message,
-            request_id=submitted.request_id, **extra)  # fmt: skip
+            conversation=self.conversation,
+            message=submitted.user_message,
+            request_id=submitted.request_id,
+            **extra,
+        )
 
     async def _on_regenerate(self, frame: dict) -> None:
         again = frame["type"] == "regenerate"
@@ -351,9 +360,17 @@ class ChatConsumer(PooledConsumer):
         """Sends the question and tells the user's other tabs, in one trip through the pool,
         the session checked by the question's own insert. `previous`: the answer this socket
         followed last, which the submit settles first if it has ended."""
-        return self.session.guarded(lambda condition: submission.request_submit(
-            user=self.user, conversation=self.conversation, text=text, request_id=request_id,
-            expected=previous, announce=True, only_if=condition))  # fmt: skip
+        return self.session.guarded(
+            lambda condition: submission.request_submit(
+                user=self.user,
+                conversation=self.conversation,
+                text=text,
+                request_id=request_id,
+                expected=previous,
+                announce=True,
+                only_if=condition,
+            )
+        )
 
     @db_call
     def _stop(self, requested) -> bool:

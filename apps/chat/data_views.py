@@ -66,8 +66,11 @@ def conversation_export(request: HttpRequest, id: int, fmt: str) -> HttpResponse
         body = export.conversation_export_markdown(conversation=conversation)
         return _download(body, filename=f"{name}.md", content_type="text/markdown; charset=utf-8")
     if fmt == "json":
-        return _download(export.conversation_export_json(conversation=conversation),
-                         filename=f"{name}.json", content_type="application/json")  # fmt: skip
+        return _download(
+            export.conversation_export_json(conversation=conversation),
+            filename=f"{name}.json",
+            content_type="application/json",
+        )
     raise Http404
 
 

@@ -22,13 +22,15 @@ log = logging.getLogger("sluice.chat.erase")
 def conversation_erase(*, conversation: Conversation) -> None:
     conversation_id = conversation.pk
     request_ids = [r for r in conversation.messages.values_list("request_id", flat=True) if r]
-    InboxMessage.objects.filter(user_id=conversation.owner_id,
-                                data__conversation_id=conversation_id).delete()  # fmt: skip
+    InboxMessage.objects.filter(
+        user_id=conversation.owner_id, data__conversation_id=conversation_id
+    ).delete()
     # Its messages in one statement: through the ORM, each would be loaded to send its delete
     # signal (the hot tier's), and the whole conversation is dropped from the hot tier below.
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {Message._meta.db_table} WHERE conversation_id = %s",
-                       [conversation_id])  # fmt: skip
+        cursor.execute(
+            f"DELETE FROM {Message._meta.db_table} WHERE conversation_id = %s", [conversation_id]
+        )
     conversation.delete()
     hot.after_commit(lambda: _redis_erase(conversation_id, request_ids))
 
@@ -49,6 +51,9 @@ def _redis_erase(conversation_id: int, request_ids: list[str]) -> None:
             pipe.delete(k.output(request_id))
         pipe.execute()
     except RedisError as exc:
-        log.error("conversation %s: Redis keys not erased (%s); they expire with their TTLs",
-                  conversation_id, exc)  # fmt: skip
+        log.error(
+            "conversation %s: Redis keys not erased (%s); they expire with their TTLs",
+            conversation_id,
+            exc,
+        )
     hot.conversations_drop([conversation_id])

@@ -18,8 +18,16 @@ from .services import clean_title
 FORMAT = "sluice-conversation"
 ALL_FORMAT = "sluice-export"
 VERSION = 1
-MESSAGE_FIELDS = ("role", "text", "status", "error", "citations", "prompt_tokens",
-                  "completion_tokens", "pinned")  # fmt: skip
+MESSAGE_FIELDS = (
+    "role",
+    "text",
+    "status",
+    "error",
+    "citations",
+    "prompt_tokens",
+    "completion_tokens",
+    "pinned",
+)
 IMPORT_MAX_MESSAGES = 5000
 
 
@@ -51,8 +59,9 @@ def conversation_export_data(*, conversation: Conversation) -> dict:
 
 
 def conversation_export_json(*, conversation: Conversation) -> str:
-    return json.dumps(conversation_export_data(conversation=conversation), indent=2,
-                      ensure_ascii=False)  # fmt: skip
+    return json.dumps(
+        conversation_export_data(conversation=conversation), indent=2, ensure_ascii=False
+    )
 
 
 def conversation_export_markdown(*, conversation: Conversation) -> str:
@@ -117,9 +126,11 @@ def conversation_import(*, owner: User, data: dict) -> Conversation:
     if not isinstance(messages, list) or len(messages) > IMPORT_MAX_MESSAGES:
         raise ValidationError("The export's messages cannot be read.", code="messages")
     conversation = Conversation.objects.create(
-        owner=owner, title=clean_title(str(data.get("title") or "Imported chat")),
-        model=str(data.get("model") or "")[:200], archived=bool(data.get("archived")),
-    )  # fmt: skip
+        owner=owner,
+        title=clean_title(str(data.get("title") or "Imported chat")),
+        model=str(data.get("model") or "")[:200],
+        archived=bool(data.get("archived")),
+    )
     rows = []
     for item in messages:
         if not isinstance(item, dict) or item.get("role") not in Message.Role.values:
@@ -127,14 +138,19 @@ def conversation_import(*, owner: User, data: dict) -> Conversation:
         status = item.get("status") or Message.Status.DONE
         if status not in Message.Status.values:
             raise ValidationError("A message in the export has an unknown status.", code="status")
-        rows.append(Message(
-            conversation=conversation, role=item["role"], text=str(item.get("text") or ""),
-            status=status, error=str(item.get("error") or "")[:300],
-            citations=item.get("citations") if isinstance(item.get("citations"), list) else [],
-            prompt_tokens=_count(item.get("prompt_tokens")),
-            completion_tokens=_count(item.get("completion_tokens")),
-            pinned=item.get("pinned") is True,
-        ))  # fmt: skip
+        rows.append(
+            Message(
+                conversation=conversation,
+                role=item["role"],
+                text=str(item.get("text") or ""),
+                status=status,
+                error=str(item.get("error") or "")[:300],
+                citations=item.get("citations") if isinstance(item.get("citations"), list) else [],
+                prompt_tokens=_count(item.get("prompt_tokens")),
+                completion_tokens=_count(item.get("completion_tokens")),
+                pinned=item.get("pinned") is True,
+            )
+        )
     created = Message.objects.bulk_create(rows)
     # Keep the original times (auto_now_add set them to now on insert).
     for message, item in zip(created, messages, strict=True):
@@ -147,9 +163,11 @@ def conversation_import(*, owner: User, data: dict) -> Conversation:
         covers = summary.get("covers")
         if isinstance(covers, int) and 0 < covers <= len(created):
             ConversationSummary.objects.create(
-                conversation=conversation, text=summary["text"],
-                upto_message_id=created[covers - 1].id, model=str(summary.get("model") or ""),
-            )  # fmt: skip
+                conversation=conversation,
+                text=summary["text"],
+                upto_message_id=created[covers - 1].id,
+                model=str(summary.get("model") or ""),
+            )
     return conversation
 
 

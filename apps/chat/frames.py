@@ -22,9 +22,13 @@ def frame_for_event(request_id: str, entry_id: str, fields: dict[str, str]) -> d
     if kind == EventType.DELTA:
         return {**base, "type": "delta", "text": fields.get("text", "")}
     if kind == EventType.START:
-        return {**base, "type": "start", "attempt": int(fields.get("attempt", 1)),
-                "worker": fields.get("worker", ""),
-                "prompt_tokens": int(fields.get("prompt_tokens") or 0)}  # fmt: skip
+        return {
+            **base,
+            "type": "start",
+            "attempt": int(fields.get("attempt", 1)),
+            "worker": fields.get("worker", ""),
+            "prompt_tokens": int(fields.get("prompt_tokens") or 0),
+        }
     if kind == EventType.STATUS:
         frame = {**base, "type": "status", "state": fields.get("state", "")}
         for name in STATUS_FIELDS:
@@ -75,5 +79,4 @@ def frames_for_batch(request_id: str, entries: list[tuple[str, dict[str, str]]])
 
 def _superseded(frame: dict) -> bool:
     """A status frame whose whole news is its state: no position, reason or citations."""
-    return frame["type"] == "status" and frame.keys() <= {"type", "state", "request_id",
-                                                          "event_id"}  # fmt: skip
+    return frame["type"] == "status" and frame.keys() <= {"type", "state", "request_id", "event_id"}

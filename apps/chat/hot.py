@@ -197,12 +197,27 @@ def prompt_sources(
         pipe = get_redis().pipeline(transaction=False)
         if conv_filled != "1":
             pinned_json = json.dumps([[t.id, t.role, t.text, t.pinned] for t in sources.pinned])
-            pipe.eval(FILL_CONVERSATION, 2, conv_key, list_key, _ttl(), conv_gen or "0",
-                      sources.summary, sources.summary_upto, pinned_json,
-                      *(_entry(t) for t in sources.history))  # fmt: skip
+            pipe.eval(
+                FILL_CONVERSATION,
+                2,
+                conv_key,
+                list_key,
+                _ttl(),
+                conv_gen or "0",
+                sources.summary,
+                sources.summary_upto,
+                pinned_json,
+                *(_entry(t) for t in sources.history),
+            )
         if profile_filled != "1":
-            pipe.eval(FILL_PROFILE, 1, profile_key(conversation.owner_id), _ttl(),
-                      profile_gen or "0", _profile_json(sources.profile))  # fmt: skip
+            pipe.eval(
+                FILL_PROFILE,
+                1,
+                profile_key(conversation.owner_id),
+                _ttl(),
+                profile_gen or "0",
+                _profile_json(sources.profile),
+            )
         pipe.execute()
     except RedisError as exc:
         log.warning("hot tier not filled: %s", exc)
@@ -214,8 +229,9 @@ def sources_queue(pipe, conversation: Conversation, limit: int) -> None:
     """Queues the read of a prompt's sources on `pipe` (three commands): `sources_from` makes
     them of the replies."""
     # Room for a turn pushed twice (a fill raced its push): read a few more than needed.
-    pipe.eval(READ, 2, conversation_key(conversation.pk), turns_key(conversation.pk), _ttl(),
-              limit + 8)  # fmt: skip
+    pipe.eval(
+        READ, 2, conversation_key(conversation.pk), turns_key(conversation.pk), _ttl(), limit + 8
+    )
     pipe.hmget(profile_key(conversation.owner_id), "gen", "filled", "profile")
     pipe.expire(profile_key(conversation.owner_id), _ttl())
 
@@ -233,9 +249,12 @@ def sources_from(replies: list, limit: int, newer: Sequence[Turn] = ()) -> Promp
         ids = {turn.id for turn in newer}
         history = [*newer, *(turn for turn in history if turn.id not in ids)][:limit]
     return PromptSources(
-        history=history, profile=_profile_from(profile[2]), summary=summary or "",
-        summary_upto=int(upto or 0), pinned=[Turn(*t) for t in json.loads(pinned or "[]")],
-    )  # fmt: skip
+        history=history,
+        profile=_profile_from(profile[2]),
+        summary=summary or "",
+        summary_upto=int(upto or 0),
+        pinned=[Turn(*t) for t in json.loads(pinned or "[]")],
+    )
 
 
 def _write_alone(queue: Callable[[Any], None], *, conversation_id: int) -> None:
@@ -266,14 +285,16 @@ def system_prompt_for(user_id: int, *, render: Callable[[PromptProfile | None], 
         return render(selectors.prompt_profile(user_id=user_id))
     key = profile_key(user_id)
     try:
-        gen, filled, profile_json, system = get_redis().hmget(key, "gen", "filled", "profile",
-                                                             "system")  # fmt: skip
+        gen, filled, profile_json, system = get_redis().hmget(
+            key, "gen", "filled", "profile", "system"
+        )
     except RedisError:
         return render(selectors.prompt_profile(user_id=user_id))
     if filled == "1" and system is not None:
         return system
-    profile = (_profile_from(profile_json) if filled == "1"
-               else selectors.prompt_profile(user_id=user_id))  # fmt: skip
+    profile = (
+        _profile_from(profile_json) if filled == "1" else selectors.prompt_profile(user_id=user_id)
+    )
     system = render(profile)
     try:
         get_redis().eval(FILL_PROFILE, 1, key, _ttl(), gen or "0", _profile_json(profile), system)
@@ -312,13 +333,22 @@ def turns_push(pipe, turns_by_conversation: dict[int, list[Turn]]) -> None:
 def turns_unwritten(turns_by_conversation: dict[int, list[Turn]]) -> None:
     """Pushes that may have failed: those conversations' entries are dropped (a reader
     refills them from PostgreSQL)."""
-    _drop_keys([conversation_key(c) for c in turns_by_conversation]
-               + [turns_key(c) for c in turns_by_conversation])  # fmt: skip
+    _drop_keys(
+        [conversation_key(c) for c in turns_by_conversation]
+        + [turns_key(c) for c in turns_by_conversation]
+    )
 
 
 def _push(pipe, conversation_id: int, turns: list[Turn]) -> None:
-    pipe.eval(PUSH, 2, conversation_key(conversation_id), turns_key(conversation_id), _ttl(),
-              settings.HOT_TIER_TURNS, *(_entry(t) for t in turns))  # fmt: skip
+    pipe.eval(
+        PUSH,
+        2,
+        conversation_key(conversation_id),
+        turns_key(conversation_id),
+        _ttl(),
+        settings.HOT_TIER_TURNS,
+        *(_entry(t) for t in turns),
+    )
 
 
 def turn_of(message: Message) -> Turn | None:
@@ -364,8 +394,7 @@ def profiles_forget(user_ids) -> None:
 
 def conversations_drop(conversation_ids) -> None:
     """A deleted conversation: its keys are gone."""
-    _drop_keys([key for c in set(conversation_ids)
-                for key in (conversation_key(c), turns_key(c))])  # fmt: skip
+    _drop_keys([key for c in set(conversation_ids) for key in (conversation_key(c), turns_key(c))])
 
 
 def _forget(pairs: list[tuple[str, str | None]]) -> None:

@@ -27,9 +27,12 @@ from .models import Conversation, ConversationSummary, Message
 def _later(kind: str, ids) -> None:
     """Collects the change for the current transaction's commit (at once outside one)."""
     ids = set(ids)
-    after_commit_collect("hot", add=lambda batch: batch[kind].update(ids), apply=_apply,
-                         empty=lambda: {"conversations": set(), "profiles": set(),
-                                        "dropped": set()})  # fmt: skip
+    after_commit_collect(
+        "hot",
+        add=lambda batch: batch[kind].update(ids),
+        apply=_apply,
+        empty=lambda: {"conversations": set(), "profiles": set(), "dropped": set()},
+    )
 
 
 def _apply(batch: dict) -> None:
@@ -103,20 +106,24 @@ def connect() -> None:
     post_save.connect(_message_changed, sender=Message, dispatch_uid="hot-message-save")
     post_delete.connect(_message_changed, sender=Message, dispatch_uid="hot-message-delete")
     post_save.connect(_summary_changed, sender=ConversationSummary, dispatch_uid="hot-summary")
-    post_delete.connect(_summary_changed, sender=ConversationSummary,
-                        dispatch_uid="hot-summary-delete")  # fmt: skip
+    post_delete.connect(
+        _summary_changed, sender=ConversationSummary, dispatch_uid="hot-summary-delete"
+    )
     post_delete.connect(_conversation_deleted, sender=Conversation, dispatch_uid="hot-conv")
     post_save.connect(_profile_changed, sender=Profile, dispatch_uid="hot-profile")
     post_delete.connect(_profile_changed, sender=Profile, dispatch_uid="hot-profile-delete")
-    m2m_changed.connect(_profile_tags_changed, sender=Profile.tags.through,
-                        dispatch_uid="hot-profile-tags")  # fmt: skip
+    m2m_changed.connect(
+        _profile_tags_changed, sender=Profile.tags.through, dispatch_uid="hot-profile-tags"
+    )
     post_save.connect(_tag_changed, sender=Tag, dispatch_uid="hot-tag")
     pre_delete.connect(_tag_changed, sender=Tag, dispatch_uid="hot-tag-delete")
     for model in (Message, ConversationSummary):
-        pre_update.connect(_messages_updated, sender=model,
-                           dispatch_uid=f"hot-{model.__name__}-update")  # fmt: skip
-        post_bulk_create.connect(_messages_created, sender=model,
-                                 dispatch_uid=f"hot-{model.__name__}-bulk")  # fmt: skip
+        pre_update.connect(
+            _messages_updated, sender=model, dispatch_uid=f"hot-{model.__name__}-update"
+        )
+        post_bulk_create.connect(
+            _messages_created, sender=model, dispatch_uid=f"hot-{model.__name__}-bulk"
+        )
     pre_update.connect(_profiles_updated, sender=Profile, dispatch_uid="hot-profile-update")
     post_bulk_create.connect(_profiles_created, sender=Profile, dispatch_uid="hot-profile-bulk")
     pre_update.connect(_tags_updated, sender=Tag, dispatch_uid="hot-tag-update")

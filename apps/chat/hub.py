@@ -73,12 +73,14 @@ class OutputHub(SubscriberHub):
         if self._control is None:
             # A blocking pool: past two connections, callers wait for one instead of failing.
             pool = aioredis.BlockingConnectionPool.from_url(
-                self.redis_url, decode_responses=True, max_connections=2,
+                self.redis_url,
+                decode_responses=True,
+                max_connections=2,
                 timeout=settings.REDIS_SOCKET_TIMEOUT,
                 socket_timeout=settings.REDIS_SOCKET_TIMEOUT,
                 socket_connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
                 client_name=f"{self.name}-control",
-            )  # fmt: skip
+            )
             self._control = aioredis.Redis(connection_pool=pool)
         return self._control
 
@@ -124,19 +126,26 @@ class OutputHub(SubscriberHub):
         await connection.send_packed_command(self._packer.xread(streams, block=self.block_ms))
         reply = await connection.read_response()
         return [
-            (stream, [(entry_id, dict(zip(flat[::2], flat[1::2], strict=True)))
-                      for entry_id, flat in entries])
+            (
+                stream,
+                [
+                    (entry_id, dict(zip(flat[::2], flat[1::2], strict=True)))
+                    for entry_id, flat in entries
+                ],
+            )
             for stream, entries in reply or []
-        ]  # fmt: skip
+        ]
 
     async def _connect_reader(self) -> None:
         # Its read blocks up to block_ms by design: only a reply later than that means trouble.
         self._reader = aioredis.Redis.from_url(
-            self.redis_url, decode_responses=True, single_connection_client=True,
+            self.redis_url,
+            decode_responses=True,
+            single_connection_client=True,
             client_name=f"{self.name}-reader",
             socket_timeout=self.block_ms / 1000 + settings.REDIS_SOCKET_TIMEOUT,
             socket_connect_timeout=settings.REDIS_CONNECT_TIMEOUT,
-        )  # fmt: skip
+        )
         self._reader_id = await self._reader.client_id()
 
     async def _run(self) -> None:
@@ -188,8 +197,14 @@ class XreadPacker:
         self._names: dict[str, bytes] = {}
 
     def xread(self, streams: dict[str, str], *, block: int) -> bytes:
-        head = [b"XREAD", b"COUNT", str(self.count).encode(), b"BLOCK", str(block).encode(),
-                b"STREAMS"]  # fmt: skip
+        head = [
+            b"XREAD",
+            b"COUNT",
+            str(self.count).encode(),
+            b"BLOCK",
+            str(block).encode(),
+            b"STREAMS",
+        ]
         parts = [b"*%d\r\n" % (len(head) + 2 * len(streams))]
         parts.extend(b"$%d\r\n%s\r\n" % (len(word), word) for word in head)
         parts.extend(self._name(stream) for stream in streams)

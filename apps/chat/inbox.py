@@ -46,8 +46,7 @@ def inbox_post(*, user_id: int, kind: str, text: str, data: dict | None = None) 
     data = data or {}
     if not isinstance(data, dict):
         raise ValidationError("Inbox data must be a JSON object.", code="data")
-    message = InboxMessage.objects.create(user_id=user_id, kind=kind, text=text[:2000],
-                                          data=data)  # fmt: skip
+    message = InboxMessage.objects.create(user_id=user_id, kind=kind, text=text[:2000], data=data)
     frame = json.dumps(inbox_frame(message))
     transaction.on_commit(lambda: _publish({"user": str(user_id), "message": frame}))
     return message
@@ -86,8 +85,9 @@ def inbox_events_last_id() -> str:
 def inbox_unread_for_user(*, user_id: int, after_id: int = 0) -> list[InboxMessage]:
     """The user's unread messages (after `after_id`), oldest first, at most UNREAD_LIMIT
     (the newest of them)."""
-    newest = (InboxMessage.objects.filter(user_id=user_id, read_at__isnull=True, id__gt=after_id)
-              .order_by("-id")[:UNREAD_LIMIT])  # fmt: skip
+    newest = InboxMessage.objects.filter(
+        user_id=user_id, read_at__isnull=True, id__gt=after_id
+    ).order_by("-id")[:UNREAD_LIMIT]
     return list(reversed(newest))
 
 
@@ -119,8 +119,9 @@ def announcement_recipients_sql(plan: Plan | None) -> tuple[str, list]:
 
 
 @transaction.atomic
-def announcement_send(*, text: str, plan: Plan | None = None, author: User | None = None
-                      ) -> Announcement:  # fmt: skip
+def announcement_send(
+    *, text: str, plan: Plan | None = None, author: User | None = None
+) -> Announcement:
     """Stores the announcement and puts it in the inbox of each user it reaches, in one
     statement however many they are; every open tab of theirs shows it at once."""
     text = (text or "").strip()
@@ -157,8 +158,11 @@ def answers_ready_post(answers: list, *, requests: list[dict]) -> None:
 
 
 def _answers_ready_post(answers: list, requests: list[dict]) -> None:
-    done = [(a, fields) for a, fields in zip(answers, requests, strict=True)
-            if a.conversation_id and a.state == State.DONE]  # fmt: skip
+    done = [
+        (a, fields)
+        for a, fields in zip(answers, requests, strict=True)
+        if a.conversation_id and a.state == State.DONE
+    ]
     if not done:
         return
     now_ms = timezone.now().timestamp() * 1000
@@ -172,14 +176,23 @@ def _answers_ready_post(answers: list, requests: list[dict]) -> None:
             slow.append(answer)
     if not slow:
         return
-    titles = dict(Conversation.objects.filter(id__in=[int(a.conversation_id) for a in slow])
-                  .values_list("id", "title"))  # fmt: skip
+    titles = dict(
+        Conversation.objects.filter(id__in=[int(a.conversation_id) for a in slow]).values_list(
+            "id", "title"
+        )
+    )
     for answer in slow:
         conversation_id = int(answer.conversation_id)
         if conversation_id not in titles:
             continue  # deleted meanwhile
         title = titles[conversation_id]
-        inbox_post(user_id=int(answer.user_id), kind=Kind.ANSWER_READY,
-                   text=f"Your answer in “{title}” is ready.",
-                   data={"conversation_id": conversation_id, "request_id": answer.id,
-                         "url": reverse("chat:conversation", args=[conversation_id])})  # fmt: skip
+        inbox_post(
+            user_id=int(answer.user_id),
+            kind=Kind.ANSWER_READY,
+            text=f"Your answer in “{title}” is ready.",
+            data={
+                "conversation_id": conversation_id,
+                "request_id": answer.id,
+                "url": reverse("chat:conversation", args=[conversation_id]),
+            },
+        )

@@ -55,10 +55,11 @@ class InboxConsumer(PooledConsumer):
         accounts_after = login.events_after
         await self.accept()
         self.stop_listening = (
-            get_account_watch(InboxWatch).listen(self.user.pk, self._inbox_event,
-                                                 after=inbox_after),
+            get_account_watch(InboxWatch).listen(
+                self.user.pk, self._inbox_event, after=inbox_after
+            ),
             get_account_watch().listen(self.user.pk, self._account_event, after=accounts_after),
-        )  # fmt: skip
+        )
         await self._deliver(unread)
 
     async def disconnect(self, code: int) -> None:
@@ -73,8 +74,9 @@ class InboxConsumer(PooledConsumer):
         except orjson.JSONDecodeError:
             frame = {}
         if not isinstance(frame, dict) or frame.get("type") != "read":
-            await self.send(text_data=json.dumps({"type": "error",
-                                                  "message": "Unknown inbox frame."}))  # fmt: skip
+            await self.send(
+                text_data=json.dumps({"type": "error", "message": "Unknown inbox frame."})
+            )
             return
         ids = frame.get("ids")
         try:

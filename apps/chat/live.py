@@ -42,14 +42,24 @@ def _publish(user_id: int, action: str, conversation_id: int, **fields) -> None:
 
 def _event(client, user_id: int, action: str, conversation_id: int, **fields) -> None:
     """Adds the event on `client`: a Redis client, or a pipeline that sends it later."""
-    event = {"user": str(user_id), "type": EVENT_TYPE, "action": action,
-             "conversation": str(conversation_id)}  # fmt: skip
+    event = {
+        "user": str(user_id),
+        "type": EVENT_TYPE,
+        "action": action,
+        "conversation": str(conversation_id),
+    }
     event.update({name: str(value) for name, value in fields.items() if value is not None})
     client.xadd(keys().account_events, event, maxlen=EVENTS_MAXLEN, approximate=True)
 
 
-def question_published(*, conversation: Conversation, message: Message | None, request_id: str,
-                       replaces: int | None = None, new: bool = False) -> None:  # fmt: skip
+def question_published(
+    *,
+    conversation: Conversation,
+    message: Message | None,
+    request_id: str,
+    replaces: int | None = None,
+    new: bool = False,
+) -> None:
     _publish(
         conversation.owner_id,
         Action.QUESTION,
@@ -58,8 +68,9 @@ def question_published(*, conversation: Conversation, message: Message | None, r
     )
 
 
-def question_event(pipe, *, conversation: Conversation, message: Message | None,
-                   request_id: str) -> None:  # fmt: skip
+def question_event(
+    pipe, *, conversation: Conversation, message: Message | None, request_id: str
+) -> None:
     """`question_published` queued on a pipeline: sent in the same round trip as the request
     (submission.request_submit's `announce`)."""
     _event(
@@ -71,12 +82,22 @@ def question_event(pipe, *, conversation: Conversation, message: Message | None,
     )
 
 
-def _question_fields(conversation: Conversation, message: Message | None, request_id: str, *,
-                     replaces: int | None = None, new: bool = False) -> dict:  # fmt: skip
-    return {"title": conversation.title, "request_id": request_id,
-            "message": message.id if message else None,
-            "text": message.text if message else None, "replaces": replaces,
-            "new": "1" if new else None}  # fmt: skip
+def _question_fields(
+    conversation: Conversation,
+    message: Message | None,
+    request_id: str,
+    *,
+    replaces: int | None = None,
+    new: bool = False,
+) -> dict:
+    return {
+        "title": conversation.title,
+        "request_id": request_id,
+        "message": message.id if message else None,
+        "text": message.text if message else None,
+        "replaces": replaces,
+        "new": "1" if new else None,
+    }
 
 
 def title_published(*, conversation: Conversation) -> None:
@@ -99,13 +120,25 @@ def frames_for_event(fields: dict, *, conversation_id: int) -> list[dict]:
         about = int(fields.get("conversation", ""))
     except ValueError:
         return []
-    frames = [{"type": "conversation", "action": action, "id": about,
-               "title": fields.get("title", ""), "new": fields.get("new") == "1",
-               "current": about == conversation_id}]  # fmt: skip
+    frames = [
+        {
+            "type": "conversation",
+            "action": action,
+            "id": about,
+            "title": fields.get("title", ""),
+            "new": fields.get("new") == "1",
+            "current": about == conversation_id,
+        }
+    ]
     if action == Action.QUESTION and about == conversation_id:
         if fields.get("replaces"):
             frames.append({"type": "truncate", "from_message_id": int(fields["replaces"])})
         if fields.get("message"):
-            frames.append({"type": "user_message", "id": int(fields["message"]),
-                           "html": linebreaks(escape(fields.get("text", "")))})  # fmt: skip
+            frames.append(
+                {
+                    "type": "user_message",
+                    "id": int(fields["message"]),
+                    "html": linebreaks(escape(fields.get("text", ""))),
+                }
+            )
     return frames

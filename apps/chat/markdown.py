@@ -39,14 +39,42 @@ _markdown = MarkdownIt(
 ).enable("table")
 
 ALLOWED_TAGS = {
-    "p", "br", "strong", "em", "code", "pre", "blockquote", "ul", "ol", "li", "a",
-    "h1", "h2", "h3", "h4", "h5", "h6", "hr", "table", "thead", "tbody", "tr", "th", "td",
-    "del", "sup", "sub", "span",
-}  # fmt: skip
+    "p",
+    "br",
+    "strong",
+    "em",
+    "code",
+    "pre",
+    "blockquote",
+    "ul",
+    "ol",
+    "li",
+    "a",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "hr",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "del",
+    "sup",
+    "sub",
+    "span",
+}
 ALLOWED_ATTRIBUTES = {
-    "a": {"href", "title"}, "code": {"class"}, "span": {"class"}, "th": {"align"},
+    "a": {"href", "title"},
+    "code": {"class"},
+    "span": {"class"},
+    "th": {"align"},
     "td": {"align"},
-}  # fmt: skip
+}
 
 
 # The same answer is rendered for every socket that follows it and on every page load.

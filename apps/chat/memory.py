@@ -58,12 +58,15 @@ def estimate_tokens(text: str) -> int:
 _REQUEST = re.compile(
     r"^(please\s+)?(tell|explain|show|give|write|list|help|describe|summari[sz]e|compare|"
     r"translate|make|find|can|could|would|will|what|why|how|when|where|who|which|is|are|do|"
-    r"does|thanks|thank|ok|okay|yes|no)\b", re.IGNORECASE)  # fmt: skip
-_FIRST_PERSON = re.compile(
-    r"\b(my|mine|me|i|i'm|i'd|i've|we|our|us)\b", re.IGNORECASE)  # fmt: skip
+    r"does|thanks|thank|ok|okay|yes|no)\b",
+    re.IGNORECASE,
+)
+_FIRST_PERSON = re.compile(r"\b(my|mine|me|i|i'm|i'd|i've|we|our|us)\b", re.IGNORECASE)
 _STRONG = re.compile(
     r"\b(my name|call me|remember|prefer|rather|favou?rite|allergic|birthday|born|live|"
-    r"moved|work|number|code|reference|budget|deadline)\b", re.IGNORECASE)  # fmt: skip
+    r"moved|work|number|code|reference|budget|deadline)\b",
+    re.IGNORECASE,
+)
 _NAME_LIKE = re.compile(r"(?<=\s)[A-Z][a-z]+")  # a capitalised word inside a sentence
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
 
@@ -83,8 +86,12 @@ def fact_score(sentence: str) -> int:
     """How much a statement looks like a fact about the user: first person, the words facts
     come with, names and numbers."""
     number = 2 if re.search(r"\d", sentence) else 0
-    return (2 * len(_STRONG.findall(sentence)) + len(_FIRST_PERSON.findall(sentence))
-            + len(_NAME_LIKE.findall(sentence)) + number)  # fmt: skip
+    return (
+        2 * len(_STRONG.findall(sentence))
+        + len(_FIRST_PERSON.findall(sentence))
+        + len(_NAME_LIKE.findall(sentence))
+        + number
+    )
 
 
 # -- the prompt -------------------------------------------------------------------------------
@@ -130,9 +137,12 @@ def _remembered_block(pinned: list[Turn], dropped: list[Turn], budget: int) -> t
         used += estimate_tokens(line)
         lines.append((turn.id, line))
     pinned_ids = {turn.id for turn in pinned}
-    facts = [(fact_score(s), turn.id, s) for turn in dropped
-             if turn.role == Message.Role.USER and turn.id not in pinned_ids
-             for s in fact_sentences(turn.text)]  # fmt: skip
+    facts = [
+        (fact_score(s), turn.id, s)
+        for turn in dropped
+        if turn.role == Message.Role.USER and turn.id not in pinned_ids
+        for s in fact_sentences(turn.text)
+    ]
     facts.sort(key=lambda fact: (-fact[0], -fact[1]))
     kept_facts = []
     for _, turn_id, sentence in facts:
@@ -184,8 +194,9 @@ def plan_prompt(*, system: str, sources: PromptSources, budget: int) -> Plan:
     # What the remembered block left unused goes back to recent turns.
     recent = _fill(uncovered, remaining) or recent
     blocks = [b for b in (system, summary, remembered) if b]
-    plan = Plan(system="\n\n".join(blocks), turns=_as_messages(reversed(recent)),
-                kept_facts=kept_facts)  # fmt: skip
+    plan = Plan(
+        system="\n\n".join(blocks), turns=_as_messages(reversed(recent)), kept_facts=kept_facts
+    )
     if len(recent) < len(uncovered):
         plan.to_summarise = due_for_summary(uncovered, budget=int(remaining * KEEP_RAW_SHARE))
     return plan
@@ -219,9 +230,13 @@ def summary_messages(*, previous: str, turns: list[Turn]) -> list[dict[str, str]
     notes = previous.strip() or "(none)"
     return [
         {"role": "system", "content": SUMMARY_SYSTEM},
-        {"role": "user", "content": f"Notes so far:\n{notes}\n\nThe user said:\n"
-                                    + "\n".join(said) + f"\n\n{SUMMARY_INSTRUCTIONS}"},
-    ]  # fmt: skip
+        {
+            "role": "user",
+            "content": f"Notes so far:\n{notes}\n\nThe user said:\n"
+            + "\n".join(said)
+            + f"\n\n{SUMMARY_INSTRUCTIONS}",
+        },
+    ]
 
 
 def summary_text(*, previous: str, answer: str) -> str:
@@ -232,23 +247,31 @@ def summary_text(*, previous: str, answer: str) -> str:
 
 @transaction.atomic
 def summary_store(
-    *, conversation_id: int, upto_message_id: int, text: str, model: str = "",
+    *,
+    conversation_id: int,
+    upto_message_id: int,
+    text: str,
+    model: str = "",
     covered_from: int = 0,
-) -> ConversationSummary | None:  # fmt: skip
+) -> ConversationSummary | None:
     """Stores the summary if it moves the conversation's memory forward: a late or repeated
     answer for turns already summarised, or one written from an older summary than the one
     stored now (`covered_from`: the upto it started from), changes nothing."""
     if not Conversation.objects.filter(id=conversation_id).exists():
         return None
-    current = ConversationSummary.objects.select_for_update().filter(
-        conversation_id=conversation_id).first()  # fmt: skip
-    if current is not None and (current.upto_message_id >= upto_message_id
-                                or current.upto_message_id != covered_from):  # fmt: skip
+    current = (
+        ConversationSummary.objects.select_for_update()
+        .filter(conversation_id=conversation_id)
+        .first()
+    )
+    if current is not None and (
+        current.upto_message_id >= upto_message_id or current.upto_message_id != covered_from
+    ):
         return None
     if current is None:
         return ConversationSummary.objects.create(
-            conversation_id=conversation_id, text=text, upto_message_id=upto_message_id,
-            model=model)  # fmt: skip
+            conversation_id=conversation_id, text=text, upto_message_id=upto_message_id, model=model
+        )
     current.text, current.upto_message_id, current.model = text, upto_message_id, model
     current.save()
     return current

@@ -19,8 +19,9 @@ def message_pin(request: HttpRequest, id: int, message_id: int) -> HttpResponse:
     value = request.POST.get("pinned", "")
     if value not in ("0", "1"):
         return JsonResponse({"error": "pinned must be 0 or 1."}, status=400)
-    message = memory.message_set_pinned(conversation=conversation, message_id=message_id,
-                                        pinned=value == "1")  # fmt: skip
+    message = memory.message_set_pinned(
+        conversation=conversation, message_id=message_id, pinned=value == "1"
+    )
     if "application/json" in request.headers.get("Accept", ""):
         return JsonResponse({"id": message.id, "pinned": message.pinned})
     return redirect("chat:conversation", id=conversation.id)

@@ -10,9 +10,11 @@ class Conversation(models.Model):
     # No index of its own: the sidebar's index below leads with it (every question rewrites
     # the row, and so every index of it).
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations",
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="conversations",
         db_index=False,
-    )  # fmt: skip
+    )
     title = models.CharField(max_length=120, default="New chat")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -105,13 +107,19 @@ class Announcement(models.Model):
 
     text = models.TextField(max_length=1000)
     plan = models.ForeignKey(
-        "admission.Plan", null=True, blank=True, on_delete=models.SET_NULL,
+        "admission.Plan",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         help_text="Only this plan's users; empty: everyone.",
-    )  # fmt: skip
+    )
     author = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="+",
-    )  # fmt: skip
+    )
     created = models.DateTimeField(auto_now_add=True)
     recipients = models.PositiveIntegerField(default=0, editable=False)
 
@@ -143,9 +151,12 @@ class InboxMessage(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [
-            models.Index(fields=["user", "id"], name="chat_inbox_unread",
-                         condition=models.Q(read_at__isnull=True)),
-        ]  # fmt: skip
+            models.Index(
+                fields=["user", "id"],
+                name="chat_inbox_unread",
+                condition=models.Q(read_at__isnull=True),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} for {self.user_id}"
@@ -156,14 +167,16 @@ class RetentionPolicy(models.Model):
     `manage.py apply_retention`, run daily from cron or a scheduler)."""
 
     archive_after_days = models.PositiveIntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="Archive conversations untouched for this many days. Empty: never.",
-    )  # fmt: skip
+    )
     drop_detail_after_days = models.PositiveIntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="For archived conversations untouched this long, delete all but the latest "
         "turns (their summary stays). Empty: never.",
-    )  # fmt: skip
+    )
     keep_turns = models.PositiveIntegerField(
         default=20, help_text="Messages kept when the detail of a cold conversation is dropped."
     )

@@ -88,10 +88,13 @@ def api_view(view):
             return error.response()
         except RedisError as exc:
             log.warning("%s: Redis unavailable: %s", request.path, exc)
-            return ApiError(503, "Sluice cannot reach its queue right now. Please try again "
-                            "in a minute.", type="server_error", code="service_unavailable",
-                            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-                            ).response()  # fmt: skip
+            return ApiError(
+                503,
+                "Sluice cannot reach its queue right now. Please try again in a minute.",
+                type="server_error",
+                code="service_unavailable",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            ).response()
 
     return csrf_exempt(wrapped)
 
@@ -112,8 +115,9 @@ class Started:
     first_event: Entry  # its output stream's first entry, as published
 
 
-def start_completion(raw_key: str | None, body: bytes) -> tuple[Caller, shapes.ChatRequest,
-                                                                 Started]:  # fmt: skip
+def start_completion(
+    raw_key: str | None, body: bytes
+) -> tuple[Caller, shapes.ChatRequest, Started]:
     """Authenticates, reads the request, picks the model and hands the request to admission,
     in one trip through the pool. Raises ApiError."""
     caller = caller_for(raw_key)  # a bad key is a 401 before anything else is looked at
@@ -127,32 +131,42 @@ def start_completion(raw_key: str | None, body: bytes) -> tuple[Caller, shapes.C
     prompt_tokens = asked.prompt_tokens_estimate
     room = settings.MODEL_CONTEXT_TOKENS - prompt_tokens
     if room < 1:
-        raise shapes.invalid("messages", f"This model's context window is "
-                             f"{settings.MODEL_CONTEXT_TOKENS} tokens; the messages need about "
-                             f"{prompt_tokens}.", code="context_length_exceeded")  # fmt: skip
+        raise shapes.invalid(
+            "messages",
+            f"This model's context window is "
+            f"{settings.MODEL_CONTEXT_TOKENS} tokens; the messages need about "
+            f"{prompt_tokens}.",
+            code="context_length_exceeded",
+        )
     item = WorkItem(
-        id=protocol.new_request_id(), user_id=str(caller.user.pk), conversation_id="",
-        messages=asked.messages, max_tokens=min(asked.max_tokens or settings.MODEL_MAX_TOKENS,
-                                                room),
-        temperature=settings.MODEL_TEMPERATURE if asked.temperature is None
+        id=protocol.new_request_id(),
+        user_id=str(caller.user.pk),
+        conversation_id="",
+        messages=asked.messages,
+        max_tokens=min(asked.max_tokens or settings.MODEL_MAX_TOKENS, room),
+        temperature=settings.MODEL_TEMPERATURE
+        if asked.temperature is None
         else float(asked.temperature),
-        prompt_tokens_estimate=prompt_tokens, kind=KIND, model=model,
-        top_p=None if asked.top_p is None else float(asked.top_p), stop=asked.stop,
-    )  # fmt: skip
+        prompt_tokens_estimate=prompt_tokens,
+        kind=KIND,
+        model=model,
+        top_p=None if asked.top_p is None else float(asked.top_p),
+        stop=asked.stop,
+    )
     first_event = submission.request_publish(item=item, citations=[])
     return caller, asked, Started(item.id, model, int(time.time()), first_event)
 
 
-def refusal(final: dict[str, str], caller: Caller, model: str, *,
-            headers: bool = True) -> ApiError:  # fmt: skip
+def refusal(final: dict[str, str], caller: Caller, model: str, *, headers: bool = True) -> ApiError:
     """The error a request that ended without an answer is to its client. With `headers`, in
     a pool thread: a rate limit's headers read the user's buckets (an error inside a stream
     has no headers)."""
     code, message = final.get("code", ""), final.get("error") or "The request failed."
     retry_after = final.get("retry_after")
     if final.get("state") == protocol.State.CANCELLED:
-        return ApiError(409, "The request was stopped before it finished.",
-                        code="request_cancelled")  # fmt: skip
+        return ApiError(
+            409, "The request was stopped before it finished.", code="request_cancelled"
+        )
     if code == "rate_limited":
         limits = rate_limit_headers(caller.user.pk, caller.plan) if headers else {}
         limits["Retry-After"] = retry_after or "1"
@@ -194,11 +208,15 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         if ended and final.get("state") != protocol.State.DONE:
             raise await db_call(refusal)(final, caller, started.model)
         if asked.stream:
-            chunks = shapes.Chunks(request_id=request_id, model=started.model,
-                                   created=started.created,
-                                   include_usage=asked.include_usage)  # fmt: skip
-            relay = StreamRelay(chunks, error_of=lambda f: refusal(f, caller, started.model,
-                                                                   headers=False))  # fmt: skip
+            chunks = shapes.Chunks(
+                request_id=request_id,
+                model=started.model,
+                created=started.created,
+                include_usage=asked.include_usage,
+            )
+            relay = StreamRelay(
+                chunks, error_of=lambda f: refusal(f, caller, started.model, headers=False)
+            )
             body, follow = sse(follow, seen, relay, cancel), None  # the body owns it from here
             response = StreamingHttpResponse(body, content_type="text/event-stream")
             response["Cache-Control"] = "no-cache"
@@ -209,11 +227,16 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         ended = True
         if final.get("state") != protocol.State.DONE:
             raise await db_call(refusal)(final, caller, started.model)
-        response = JsonResponse(shapes.completion(
-            request_id=request_id, model=started.model, created=started.created,
-            text=final.get("text", ""), finish_reason=final.get("finish_reason", ""),
-            usage=final_usage(final),
-        ))  # fmt: skip
+        response = JsonResponse(
+            shapes.completion(
+                request_id=request_id,
+                model=started.model,
+                created=started.created,
+                text=final.get("text", ""),
+                finish_reason=final.get("finish_reason", ""),
+                usage=final_usage(final),
+            )
+        )
         response["x-request-id"] = request_id
         return response
     finally:
@@ -242,8 +265,9 @@ async def models_list(request: HttpRequest) -> HttpResponse:
     method(request, "GET")
     caller = await authenticated(request)
     listed = await db_call(listed_models)(caller)
-    return JsonResponse({"object": "list",
-                         "data": [model_entry(n, at) for n, at in listed.items()]})  # fmt: skip
+    return JsonResponse(
+        {"object": "list", "data": [model_entry(n, at) for n, at in listed.items()]}
+    )
 
 
 @api_view

@@ -56,19 +56,28 @@ def charge(user_id: str, plan: Plan, tokens: int) -> None:
     if decision.code == TAKEN:
         return
     if decision.wait_ms == 0:  # larger than the plan allows at once: waiting will not help
-        raise shapes.invalid("input", f"These inputs need {tokens} tokens, more than your plan "
-                             "allows at once.", code="request_too_large")  # fmt: skip
+        raise shapes.invalid(
+            "input",
+            f"These inputs need {tokens} tokens, more than your plan allows at once.",
+            code="request_too_large",
+        )
     headers = rate_limit_headers(user_id, plan)
     headers["Retry-After"] = str(decision.wait_ms // 1000 + 1)
-    raise ApiError(429, f"You are sending more than your plan allows. Try again in "
-                   f"{decision.wait_ms // 1000 + 1} s.", type="requests" if decision.bucket ==
-                   "req" else "tokens", code="rate_limit_exceeded", headers=headers)  # fmt: skip
+    raise ApiError(
+        429,
+        f"You are sending more than your plan allows. Try again in "
+        f"{decision.wait_ms // 1000 + 1} s.",
+        type="requests" if decision.bucket == "req" else "tokens",
+        code="rate_limit_exceeded",
+        headers=headers,
+    )
 
 
 def embed(texts: list[str], *, user_id: str, plan: Plan, encoding: str) -> dict:
     """In a thread: counts the tokens the model reads, charges them, embeds."""
-    tokens = [min(len(e.ids), model.MAX_SEQ_TOKENS)
-              for e in model.get_tokenizer().encode_batch(texts)]  # fmt: skip
+    tokens = [
+        min(len(e.ids), model.MAX_SEQ_TOKENS) for e in model.get_tokenizer().encode_batch(texts)
+    ]
     charge(user_id, plan, sum(tokens))
     vectors = model.embed_texts(texts)
     if encoding == "base64":
@@ -76,11 +85,13 @@ def embed(texts: list[str], *, user_id: str, plan: Plan, encoding: str) -> dict:
     else:
         rows = np.asarray(vectors, dtype=np.float64).tolist()
     return {
-        "object": "list", "model": model.MODEL_NAME,
-        "data": [{"object": "embedding", "index": i, "embedding": row}
-                 for i, row in enumerate(rows)],
+        "object": "list",
+        "model": model.MODEL_NAME,
+        "data": [
+            {"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(rows)
+        ],
         "usage": {"prompt_tokens": sum(tokens), "total_tokens": sum(tokens)},
-    }  # fmt: skip
+    }
 
 
 async def embeddings_create(body: dict, *, user, plan: Plan) -> dict:

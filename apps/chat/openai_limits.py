@@ -32,8 +32,7 @@ def bucket_levels(user_id: int | str, plan: Plan) -> dict[str, tuple[float, floa
     pipe.hmget(keys().bucket(str(user_id)), fields)
     (seconds, micros), stored = pipe.execute()
     now = seconds * 1000 + micros // 1000
-    return {b.name: _level(b, stored[2 * i], stored[2 * i + 1], now)
-            for i, b in enumerate(buckets)}  # fmt: skip
+    return {b.name: _level(b, stored[2 * i], stored[2 * i + 1], now) for i, b in enumerate(buckets)}
 
 
 def _level(bucket: Bucket, level, stamp, now: int) -> tuple[float, float]:

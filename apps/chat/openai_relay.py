@@ -134,10 +134,17 @@ class StreamRelay:
                 except Diverged:
                     self._flush(out, text)
                     self.diverged = self.ended = True
-                    out.append(Chunks.error(ApiError(
-                        500, "The worker running this answer stopped, and the answer it "
-                        "restarted differs from the text already sent. Please retry.",
-                        type="server_error", code="answer_restarted")))  # fmt: skip
+                    out.append(
+                        Chunks.error(
+                            ApiError(
+                                500,
+                                "The worker running this answer stopped, and the answer it "
+                                "restarted differs from the text already sent. Please retry.",
+                                type="server_error",
+                                code="answer_restarted",
+                            )
+                        )
+                    )
                     return "".join(out)
                 if new:
                     text.append(new)
@@ -195,8 +202,9 @@ class StreamRelay:
         out.append(self.chunks.finish(final.get("finish_reason") or "stop", final_usage(final)))
 
 
-async def sse(follow: Follow, seen: list[Entry], relay: StreamRelay,
-              cancel: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:  # fmt: skip
+async def sse(
+    follow: Follow, seen: list[Entry], relay: StreamRelay, cancel: Callable[[], Awaitable[None]]
+) -> AsyncIterator[bytes]:
     """The response body of a streamed completion, as bytes (Django would look the charset up
     for every str chunk). However it stops (the client went away, the server is stopping), a
     request that has not ended is cancelled: its engine slot is freed at once."""

@@ -19,16 +19,29 @@ from .prompting import estimate_tokens
 class ApiError(Exception):
     """An error as OpenAI's API reports it; `response()` is what the client receives."""
 
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type = status, message, type
         self.param, self.code, self.headers = param, code, headers or {}
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.code}}  # fmt: skip
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
     def response(self) -> JsonResponse:
         response = JsonResponse(self.body(), status=self.status)
@@ -46,20 +59,32 @@ def unsupported(param: str, what: str) -> ApiError:
 
 
 def bad_key() -> ApiError:
-    return ApiError(401, "Incorrect API key provided. Send `Authorization: Bearer <key>` with a "
-                    "Sluice API key (from your profile page).", code="invalid_api_key")  # fmt: skip
+    return ApiError(
+        401,
+        "Incorrect API key provided. Send `Authorization: Bearer <key>` with a "
+        "Sluice API key (from your profile page).",
+        code="invalid_api_key",
+    )
 
 
 def model_not_found(model: str) -> ApiError:
     # The same answer for a model that exists nowhere and one the plan does not include.
-    return ApiError(404, f"The model `{model}` does not exist or you do not have access to it.",
-                    param="model", code="model_not_found")  # fmt: skip
+    return ApiError(
+        404,
+        f"The model `{model}` does not exist or you do not have access to it.",
+        param="model",
+        code="model_not_found",
+    )
 
 
 def no_worker(model: str, *, retry_after: int = 30) -> ApiError:
-    return ApiError(503, f"No worker serves the model `{model}` right now. Please try again "
-                    "shortly.", type="server_error", code="model_unavailable",
-                    headers={"Retry-After": str(retry_after)})  # fmt: skip
+    return ApiError(
+        503,
+        f"No worker serves the model `{model}` right now. Please try again shortly.",
+        type="server_error",
+        code="model_unavailable",
+        headers={"Retry-After": str(retry_after)},
+    )
 
 
 def body_of(raw: bytes) -> dict:
@@ -114,18 +139,24 @@ def chat_request(body: dict) -> ChatRequest:
     stream = _bool(body, "stream")
     options = body.get("stream_options")
     if options is not None and not stream:
-        raise invalid("stream_options", "The 'stream_options' parameter is only allowed when "
-                      "'stream' is enabled.")  # fmt: skip
+        raise invalid(
+            "stream_options",
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+        )
     limit = body.get("max_completion_tokens")
     if limit is None:
         limit = body.get("max_tokens")
     stop = body.get("stop")
     return ChatRequest(
-        model=(model or "").strip(), messages=_messages(body["messages"]), stream=stream,
-        include_usage=bool((options or {}).get("include_usage")), max_tokens=limit,
-        temperature=body.get("temperature"), top_p=body.get("top_p"),
+        model=(model or "").strip(),
+        messages=_messages(body["messages"]),
+        stream=stream,
+        include_usage=bool((options or {}).get("include_usage")),
+        max_tokens=limit,
+        temperature=body.get("temperature"),
+        top_p=body.get("top_p"),
         stop=[stop] if isinstance(stop, str) else list(stop or []),
-    )  # fmt: skip
+    )
 
 
 def _bool(body: dict, name: str) -> bool:
@@ -144,8 +175,10 @@ def _messages(messages) -> list[dict[str, str]]:
         if role in ("tool", "function"):
             raise unsupported(f"{where}.role", "tool and function messages (tools)")
         if role not in ROLES:
-            raise invalid(f"{where}.role", f"`{where}.role` must be one of system, developer, "
-                          "user, assistant.")  # fmt: skip
+            raise invalid(
+                f"{where}.role",
+                f"`{where}.role` must be one of system, developer, user, assistant.",
+            )
         for name, value in message.items():
             if name in ("role", "content", "name"):
                 continue
@@ -165,8 +198,9 @@ def _content(content, where: str) -> str:
     if content is None:
         raise invalid(f"{where}.content", f"`{where}.content` must be text.")
     if not isinstance(content, list):
-        raise invalid(f"{where}.content", f"`{where}.content` must be a string or a list of "
-                      "text parts.")  # fmt: skip
+        raise invalid(
+            f"{where}.content", f"`{where}.content` must be a string or a list of text parts."
+        )
     texts = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
@@ -177,8 +211,10 @@ def _content(content, where: str) -> str:
         elif kind in ("input_audio", "file"):
             raise unsupported(f"{where}.content", f"{kind} content parts")
         else:
-            raise invalid(f"{where}.content", f"`{where}.content` parts must be "
-                          '{"type": "text", "text": ...}.')  # fmt: skip
+            raise invalid(
+                f"{where}.content",
+                f'`{where}.content` parts must be {{"type": "text", "text": ...}}.',
+            )
     return "\n".join(texts)
 
 
@@ -297,8 +333,11 @@ CHECKS = {
 def usage_of(usage: dict) -> dict:
     prompt = int(usage.get("prompt_tokens") or 0)
     completion = int(usage.get("completion_tokens") or 0)
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}  # fmt: skip
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 def openai_finish_reason(reason: str | None) -> str:
@@ -308,17 +347,26 @@ def openai_finish_reason(reason: str | None) -> str:
     return "length" if reason == "length" else "stop"
 
 
-def completion(*, request_id: str, model: str, created: int, text: str, finish_reason: str,
-               usage: dict) -> dict:  # fmt: skip
+def completion(
+    *, request_id: str, model: str, created: int, text: str, finish_reason: str, usage: dict
+) -> dict:
     """A `chat.completion`: the whole answer."""
     return {
-        "id": f"chatcmpl-{request_id}", "object": "chat.completion", "created": created,
-        "model": model, "system_fingerprint": None,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
-                                             "refusal": None},
-                     "logprobs": None, "finish_reason": openai_finish_reason(finish_reason)}],
+        "id": f"chatcmpl-{request_id}",
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": openai_finish_reason(finish_reason),
+            }
+        ],
         "usage": usage_of(usage),
-    }  # fmt: skip
+    }
 
 
 ROLE_DELTA = '{"role":"assistant","content":""}'
@@ -328,10 +376,14 @@ class Chunks:
     """`data: {chat.completion.chunk}` lines for one answer. The fixed part of every chunk is
     encoded once: a chunk is a few string joins, not a json.dumps of a nested object."""
 
-    def __init__(self, *, request_id: str, model: str, created: int,
-                 include_usage: bool) -> None:  # fmt: skip
-        head = {"id": f"chatcmpl-{request_id}", "object": "chat.completion.chunk",
-                "created": created, "model": model, "system_fingerprint": None}  # fmt: skip
+    def __init__(self, *, request_id: str, model: str, created: int, include_usage: bool) -> None:
+        head = {
+            "id": f"chatcmpl-{request_id}",
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": None,
+        }
         self._head = json.dumps(head)[:-1]  # without its closing brace
         self._usage = ',"usage":null' if include_usage else ""
         self.include_usage = include_usage
@@ -353,8 +405,9 @@ class Chunks:
         """The last chunk (its finish_reason), the usage chunk when asked for, and [DONE]."""
         parts = [f"data: {self._choice('{}', openai_finish_reason(finish_reason))}\n\n"]
         if self.include_usage:
-            parts.append(f'data: {self._head},"choices":[],"usage":'
-                         f"{json.dumps(usage_of(usage))}}}\n\n")  # fmt: skip
+            parts.append(
+                f'data: {self._head},"choices":[],"usage":{json.dumps(usage_of(usage))}}}\n\n'
+            )
         parts.append("data: [DONE]\n\n")
         return "".join(parts)
 

@@ -74,8 +74,9 @@ def prompt_build(
     (prompt_ahead.py): no read, and nothing pushed."""
     max_tokens = max_tokens or settings.MODEL_MAX_TOKENS
     if sources is None:
-        sources = prompt_sources(conversation=conversation, limit=HISTORY_TURNS_MAX,
-                                 pushed=pushed, also=also)  # fmt: skip
+        sources = prompt_sources(
+            conversation=conversation, limit=HISTORY_TURNS_MAX, pushed=pushed, also=also
+        )
     system = system_prompt(sources.profile)
     if extra_system:
         system = f"{system}\n\n{extra_system}"
@@ -83,6 +84,11 @@ def prompt_build(
     plan = plan_prompt(system=system, sources=sources, budget=budget)
     messages = [{"role": "system", "content": plan.system}, *plan.turns]
     used = sum(estimate_tokens(m["content"]) for m in messages)
-    return Prompt(messages=messages, prompt_tokens_estimate=used, max_tokens=max_tokens,
-                  to_summarise=plan.to_summarise, summary=sources.summary,
-                  summary_upto=sources.summary_upto)  # fmt: skip
+    return Prompt(
+        messages=messages,
+        prompt_tokens_estimate=used,
+        max_tokens=max_tokens,
+        to_summarise=plan.to_summarise,
+        summary=sources.summary,
+        summary_upto=sources.summary_upto,
+    )

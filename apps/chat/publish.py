@@ -44,9 +44,14 @@ def request_publish(
     if first is not None:
         first.queue(pipe)
     start = len(pipe)
-    event = transitions.submitted(pipe, k, item, citations=citations or [],
-                                  stream=submit_stream(k, model=item.model),
-                                  submit_by_ms=submit_by_ms)  # fmt: skip
+    event = transitions.submitted(
+        pipe,
+        k,
+        item,
+        citations=citations or [],
+        stream=submit_stream(k, model=item.model),
+        submit_by_ms=submit_by_ms,
+    )
     own = len(pipe)
     if also is not None:
         also(pipe)
@@ -63,11 +68,17 @@ def request_publish(
         raise failed[0]
     for reply in replies[own:]:
         if isinstance(reply, Exception):
-            log.warning("request %s: the event for the user's other tabs failed: %s", item.id,
-                        reply)  # fmt: skip
-    log.info("request %s submitted: %s by user %s in conversation %s, about %d prompt tokens",
-             item.id, item.kind, item.user_id, item.conversation_id,
-             item.prompt_tokens_estimate)  # fmt: skip
+            log.warning(
+                "request %s: the event for the user's other tabs failed: %s", item.id, reply
+            )
+    log.info(
+        "request %s submitted: %s by user %s in conversation %s, about %d prompt tokens",
+        item.id,
+        item.kind,
+        item.user_id,
+        item.conversation_id,
+        item.prompt_tokens_estimate,
+    )
     return replies[event.reply_index], event.fields
 
 

@@ -193,14 +193,20 @@ def request_ended(
     if known and not ended:
         return None
     # Ended, or forgotten (its state expired): either way nothing runs it any more.
-    answer = Answer(id=request_id, user_id=str(conversation.owner_id),
-                    conversation_id=str(conversation.id), state=State.CANCELLED)  # fmt: skip
+    answer = Answer(
+        id=request_id,
+        user_id=str(conversation.owner_id),
+        conversation_id=str(conversation.id),
+        state=State.CANCELLED,
+    )
     settled = Settled(answer=answer, stored=False, turns={})
     if ended:
         settled.answer = protocol.answer_from_final(
-            request_id, entries[0][1], user_id=answer.user_id,
+            request_id,
+            entries[0][1],
+            user_id=answer.user_id,
             conversation_id=answer.conversation_id,
-        )  # fmt: skip
+        )
         new = answer_message(settled.answer, _citations(cited))
         if new is None:
             settled.stored = True  # nothing to keep, as the recorder will find too
@@ -254,13 +260,13 @@ def record_pending(
     k = keys()
     handled = 0
     while pending:
-        response = client.xreadgroup(protocol.RECORDER_GROUP, consumer, {k.done: "0"},
-                                     count=count)  # fmt: skip
+        response = client.xreadgroup(protocol.RECORDER_GROUP, consumer, {k.done: "0"}, count=count)
         entries = response[0][1] if response else []
         handled += _record_batch(entries, on_recorded)
         pending = len(entries) == count  # a full batch: more may be waiting
-    response = client.xreadgroup(protocol.RECORDER_GROUP, consumer, {k.done: ">"}, count=count,
-                                 block=block_ms)  # fmt: skip
+    response = client.xreadgroup(
+        protocol.RECORDER_GROUP, consumer, {k.done: ">"}, count=count, block=block_ms
+    )
     for _, entries in response or []:
         handled += _record_batch(entries, on_recorded)
     return handled
@@ -276,9 +282,11 @@ def _record_batch(
     requests = requests_read(answers) if parsed else []
     if parsed:
         # An answer the web stored already (request_ended) is not inserted again.
-        messages = [(entry_id, answer_message(answer, _citations(fields["citations"])))
-                    for (entry_id, answer), fields in zip(parsed, requests, strict=True)
-                    if fields["stored"] != "1"]  # fmt: skip
+        messages = [
+            (entry_id, answer_message(answer, _citations(fields["citations"])))
+            for (entry_id, answer), fields in zip(parsed, requests, strict=True)
+            if fields["stored"] != "1"
+        ]
         rejected += _store([(i, m) for i, m in messages if m is not None])
         inbox.answers_ready_post(answers, requests=requests)
         # Background answers go to their task instead of the conversation; chat answers may
@@ -290,14 +298,26 @@ def _record_batch(
     # Even an answer that could not be kept ends its turn and settles its charge; the
     # conversations are released in the acknowledgement's round trip (but for those the web
     # settled, which it released itself).
-    release_conversations([answer for answer, fields in zip(answers, requests, strict=True)
-                           if fields["stored"] != "1"], pipe)  # fmt: skip
+    release_conversations(
+        [
+            answer
+            for answer, fields in zip(answers, requests, strict=True)
+            if fields["stored"] != "1"
+        ],
+        pipe,
+    )
     fields_of = dict(entries)
     for entry_id, reason in rejected:
         log.error("dead-lettering answer record %s: %s", entry_id, reason)
-        transitions.dead_letter(pipe, keys(), source="recorder", reason=reason,
-                                stream=keys().done, entry_id=entry_id,
-                                fields=fields_of.get(entry_id) or {})  # fmt: skip
+        transitions.dead_letter(
+            pipe,
+            keys(),
+            source="recorder",
+            reason=reason,
+            stream=keys().done,
+            entry_id=entry_id,
+            fields=fields_of.get(entry_id) or {},
+        )
     # Acknowledged once stored: a crash before this re-reads them, and storing twice is a no-op.
     pipe.xack(keys().done, protocol.RECORDER_GROUP, *(entry_id for entry_id, _ in entries))
     pipe.execute()

@@ -22,8 +22,9 @@ class RetentionResult:
     deleted_messages: int = 0
 
 
-def retention_apply(*, policy: RetentionPolicy | None = None, now: datetime | None = None
-                    ) -> RetentionResult:  # fmt: skip
+def retention_apply(
+    *, policy: RetentionPolicy | None = None, now: datetime | None = None
+) -> RetentionResult:
     policy = policy or RetentionPolicy.current()
     now = now or timezone.now()
     result = RetentionResult()
@@ -31,7 +32,8 @@ def retention_apply(*, policy: RetentionPolicy | None = None, now: datetime | No
         cutoff = now - timedelta(days=policy.archive_after_days)
         # update(), not save(): archiving must not count as touching the conversation.
         result.archived = Conversation.objects.filter(archived=False, updated__lt=cutoff).update(
-            archived=True)  # fmt: skip
+            archived=True
+        )
     if policy.drop_detail_after_days:
         cutoff = now - timedelta(days=policy.drop_detail_after_days)
         trimmed = _drop_detail(cutoff=cutoff, keep=policy.keep_turns)
@@ -46,7 +48,8 @@ def _drop_detail(*, cutoff: datetime, keep: int) -> dict[int, int]:
     `cutoff`; returns {conversation id: messages deleted}."""
     messages, conversations = Message._meta.db_table, Conversation._meta.db_table
     with connection.cursor() as cursor:
-        cursor.execute(f"""
+        cursor.execute(
+            f"""
             DELETE FROM {messages} m USING (
                 SELECT id FROM (
                     SELECT m.id, row_number() OVER (PARTITION BY m.conversation_id
@@ -57,7 +60,9 @@ def _drop_detail(*, cutoff: datetime, keep: int) -> dict[int, int]:
             ) cold
             WHERE m.id = cold.id
             RETURNING m.conversation_id
-        """, [cutoff, keep])  # fmt: skip
+        """,
+            [cutoff, keep],
+        )
         counts: dict[int, int] = {}
         for (conversation_id,) in cursor.fetchall():
             counts[conversation_id] = counts.get(conversation_id, 0) + 1

@@ -88,8 +88,9 @@ def _search_sql() -> str:
     """
 
 
-def conversation_search_for_user(*, user: User, query: str, limit: int = RESULTS_MAX
-                                 ) -> list[SearchHit]:  # fmt: skip
+def conversation_search_for_user(
+    *, user: User, query: str, limit: int = RESULTS_MAX
+) -> list[SearchHit]:
     """The user's own conversations matching `query` (web-search syntax: words, "phrases",
     -excluded, or), best first; [] for a blank query."""
     query = " ".join((query or "").split())[:QUERY_MAX_CHARS]

@@ -118,8 +118,13 @@ PINNED_MAX = 20  # pinned turns read per prompt
 def prompt_sources(*, conversation: Conversation, limit: int) -> PromptSources:
     """The latest finished user and assistant turns (at most `limit`), the owner's profile, the
     conversation's summary and its pinned turns, in one round trip (a psycopg pipeline)."""
-    history_params = [conversation.pk, Message.Role.USER, Message.Role.ASSISTANT,
-                      Message.Status.DONE, limit]  # fmt: skip
+    history_params = [
+        conversation.pk,
+        Message.Role.USER,
+        Message.Role.ASSISTANT,
+        Message.Status.DONE,
+        limit,
+    ]
     with connection.cursor():  # connects, or runs the health check when one is due
         raw = connection.connection
     with (
@@ -131,10 +136,13 @@ def prompt_sources(*, conversation: Conversation, limit: int) -> PromptSources:
         with raw.pipeline():
             history.execute(_history_sql(), history_params)
             profile.execute(_profile_sql(), [conversation.owner_id])
-            memory.execute(_memory_sql(), {"c": conversation.pk, "done": Message.Status.DONE,
-                                           "pins": PINNED_MAX})  # fmt: skip
-        sources = PromptSources([Turn(*row) for row in history.fetchall()],
-                                _prompt_profile(profile.fetchone()))  # fmt: skip
+            memory.execute(
+                _memory_sql(),
+                {"c": conversation.pk, "done": Message.Status.DONE, "pins": PINNED_MAX},
+            )
+        sources = PromptSources(
+            [Turn(*row) for row in history.fetchall()], _prompt_profile(profile.fetchone())
+        )
         for summary, upto, pin_id, role, text in memory.fetchall():
             sources.summary, sources.summary_upto = summary or "", upto or 0
             if pin_id is not None:

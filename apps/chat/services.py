@@ -141,13 +141,19 @@ class NewMessage:
     def params(self) -> dict:
         title = clean_title(self.text)[:60] if self.role == Message.Role.USER else ""
         return {
-            "conversation": self.conversation.pk, "role": self.role, "text": self.text,
-            "request_id": self.request_id, "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens, "status": self.status,
-            "error": self.error, "citations": json.dumps(self.citations),
+            "conversation": self.conversation.pk,
+            "role": self.role,
+            "text": self.text,
+            "request_id": self.request_id,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "status": self.status,
+            "error": self.error,
+            "citations": json.dumps(self.citations),
             "finish_reason": self.finish_reason,
-            "untitled": UNTITLED, "title": title,
-        }  # fmt: skip
+            "untitled": UNTITLED,
+            "title": title,
+        }
 
 
 def message_create(
@@ -172,11 +178,21 @@ def message_create(
     turn onto the hot tier itself (hot.turn_of)."""
     if role == Message.Role.USER:
         text = clean_message_text(text)
-    return message_store(NewMessage(
-        conversation=conversation, role=role, text=text, request_id=request_id,
-        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, status=status,
-        error=error, citations=citations or [],
-    ), hot_push=hot_push, only_if=only_if)  # fmt: skip
+    return message_store(
+        NewMessage(
+            conversation=conversation,
+            role=role,
+            text=text,
+            request_id=request_id,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            status=status,
+            error=error,
+            citations=citations or [],
+        ),
+        hot_push=hot_push,
+        only_if=only_if,
+    )
 
 
 def message_store(
@@ -213,8 +229,9 @@ def question_create_after(
     statement, so one round trip and one commit for both. (question, answer) as stored; None
     for one that was not (the answer: stored before, or its conversation is gone; the
     question: see `message_create`)."""
-    question = NewMessage(conversation=conversation, role=Message.Role.USER,
-                          text=clean_message_text(text))  # fmt: skip
+    question = NewMessage(
+        conversation=conversation, role=Message.Role.USER, text=clean_message_text(text)
+    )
     params = question.params() | {f"answer_{k}": v for k, v in answer.params().items()}
     if only_if is not None:
         params.update(only_if.params)
@@ -237,11 +254,18 @@ def _stored(new: NewMessage, message_id: int, created, new_title: str | None) ->
     if new_title is not None:
         new.conversation.title = new_title
     return Message(
-        id=message_id, conversation=new.conversation, role=new.role, text=new.text,
-        created=created, request_id=new.request_id, prompt_tokens=new.prompt_tokens,
-        completion_tokens=new.completion_tokens, status=new.status, error=new.error,
+        id=message_id,
+        conversation=new.conversation,
+        role=new.role,
+        text=new.text,
+        created=created,
+        request_id=new.request_id,
+        prompt_tokens=new.prompt_tokens,
+        completion_tokens=new.completion_tokens,
+        status=new.status,
+        error=new.error,
         citations=new.citations,
-    )  # fmt: skip
+    )
 
 
 def messages_store(messages: list[NewMessage]) -> None:
@@ -252,15 +276,16 @@ def messages_store(messages: list[NewMessage]) -> None:
         return
     # psycopg's own cursor: Django's wrapper has no way to ask executemany for the rows.
     with prepared_cursor() as raw:
-        raw.executemany(_message_insert_sql(), [new.params() for new in messages],
-                        returning=True)  # fmt: skip
+        raw.executemany(_message_insert_sql(), [new.params() for new in messages], returning=True)
         ids = []
         for _ in messages:
             row = raw.fetchone()  # none: stored before, or its conversation is gone
             ids.append(row[0] if row else None)
             raw.nextset()
-    hot.messages_stored([
-        (new.conversation.pk, hot.Turn(message_id, new.role, new.text, False))
-        for new, message_id in zip(messages, ids, strict=True)
-        if message_id is not None and new.status == Message.Status.DONE
-    ])  # fmt: skip
+    hot.messages_stored(
+        [
+            (new.conversation.pk, hot.Turn(message_id, new.role, new.text, False))
+            for new, message_id in zip(messages, ids, strict=True)
+            if message_id is not None and new.status == Message.Status.DONE
+        ]
+    )

@@ -116,8 +116,9 @@ def ensure_conversation_free(
         if not active:
             return None
         read = read if active == expected else None
-        settled = recorder.request_ended(request_id=active, conversation=conversation,
-                                         read=read, store=not defer)  # fmt: skip
+        settled = recorder.request_ended(
+            request_id=active, conversation=conversation, read=read, store=not defer
+        )
         if settled is None:
             raise ConversationBusy("Wait for the current answer to finish, or stop it.")
         if not defer:
@@ -139,8 +140,10 @@ def ensure_model_served(*, model: str) -> None:
     except RedisError as exc:
         raise QueueUnavailable from exc
     if not live:
-        raise ModelUnavailable(f"No worker serves the model {model!r} right now. Pick another "
-                               "model, or try again later.")  # fmt: skip
+        raise ModelUnavailable(
+            f"No worker serves the model {model!r} right now. Pick another "
+            "model, or try again later."
+        )
 
 
 def request_submit(
@@ -177,17 +180,27 @@ def request_submit(
     # prompt's read; they are written on their own if the submit stops before that.
     # In the same round trip: the user's corpora, for the retrieval, and the prompt's sources.
     corpora_read = corpora_cache.Read(user.pk)
-    prompt_read = (PromptRead(conversation, HISTORY_TURNS_MAX)
-                   if text is not None and hot.pushes_now() else None)  # fmt: skip
+    prompt_read = (
+        PromptRead(conversation, HISTORY_TURNS_MAX)
+        if text is not None and hot.pushes_now()
+        else None
+    )
     reads = [read for read in (corpora_read, prompt_read) if read is not None]
-    settled = ensure_conversation_free(conversation=conversation, expected=expected, defer=True,
-                                       reads=reads)  # fmt: skip
+    settled = ensure_conversation_free(
+        conversation=conversation, expected=expected, defer=True, reads=reads
+    )
     try:
         prompt, passages, question, user_message, writes = _question_and_prompt(
-            user=user, conversation=conversation, text=text, model=model,
-            instruction=instruction, only_if=only_if, settled=settled,
-            corpora_read=corpora_read, prompt_read=prompt_read,
-        )  # fmt: skip
+            user=user,
+            conversation=conversation,
+            text=text,
+            model=model,
+            instruction=instruction,
+            only_if=only_if,
+            settled=settled,
+            corpora_read=corpora_read,
+            prompt_read=prompt_read,
+        )
     except Exception:
         if settled is not None and not settled.queued:
             settled_write_anyway(settled)
@@ -208,8 +221,12 @@ def request_submit(
     # rolled back; if Redis is down the question is taken back, so nothing half-sent remains.
     announcement = None
     if announce:
-        announcement = functools.partial(live.question_event, conversation=conversation,
-                                         message=user_message, request_id=request_id)  # fmt: skip
+        announcement = functools.partial(
+            live.question_event,
+            conversation=conversation,
+            message=user_message,
+            request_id=request_id,
+        )
     try:
         first_event = request_publish(
             item=item,
@@ -240,8 +257,13 @@ def _question_and_prompt(
     # rides with the prompt's read, one round trip for both.
     push_with_read = hot.pushes_now()
     if text is not None:
-        user_message = _question_store(conversation=conversation, text=text, only_if=only_if,
-                                       settled=settled, hot_push=not push_with_read)  # fmt: skip
+        user_message = _question_store(
+            conversation=conversation,
+            text=text,
+            only_if=only_if,
+            settled=settled,
+            hot_push=not push_with_read,
+        )
         if user_message is None:
             raise QuestionNotStored
         if push_with_read:
@@ -255,9 +277,13 @@ def _question_and_prompt(
         passages = passages_for(user=user, question=question, corpora_read=corpora_read)
         sources, writes = prompt_ahead.sources_for(prompt_read, question=pushed, settled=settled)
         also = settled.queue if settled is not None and writes is None else None
-        prompt = prompt_build(conversation=conversation, extra_system=passages_block(passages),
-                              pushed=None if writes else pushed, also=also,
-                              sources=sources)  # fmt: skip
+        prompt = prompt_build(
+            conversation=conversation,
+            extra_system=passages_block(passages),
+            pushed=None if writes else pushed,
+            also=also,
+            sources=sources,
+        )
         if instruction:  # after the history, so the cached prefix of the turns still holds
             prompt.messages.append({"role": "user", "content": instruction})
     except Exception:
@@ -272,19 +298,33 @@ def _question_store(*, conversation, text, only_if, settled, hot_push) -> Messag
     a question sent as its previous answer ends waits on one commit, not two)."""
     answer = settled.unstored if settled is not None else None
     if answer is None:
-        return services.message_create(conversation=conversation, role=Message.Role.USER,
-                                       text=text, hot_push=hot_push, only_if=only_if)  # fmt: skip
+        return services.message_create(
+            conversation=conversation,
+            role=Message.Role.USER,
+            text=text,
+            hot_push=hot_push,
+            only_if=only_if,
+        )
     # In a caller's transaction, a savepoint: a failed statement leaves that transaction usable.
     savepoint = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
     try:
         with savepoint:
             stored, stored_answer = services.question_create_after(
-                conversation=conversation, text=text, answer=answer, hot_push=hot_push,
-                only_if=only_if)  # fmt: skip
+                conversation=conversation,
+                text=text,
+                answer=answer,
+                hot_push=hot_push,
+                only_if=only_if,
+            )
     except recorder.UNSTORABLE:  # the answer's fault or the question's: each alone tells
         settled.store_alone()
-        return services.message_create(conversation=conversation, role=Message.Role.USER,
-                                       text=text, hot_push=hot_push, only_if=only_if)  # fmt: skip
+        return services.message_create(
+            conversation=conversation,
+            role=Message.Role.USER,
+            text=text,
+            hot_push=hot_push,
+            only_if=only_if,
+        )
     settled.stored_as(stored_answer)
     return stored
 
@@ -296,8 +336,7 @@ def settled_write_anyway(settled: recorder.Settled) -> None:
     try:
         settled.write()
     except (RedisError, DatabaseError) as exc:
-        log.warning("request %s: settling writes left to the recorder: %s", settled.answer.id,
-                    exc)  # fmt: skip
+        log.warning("request %s: settling writes left to the recorder: %s", settled.answer.id, exc)
 
 
 def last_question(*, conversation: Conversation) -> str:
@@ -344,9 +383,12 @@ def request_get_for_user(*, user: User, request_id: str) -> RequestInfo:
     if not data or data.get("user_id") != str(user.id):
         raise Http404
     conversation_id = data.get("conversation_id")
-    return RequestInfo(request_id, int(data["user_id"]),
-                       int(conversation_id) if conversation_id else None,
-                       data.get("state", ""))  # fmt: skip
+    return RequestInfo(
+        request_id,
+        int(data["user_id"]),
+        int(conversation_id) if conversation_id else None,
+        data.get("state", ""),
+    )
 
 
 def request_cancel(*, user: User, request_id: str) -> RequestInfo:

@@ -25,25 +25,34 @@ QUESTIONS_FOR_TAGS = 20  # the user's latest questions a tag proposal reads
 FOLLOWUPS_EXAMPLE = [
     {"role": "system", "content": "You suggest follow-up questions."},
     {"role": "user", "content": "Topic: How do tides work?\nSuggest three follow-up questions."},
-    {"role": "assistant", "content": "1. Why are there two high tides a day?\n2. How does the "
-                                     "moon pull on the sea?\n3. What is a spring tide?"},
-]  # fmt: skip
+    {
+        "role": "assistant",
+        "content": "1. Why are there two high tides a day?\n2. How does the "
+        "moon pull on the sea?\n3. What is a spring tide?",
+    },
+]
 TAGS_EXAMPLE = [
     {"role": "system", "content": "You match a user to profile tags."},
-    {"role": "user", "content": "Tags: Cook, Runner, Parent\nQuestions:\n- How long do I boil "
-                                "an egg?\n- What goes well in a pasta sauce?\nWhich tags fit?"},
+    {
+        "role": "user",
+        "content": "Tags: Cook, Runner, Parent\nQuestions:\n- How long do I boil "
+        "an egg?\n- What goes well in a pasta sauce?\nWhich tags fit?",
+    },
     {"role": "assistant", "content": "Cook"},
-]  # fmt: skip
+]
 
 _LEADER = re.compile(r"^\s*(?:[-*•]|\d+[.)]|q\d*[:.)])?\s*", re.IGNORECASE)
-_EXAMPLE_QUESTIONS = {_LEADER.sub("", line).lower()
-                      for line in FOLLOWUPS_EXAMPLE[2]["content"].splitlines()}  # fmt: skip
+_EXAMPLE_QUESTIONS = {
+    _LEADER.sub("", line).lower() for line in FOLLOWUPS_EXAMPLE[2]["content"].splitlines()
+}
 
 
 def followups_messages(*, question: str) -> list[dict[str, str]]:
     topic = " ".join(question.split())[:300]
-    return [*FOLLOWUPS_EXAMPLE, {"role": "user", "content": f"Topic: {topic}\nSuggest three "
-                                                            "follow-up questions."}]  # fmt: skip
+    return [
+        *FOLLOWUPS_EXAMPLE,
+        {"role": "user", "content": f"Topic: {topic}\nSuggest three follow-up questions."},
+    ]
 
 
 def followups_parse(text: str, *, question: str = "") -> list[str]:
@@ -68,36 +77,52 @@ def followups_parse(text: str, *, question: str = "") -> list[str]:
 
 def followups_question_for(*, conversation_id: int) -> str:
     """The question the latest answer answered (what the follow-ups follow)."""
-    last = (Message.objects.filter(conversation_id=conversation_id, role=Message.Role.USER)
-            .order_by("-created", "-id").values_list("text", flat=True).first())  # fmt: skip
+    last = (
+        Message.objects.filter(conversation_id=conversation_id, role=Message.Role.USER)
+        .order_by("-created", "-id")
+        .values_list("text", flat=True)
+        .first()
+    )
     return last or ""
 
 
 def tags_open_for(*, user_id: int) -> list[Tag]:
     """Active tags the user neither has nor was ever proposed (a rejected tag stays rejected)."""
-    return list(Tag.objects.filter(is_active=True)
-                .exclude(profiles__user_id=user_id)
-                .exclude(proposals__user_id=user_id))  # fmt: skip
+    return list(
+        Tag.objects.filter(is_active=True)
+        .exclude(profiles__user_id=user_id)
+        .exclude(proposals__user_id=user_id)
+    )
 
 
 def tags_messages(*, user_id: int, tags: list[Tag]) -> list[dict[str, str]] | None:
     """The request that asks which tags fit; None when the user has asked nothing yet."""
-    questions = list(Message.objects.filter(
-        conversation__owner_id=user_id, role=Message.Role.USER,
-    ).order_by("-created").values_list("text", flat=True)[:QUESTIONS_FOR_TAGS])  # fmt: skip
+    questions = list(
+        Message.objects.filter(
+            conversation__owner_id=user_id,
+            role=Message.Role.USER,
+        )
+        .order_by("-created")
+        .values_list("text", flat=True)[:QUESTIONS_FOR_TAGS]
+    )
     if not questions or not tags:
         return None
     names = ", ".join(t.name for t in tags)
     asked = "\n".join(f"- {' '.join(q.split())[:200]}" for q in reversed(questions))
-    return [*TAGS_EXAMPLE, {"role": "user", "content": f"Tags: {names}\nQuestions:\n{asked}\n"
-                                                       "Which tags fit?"}]  # fmt: skip
+    return [
+        *TAGS_EXAMPLE,
+        {"role": "user", "content": f"Tags: {names}\nQuestions:\n{asked}\nWhich tags fit?"},
+    ]
 
 
 def tags_parse(text: str, *, tags: list[Tag]) -> list[Tag]:
     """The listed tags the answer names (by name or slug, as whole words). An answer naming
     every one of several tags repeated the list rather than chose: it proposes none."""
-    lowered = "\n".join(line for line in text.lower().splitlines()
-                         if not line.strip().startswith(("tags:", "questions:")))  # fmt: skip
+    lowered = "\n".join(
+        line
+        for line in text.lower().splitlines()
+        if not line.strip().startswith(("tags:", "questions:"))
+    )
     named = []
     for tag in tags:
         for label in {tag.name.lower(), tag.slug.lower()}:
@@ -121,8 +146,7 @@ def tags_propose(*, user_id: int, tag_ids: list[int]) -> list[TagProposal]:
 
 
 def questions_asked(*, user_id: int) -> int:
-    return Message.objects.filter(conversation__owner_id=user_id,
-                                  role=Message.Role.USER).count()  # fmt: skip
+    return Message.objects.filter(conversation__owner_id=user_id, role=Message.Role.USER).count()
 
 
 def conversation_exists(conversation_id: int) -> bool:

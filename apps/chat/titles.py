@@ -35,8 +35,10 @@ ASK = "Title for a chat that starts: "
 def title_messages(*, question: str) -> list[dict[str, str]]:
     messages = [{"role": "system", "content": INSTRUCTION}]
     for example, title in EXAMPLES:
-        messages += [{"role": "user", "content": ASK + example},
-                     {"role": "assistant", "content": title}]  # fmt: skip
+        messages += [
+            {"role": "user", "content": ASK + example},
+            {"role": "assistant", "content": title},
+        ]
     messages.append({"role": "user", "content": ASK + question[:600]})
     return messages
 

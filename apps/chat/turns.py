@@ -54,8 +54,12 @@ def conversation_start(*, user: User, text: str) -> submission.Submitted:
     except Exception:
         conversation.delete()
         raise
-    live.question_published(conversation=conversation, message=submitted.user_message,
-                            request_id=submitted.request_id, new=True)  # fmt: skip
+    live.question_published(
+        conversation=conversation,
+        message=submitted.user_message,
+        request_id=submitted.request_id,
+        new=True,
+    )
     if settings.SLUICE_TITLES:
         title_schedule(conversation=conversation, question=text)
     return submitted
@@ -66,17 +70,19 @@ def title_schedule(*, conversation: Conversation, question: str) -> str | None:
     raises: the chat keeps the name from its question."""
     try:
         return background.background_submit(
-            user_id=conversation.owner_id, purpose=titles.title_purpose(conversation=conversation),
-            messages=titles.title_messages(question=question), max_tokens=titles.MAX_TOKENS,
-            model=conversation.model)  # fmt: skip
+            user_id=conversation.owner_id,
+            purpose=titles.title_purpose(conversation=conversation),
+            messages=titles.title_messages(question=question),
+            max_tokens=titles.MAX_TOKENS,
+            model=conversation.model,
+        )
     except RedisError:
         log.warning("title of conversation %s not asked: Redis unreachable", conversation.id)
         return None
 
 
 # What an edit may meet, each said to the user as `refusal_message` words it.
-EDIT_REFUSALS = (Http404, ValidationError, submission.ConversationBusy,
-                 submission.QueueUnavailable)  # fmt: skip
+EDIT_REFUSALS = (Http404, ValidationError, submission.ConversationBusy, submission.QueueUnavailable)
 
 
 def refusal_message(exc: Exception) -> str:

@@ -99,8 +99,9 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
         error = str(exc)
     else:
         return redirect("chat:conversation", id=submitted.conversation_id)
-    return render(request, "chat/page.html",
-                  _page_context(request, None, composer_error=error, draft=text))  # fmt: skip
+    return render(
+        request, "chat/page.html", _page_context(request, None, composer_error=error, draft=text)
+    )
 
 
 @login_required
@@ -151,8 +152,9 @@ def message_send(request: HttpRequest, id: int) -> HttpResponse:
     text = request.POST.get("text", "")
     error = None
     try:
-        submission.request_submit(user=request.user, conversation=conversation, text=text,
-                                  announce=True)  # fmt: skip
+        submission.request_submit(
+            user=request.user, conversation=conversation, text=text, announce=True
+        )
         text = ""
     except ValidationError as exc:
         error = " ".join(exc.messages)

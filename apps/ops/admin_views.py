@@ -36,9 +36,15 @@ def _staff(view):
 @_staff
 def page(request):
     snapshot = dashboard.gather()
-    return TemplateResponse(request, "admin/ops/page.html",
-                            {**_context(request, "Operations"), "s": snapshot,
-                             "estimates": estimate_figures(service=True)})  # fmt: skip
+    return TemplateResponse(
+        request,
+        "admin/ops/page.html",
+        {
+            **_context(request, "Operations"),
+            "s": snapshot,
+            "estimates": estimate_figures(service=True),
+        },
+    )
 
 
 @_staff
@@ -48,8 +54,7 @@ def live(request):
         since = ""
     snapshot = dashboard.gather(since=since)
     estimates = estimate_figures(service=True)
-    return TemplateResponse(request, "admin/ops/live.html",
-                            {"s": snapshot, "estimates": estimates})  # fmt: skip
+    return TemplateResponse(request, "admin/ops/live.html", {"s": snapshot, "estimates": estimates})
 
 
 @_staff

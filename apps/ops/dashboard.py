@@ -84,8 +84,10 @@ class Snapshot:
     @property
     def series(self) -> dict:
         """The new samples for the page's charts, and the id to ask for the next ones after."""
-        return {"last": self.samples[-1][0] if self.samples else "",
-                "samples": [s for _, s in self.samples]}  # fmt: skip
+        return {
+            "last": self.samples[-1][0] if self.samples else "",
+            "samples": [s for _, s in self.samples],
+        }
 
 
 def gather(*, since: str = "") -> Snapshot:
@@ -128,11 +130,16 @@ def gather(*, since: str = "") -> Snapshot:
             workers.append(Worker(worker_id, beat, status, age))
     workers.sort(key=lambda w: (w.status == "gone", w.id))
     snapshot = Snapshot(
-        at_ms=now, workers=workers, state=state, degradation=Degradation.from_json(raw_level),
-        queue_depth=int(depth), samples=[(i, s) for i, s in _samples(series)],
+        at_ms=now,
+        workers=workers,
+        state=state,
+        degradation=Degradation.from_json(raw_level),
+        queue_depth=int(depth),
+        samples=[(i, s) for i, s in _samples(series)],
         dead=[DeadLetter(i, f, retry_target(k, f) is not None) for i, f in dead],
-        dead_total=int(dead_total), plans=list(Plan.objects.order_by("priority_weight", "name")),
-    )  # fmt: skip
+        dead_total=int(dead_total),
+        plans=list(Plan.objects.order_by("priority_weight", "name")),
+    )
     snapshot.users = heaviest_users((state or {}).get("users") or [])
     return snapshot
 
@@ -142,15 +149,24 @@ def heaviest_users(rows: list[dict]) -> list[dict]:
     ids = [int(r["user"]) for r in rows if str(r.get("user", "")).isdigit()]
     if not ids:
         return []
-    found = {u["id"]: u for u in User.objects.filter(pk__in=ids).values(
-        "id", "username", "plan_override__id", "plan_override__plan__name")}  # fmt: skip
+    found = {
+        u["id"]: u
+        for u in User.objects.filter(pk__in=ids).values(
+            "id", "username", "plan_override__id", "plan_override__plan__name"
+        )
+    }
     users = []
     for row in rows:
         known = found.get(int(row["user"])) if str(row.get("user", "")).isdigit() else None
-        users.append({**row, "username": known["username"] if known else f"#{row['user']}",
-                      "override_id": known and known["plan_override__id"],
-                      "override_plan": known and known["plan_override__plan__name"],
-                      "user_id": known and known["id"]})  # fmt: skip
+        users.append(
+            {
+                **row,
+                "username": known["username"] if known else f"#{row['user']}",
+                "override_id": known and known["plan_override__id"],
+                "override_plan": known and known["plan_override__plan__name"],
+                "user_id": known and known["id"],
+            }
+        )
     return users
 
 

@@ -37,37 +37,59 @@ class Figures:
         self.registry = r = CollectorRegistry(auto_describe=True)
         ProcessCollector(registry=r)
         r.register(DecisionCollector())
-        Gauge("sluice_dispatcher_active", "1 while this dispatcher holds the lease.",
-              registry=r).set_function(lambda: float(dispatcher.active))  # fmt: skip
-        Gauge("sluice_dispatcher_queue_depth", "Requests waiting in line.",
-              registry=r).set_function(lambda: float(len(dispatcher.line)))  # fmt: skip
-        Gauge("sluice_dispatcher_running", "Requests on workers, not yet settled.",
-              registry=r).set_function(lambda: float(len(dispatcher.running)))  # fmt: skip
-        Gauge("sluice_dispatcher_degradation_level", "Degradation level this dispatcher set.",
-              registry=r).set_function(lambda: float(dispatcher.degradation.level))  # fmt: skip
-        self.answers = Counter("sluice_dispatcher_answers_settled",
-                               "Answers settled, by end state and whether a worker ran them.",
-                               ["state", "ran"], registry=r)  # fmt: skip
-        self.wait = Histogram("sluice_dispatcher_queue_wait_seconds",
-                              "From submission to dispatch to a worker.", buckets=SECONDS,
-                              registry=r)  # fmt: skip
-        self.ttft = Histogram("sluice_dispatcher_ttft_seconds",
-                              "Time to first token as users see it: wait in line + the engine's.",
-                              buckets=SECONDS, registry=r)  # fmt: skip
-        self.e2e = Histogram("sluice_dispatcher_end_to_end_seconds",
-                             "From submission to the answer being settled.", buckets=SECONDS,
-                             registry=r)  # fmt: skip
+        Gauge(
+            "sluice_dispatcher_active", "1 while this dispatcher holds the lease.", registry=r
+        ).set_function(lambda: float(dispatcher.active))
+        Gauge(
+            "sluice_dispatcher_queue_depth", "Requests waiting in line.", registry=r
+        ).set_function(lambda: float(len(dispatcher.line)))
+        Gauge(
+            "sluice_dispatcher_running", "Requests on workers, not yet settled.", registry=r
+        ).set_function(lambda: float(len(dispatcher.running)))
+        Gauge(
+            "sluice_dispatcher_degradation_level",
+            "Degradation level this dispatcher set.",
+            registry=r,
+        ).set_function(lambda: float(dispatcher.degradation.level))
+        self.answers = Counter(
+            "sluice_dispatcher_answers_settled",
+            "Answers settled, by end state and whether a worker ran them.",
+            ["state", "ran"],
+            registry=r,
+        )
+        self.wait = Histogram(
+            "sluice_dispatcher_queue_wait_seconds",
+            "From submission to dispatch to a worker.",
+            buckets=SECONDS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "sluice_dispatcher_ttft_seconds",
+            "Time to first token as users see it: wait in line + the engine's.",
+            buckets=SECONDS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "sluice_dispatcher_end_to_end_seconds",
+            "From submission to the answer being settled.",
+            buckets=SECONDS,
+            registry=r,
+        )
         self.estimate = Histogram(
             "sluice_dispatcher_prompt_estimate_ratio",
             "Real prompt tokens over the web's estimate (1: exact; the estimator's error).",
-            buckets=(0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0), registry=r,
-        )  # fmt: skip
+            buckets=(0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0),
+            registry=r,
+        )
         dispatcher.samples.hooks.append(self.observe)
 
     def observe(self, record: Settled) -> None:
         self.answers.labels(str(record.answer.state), "yes" if record.ran else "no").inc()
-        for histogram, value in ((self.wait, record.wait_ms), (self.ttft, record.ttft_ms),
-                                 (self.e2e, record.e2e_ms)):  # fmt: skip
+        for histogram, value in (
+            (self.wait, record.wait_ms),
+            (self.ttft, record.ttft_ms),
+            (self.e2e, record.e2e_ms),
+        ):
             if value is not None:
                 histogram.observe(value / 1000)
         if record.prompt_estimate_ratio is not None:
@@ -82,10 +104,12 @@ class RouteCollector(Collector):
 
     def collect(self):
         routed = CounterMetricFamily(
-            "sluice_dispatcher_routed", "Requests routed: affinity (the conversation's worker), "
+            "sluice_dispatcher_routed",
+            "Requests routed: affinity (the conversation's worker), "
             "prefix (a worker holding its system prompt), shared, pushed (push policies), "
-            "fallbacks (a cached worker was too busy: shared).", labels=["route"],
-        )  # fmt: skip
+            "fallbacks (a cached worker was too busy: shared).",
+            labels=["route"],
+        )
         for route, n in vars(self.counts).items():
             routed.add_metric([route], n)
         yield routed
@@ -97,9 +121,10 @@ class DecisionCollector(Collector):
     def collect(self):
         totals = dict(metrics.TOTALS)
         decisions = CounterMetricFamily(
-            "sluice_dispatcher_decisions", "Admission decisions, by outcome and reason.",
+            "sluice_dispatcher_decisions",
+            "Admission decisions, by outcome and reason.",
             labels=["outcome", "reason"],
-        )  # fmt: skip
+        )
         for status in metrics.STATUSES:
             reasons = metrics.REASONS.get(status, ())
             counted = 0
@@ -111,8 +136,9 @@ class DecisionCollector(Collector):
             if rest or not reasons:
                 decisions.add_metric([status, ""], max(0, rest))
         yield decisions
-        tokens = CounterMetricFamily("sluice_dispatcher_plan_tokens",
-                                     "Real tokens settled, per plan.", labels=["plan"])  # fmt: skip
+        tokens = CounterMetricFamily(
+            "sluice_dispatcher_plan_tokens", "Real tokens settled, per plan.", labels=["plan"]
+        )
         for name, n in sorted(totals.items()):
             if name.startswith("tokens:"):
                 tokens.add_metric([name[7:]], n)

@@ -94,11 +94,23 @@ def timeline(request_id: str) -> Timeline:
 def _steps(found: Timeline, request: dict, events: list[tuple[str, dict]]) -> None:
     steps = found.steps
     created = _int(request.get("created_ms"))
-    queued_at = next((_ms(i) for i, e in events if e.get("type") == "status"
-                      and e.get("state") == "queued" and "position" not in e), None)  # fmt: skip
-    steps.append(Step("submitted", created or queued_at, "web",
-                      f"{request.get('kind', 'chat')} request of user {request.get('user_id', '?')}"
-                      f", conversation {request.get('conversation_id', '?')}"))  # fmt: skip
+    queued_at = next(
+        (
+            _ms(i)
+            for i, e in events
+            if e.get("type") == "status" and e.get("state") == "queued" and "position" not in e
+        ),
+        None,
+    )
+    steps.append(
+        Step(
+            "submitted",
+            created or queued_at,
+            "web",
+            f"{request.get('kind', 'chat')} request of user {request.get('user_id', '?')}"
+            f", conversation {request.get('conversation_id', '?')}",
+        )
+    )
     final = next(((i, e) for i, e in events if e.get("type") == "final"), None)
     first_told, first_delta = True, False
     for entry_id, event in events:
@@ -108,9 +120,16 @@ def _steps(found: Timeline, request: dict, events: list[tuple[str, dict]]) -> No
             found.positions.append((at, place, eta))
             if first_told:
                 held = event.get("reason", "")
-                steps.append(Step("admitted", at, "dispatcher",
-                                  f"held by its plan's rate: {held}" if held else
-                                  f"charged; #{place} in line (about {eta} s)"))  # fmt: skip
+                steps.append(
+                    Step(
+                        "admitted",
+                        at,
+                        "dispatcher",
+                        f"held by its plan's rate: {held}"
+                        if held
+                        else f"charged; #{place} in line (about {eta} s)",
+                    )
+                )
                 first_told = False
         elif kind == "status" and event.get("state") == "dispatched":
             if first_told:
@@ -119,8 +138,14 @@ def _steps(found: Timeline, request: dict, events: list[tuple[str, dict]]) -> No
             steps.append(Step("dispatched", at, "dispatcher", _route(request)))
         elif kind == "start":
             worker = event.get("worker", "")
-            steps.append(Step(f"started (attempt {event.get('attempt', '?')})", at, "worker",
-                              f"on {worker}" + _affinity(request, worker)))  # fmt: skip
+            steps.append(
+                Step(
+                    f"started (attempt {event.get('attempt', '?')})",
+                    at,
+                    "worker",
+                    f"on {worker}" + _affinity(request, worker),
+                )
+            )
             first_delta = True
         elif kind == "delta" and first_delta:
             steps.append(Step("first token", at, "worker"))
@@ -133,10 +158,15 @@ def _steps(found: Timeline, request: dict, events: list[tuple[str, dict]]) -> No
         usage = _json(event.get("usage"))
         if attempt == 0 and state == "failed":
             found.reason = ended_reason(error)
-            name = "timed out in line" if found.reason == "no_worker" or (
-                found.positions and found.reason.startswith("rate")) else "rejected"  # fmt: skip
-            steps.append(Step(name, _ms(entry_id), "dispatcher",
-                              f"{found.reason or 'failed'}: {error}"))  # fmt: skip
+            name = (
+                "timed out in line"
+                if found.reason == "no_worker"
+                or (found.positions and found.reason.startswith("rate"))
+                else "rejected"
+            )
+            steps.append(
+                Step(name, _ms(entry_id), "dispatcher", f"{found.reason or 'failed'}: {error}")
+            )
         else:
             detail = state
             if usage:
@@ -154,12 +184,19 @@ def _steps(found: Timeline, request: dict, events: list[tuple[str, dict]]) -> No
     else:
         found.outcome = request.get("state", "")
     for entry_id, fields in found.dead:
-        steps.append(Step("dead-lettered", _ms(entry_id), fields.get("source", ""),
-                          fields.get("reason", "")))  # fmt: skip
+        steps.append(
+            Step("dead-lettered", _ms(entry_id), fields.get("source", ""), fields.get("reason", ""))
+        )
     if found.message is not None:
         stored = found.message
-        steps.append(Step("answer stored", int(stored.created.timestamp() * 1000), "recorder",
-                          f"message {stored.pk}, {stored.status}"))  # fmt: skip
+        steps.append(
+            Step(
+                "answer stored",
+                int(stored.created.timestamp() * 1000),
+                "recorder",
+                f"message {stored.pk}, {stored.status}",
+            )
+        )
     # In the order things happened (each step follows from the one before), not sorted by
     # time: the clocks are several machines' and PostgreSQL's, so a step may read a few ms
     # early; such a gap is left blank rather than shown negative.

@@ -36,15 +36,23 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
-HTTP_REQUESTS = Counter("sluice_web_http_requests", "HTTP requests this web process answered.",
-                        ["method", "status"], registry=REGISTRY)  # fmt: skip
+HTTP_REQUESTS = Counter(
+    "sluice_web_http_requests",
+    "HTTP requests this web process answered.",
+    ["method", "status"],
+    registry=REGISTRY,
+)
 HTTP_SECONDS = Histogram(
-    "sluice_web_http_request_seconds", "Time to the response's start, per HTTP request.",
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=REGISTRY,
-)  # fmt: skip
-STREAMS_OPEN = Gauge("sluice_web_streams_open",
-                     "Answer streams this process relays now (websockets and SSE).",
-                     registry=REGISTRY)  # fmt: skip
+    "sluice_web_http_request_seconds",
+    "Time to the response's start, per HTTP request.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=REGISTRY,
+)
+STREAMS_OPEN = Gauge(
+    "sluice_web_streams_open",
+    "Answer streams this process relays now (websockets and SSE).",
+    registry=REGISTRY,
+)
 
 
 def _streams_open() -> float:
@@ -113,9 +121,10 @@ class AdmissionCollector(Collector):
             outcomes.add_metric([status], self.num(f"requests:{status}"))
         yield outcomes
         reasons = CounterMetricFamily(
-            "sluice_requests_by_reason", "Requests rejected or timed out in line, by reason.",
+            "sluice_requests_by_reason",
+            "Requests rejected or timed out in line, by reason.",
             labels=["status", "reason"],
-        )  # fmt: skip
+        )
         for status, names in REASONS.items():
             for reason in names:
                 reasons.add_metric([status, reason], self.num(f"requests:{status}:{reason}"))
@@ -126,33 +135,49 @@ class AdmissionCollector(Collector):
             buckets.append((f"{bound / 1000:g}", cumulative))
         buckets.append(("+Inf", cumulative + self.num("latency:inf")))
         yield HistogramMetricFamily(
-            "sluice_admission_latency_seconds", "From submission to the admission decision.",
-            buckets=buckets, sum_value=self.num("latency_sum_ms") / 1000,
-        )  # fmt: skip
+            "sluice_admission_latency_seconds",
+            "From submission to the admission decision.",
+            buckets=buckets,
+            sum_value=self.num("latency_sum_ms") / 1000,
+        )
         gauges = [
             ("sluice_queue_depth", "Requests waiting in the admission queue.", self.depth),
             ("sluice_degradation_level", "Degradation level in force (0-3).", self.state.level),
-            ("sluice_workers_live", "Healthy workers with a fresh heartbeat.",
-             self.num("gauge:workers")),
-            ("sluice_worker_slots", "Concurrent generations the live workers offer.",
-             self.num("gauge:slots")),
-            ("sluice_requests_running", "Requests dispatched and not finished.",
-             self.num("gauge:running")),
-            ("sluice_service_seconds", "Average generation time used for ETAs.",
-             self.num("gauge:service_seconds")),
-        ]  # fmt: skip
+            (
+                "sluice_workers_live",
+                "Healthy workers with a fresh heartbeat.",
+                self.num("gauge:workers"),
+            ),
+            (
+                "sluice_worker_slots",
+                "Concurrent generations the live workers offer.",
+                self.num("gauge:slots"),
+            ),
+            (
+                "sluice_requests_running",
+                "Requests dispatched and not finished.",
+                self.num("gauge:running"),
+            ),
+            (
+                "sluice_service_seconds",
+                "Average generation time used for ETAs.",
+                self.num("gauge:service_seconds"),
+            ),
+        ]
         for name, help_text, value in gauges:
             yield GaugeMetricFamily(name, help_text, value=float(value))
-        signals = GaugeMetricFamily("sluice_degradation_signal",
-                                    "Each degradation signal as a ratio of its threshold.",
-                                    labels=["signal"])  # fmt: skip
+        signals = GaugeMetricFamily(
+            "sluice_degradation_signal",
+            "Each degradation signal as a ratio of its threshold.",
+            labels=["signal"],
+        )
         for signal, value in self.state.signals.items():
             signals.add_metric([signal], float(value))
         yield signals
         yield from estimate_gauges(self.counters)
-        tokens = CounterMetricFamily("sluice_plan_tokens",
-                                     "Real tokens (prompt + answer) used, per plan.",
-                                     labels=["plan"])  # fmt: skip
+        tokens = CounterMetricFamily(
+            "sluice_plan_tokens", "Real tokens (prompt + answer) used, per plan.", labels=["plan"]
+        )
         for field, value in sorted(self.counters.items()):
             if field.startswith("tokens:"):
                 tokens.add_metric([field[7:]], float(value))
@@ -162,15 +187,20 @@ class AdmissionCollector(Collector):
 def estimate_gauges(counters: dict[str, str]):
     """The answer-length estimator's recent error, learned and old rule side by side."""
     figures = estimate_figures(counters)
-    median = GaugeMetricFamily("sluice_estimate_error_median",
-                               "Median |predicted - real| / real answer tokens, recent answers.",
-                               labels=["estimator"])  # fmt: skip
-    under = GaugeMetricFamily("sluice_estimate_underestimated_share",
-                              "Share of recent answers predicted at under half their length.",
-                              labels=["estimator"])  # fmt: skip
-    for name, ape, share in (("learned", figures.median_ape, figures.under_half),
-                             ("max_tokens rule", figures.rule_median_ape,
-                              figures.rule_under_half)):  # fmt: skip
+    median = GaugeMetricFamily(
+        "sluice_estimate_error_median",
+        "Median |predicted - real| / real answer tokens, recent answers.",
+        labels=["estimator"],
+    )
+    under = GaugeMetricFamily(
+        "sluice_estimate_underestimated_share",
+        "Share of recent answers predicted at under half their length.",
+        labels=["estimator"],
+    )
+    for name, ape, share in (
+        ("learned", figures.median_ape, figures.under_half),
+        ("max_tokens rule", figures.rule_median_ape, figures.rule_under_half),
+    ):
         if ape is not None:
             median.add_metric([name], ape)
             under.add_metric([name], share or 0.0)

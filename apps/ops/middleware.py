@@ -52,7 +52,8 @@ def _mark(request) -> None:
 
 
 def _count(request, response, started: float) -> None:
-    method = request.method if request.method in ("GET", "POST", "HEAD", "PUT", "DELETE") \
-        else "other"  # fmt: skip
+    method = (
+        request.method if request.method in ("GET", "POST", "HEAD", "PUT", "DELETE") else "other"
+    )
     HTTP_REQUESTS.labels(method, str(response.status_code)).inc()
     HTTP_SECONDS.observe(time.perf_counter() - started)

@@ -60,13 +60,16 @@ async def _database_ping(timeout: float) -> None:
 
 async def _redis_ping(timeout: float) -> None:
     if cluster.is_cluster_url(settings.REDIS_URL):
-        client = cluster.async_client(settings.REDIS_URL, socket_timeout=timeout,
-                                      connect_timeout=timeout, max_connections=1)  # fmt: skip
+        client = cluster.async_client(
+            settings.REDIS_URL, socket_timeout=timeout, connect_timeout=timeout, max_connections=1
+        )
     else:
         client = aioredis.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout,
+            settings.REDIS_URL,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
             single_connection_client=True,
-        )  # fmt: skip
+        )
     try:
         await client.ping()
     finally:

@@ -43,9 +43,17 @@ def _report(request, report) -> None:
 @admin.register(Corpus)
 class CorpusAdmin(_DeletesChunks, admin.ModelAdmin):
     list_display = (
-        "name", "title", "access", "is_active", "document_count", "chunk_count",
-        "ingestion_status", "fusion", "version", "updated",
-    )  # fmt: skip
+        "name",
+        "title",
+        "access",
+        "is_active",
+        "document_count",
+        "chunk_count",
+        "ingestion_status",
+        "fusion",
+        "version",
+        "updated",
+    )
     list_filter = ("access", "is_active", "fusion")
     search_fields = ("name", "title", "description")
     filter_horizontal = ("groups",)
@@ -198,9 +206,18 @@ class DocumentAdmin(_DeletesChunks, admin.ModelAdmin):
     search_fields = ("title", "source")
     list_select_related = ("corpus",)
     readonly_fields = (
-        "corpus", "source", "kind", "checksum", "pipeline", "status", "error", "chunk_count",
-        "created", "updated", "view",
-    )  # fmt: skip
+        "corpus",
+        "source",
+        "kind",
+        "checksum",
+        "pipeline",
+        "status",
+        "error",
+        "chunk_count",
+        "created",
+        "updated",
+        "view",
+    )
     fields = ("title", "view", *readonly_fields[:-1], "metadata", "content")
     actions = ["reindex_selected", "delete_selected"]
 
@@ -243,9 +260,16 @@ class ChunkAdmin(admin.ModelAdmin):
     list_select_related = ("document", "corpus")
     exclude = ("embedding", "search")
     readonly_fields = (
-        "corpus", "document", "ordinal", "heading", "text", "token_count", "char_start",
-        "char_end", "metadata",
-    )  # fmt: skip
+        "corpus",
+        "document",
+        "ordinal",
+        "heading",
+        "text",
+        "token_count",
+        "char_start",
+        "char_end",
+        "metadata",
+    )
 
     def get_queryset(self, request):
         return super().get_queryset(request).filter(corpus__owner__isnull=True)

@@ -162,10 +162,14 @@ def _isoformat(value):
 
 def _decode(raw: str) -> list[Corpus]:
     fields, names = _fields(), _names()
-    return [Corpus.from_db("default", names,
-                           [field.to_python(value) for field, value in zip(fields, row,
-                                                                            strict=True)])
-            for row in json.loads(raw)]  # fmt: skip
+    return [
+        Corpus.from_db(
+            "default",
+            names,
+            [field.to_python(value) for field, value in zip(fields, row, strict=True)],
+        )
+        for row in json.loads(raw)
+    ]
 
 
 # -- invalidating ----------------------------------------------------------------------------
@@ -182,8 +186,9 @@ def changed(*, shared: bool = False, users: Iterable[int] = ()) -> None:
         batch["shared"] = batch["shared"] or shared
         batch["users"] |= users
 
-    after_commit_collect("corpora", add=add, apply=_apply,
-                         empty=lambda: {"shared": False, "users": set()})  # fmt: skip
+    after_commit_collect(
+        "corpora", add=add, apply=_apply, empty=lambda: {"shared": False, "users": set()}
+    )
 
 
 def _changed_in_this_transaction() -> bool:

@@ -113,8 +113,9 @@ def _pdf(source: str, data: bytes, checksum: str) -> Extracted:
     if not any(page.strip() for page in pages):
         raise ExtractionError("PDF without text (scanned images?); run OCR on it first")
     content = "\f".join(pages)
-    return Extracted(source, title or _title_from_name(source), "pdf", content, checksum,
-                     {"pages": len(pages)})  # fmt: skip
+    return Extracted(
+        source, title or _title_from_name(source), "pdf", content, checksum, {"pages": len(pages)}
+    )
 
 
 def _jsonl(source: str, text: str) -> tuple[list[Extracted], list[str]]:
@@ -156,8 +157,28 @@ def _jsonl(source: str, text: str) -> tuple[list[Extracted], list[str]]:
 
 
 class _HtmlText(HTMLParser):
-    BLOCK = {"p", "div", "section", "article", "li", "tr", "br", "pre", "blockquote", "table",
-             "ul", "ol", "dl", "dt", "dd", "hr", "main", "header", "footer", "figure"}  # fmt: skip
+    BLOCK = {
+        "p",
+        "div",
+        "section",
+        "article",
+        "li",
+        "tr",
+        "br",
+        "pre",
+        "blockquote",
+        "table",
+        "ul",
+        "ol",
+        "dl",
+        "dt",
+        "dd",
+        "hr",
+        "main",
+        "header",
+        "footer",
+        "figure",
+    }
     SKIP = {"script", "style", "noscript", "template", "svg", "head", "nav"}
 
     def __init__(self) -> None:

@@ -164,9 +164,13 @@ class Ingestor:
         from tqdm import tqdm
 
         self._bar = tqdm(
-            total=len(files), unit="file", disable=not self.progress, file=sys.stderr,
-            desc=f"ingest {self.corpus.name}", dynamic_ncols=True,
-        )  # fmt: skip
+            total=len(files),
+            unit="file",
+            disable=not self.progress,
+            file=sys.stderr,
+            desc=f"ingest {self.corpus.name}",
+            dynamic_ncols=True,
+        )
         for path in files:
             source = source_name(path)
             try:
@@ -242,8 +246,9 @@ class Ingestor:
             return embed_texts(inputs, batch_size=self.batch_size)
         parts = []
         for start in range(0, len(inputs), self.batch_size):
-            parts.append(embed_texts(inputs[start : start + self.batch_size],
-                                     batch_size=self.batch_size))  # fmt: skip
+            parts.append(
+                embed_texts(inputs[start : start + self.batch_size], batch_size=self.batch_size)
+            )
             self._on_embedded(min(start + self.batch_size, len(inputs)), len(inputs))
         return np.concatenate(parts) if parts else embed_texts([])
 

@@ -58,16 +58,21 @@ class Corpus(models.Model):
     # and off-topic ones (similarities differ from corpus to corpus); empty: the
     # RAG_MIN_SIMILARITY default, where a full-text match also passes.
     relevance_floor = models.FloatField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="Least cosine similarity of a passage given to the model; set by "
-                  "`manage.py rag_eval <corpus> <questions> --calibrate`.",
-    )  # fmt: skip
+        "`manage.py rag_eval <corpus> <questions> --calibrate`.",
+    )
     # A user's own files: searched for that user only (selectors decide it in SQL), whatever
     # its groups or plans say.
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, editable=False,
-        on_delete=models.CASCADE, related_name="private_corpora",
-    )  # fmt: skip
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        editable=False,
+        on_delete=models.CASCADE,
+        related_name="private_corpora",
+    )
     # Bumped by every change to the corpus's content or ranking: cached results of older
     # versions are never read again (they expire on their TTL).
     version = models.PositiveBigIntegerField(default=1, editable=False)

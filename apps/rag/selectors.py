@@ -78,8 +78,11 @@ def searchable_corpora_from_postgres(*, user) -> list[Corpus]:
     step."""
     if user is None or not user.is_authenticated or not user.is_active:
         return []
-    params = {"everyone": Corpus.Access.EVERYONE, "user": user.pk,
-              "fallback_plan": FALLBACK_PLAN.slug}  # fmt: skip
+    params = {
+        "everyone": Corpus.Access.EVERYONE,
+        "user": user.pk,
+        "fallback_plan": FALLBACK_PLAN.slug,
+    }
     return list(Corpus.objects.raw(_searchable_sql(), params))
 
 

@@ -50,9 +50,15 @@ def retrieve_for_prompt(
     `budget_tokens` (default settings.RAG_PROMPT_TOKENS). Empty when nothing passes the
     corpora's relevance gates. `corpora_read`: the user's corpora as the caller read them
     from the cache already (see searchable_corpora_for_user)."""
-    passages = _retrieve(user=user, query=query, k=k, corpora=corpora,
-                         metadata_filter=metadata_filter, boost=boost,
-                         corpora_read=corpora_read)  # fmt: skip
+    passages = _retrieve(
+        user=user,
+        query=query,
+        k=k,
+        corpora=corpora,
+        metadata_filter=metadata_filter,
+        boost=boost,
+        corpora_read=corpora_read,
+    )
     budget = settings.RAG_PROMPT_TOKENS if budget_tokens is None else budget_tokens
     return passages_within(passages, budget_tokens=budget)
 

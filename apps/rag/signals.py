@@ -88,8 +88,10 @@ def _user_plan_changed(sender, instance: UserPlan, **kwargs) -> None:
 
 
 def _user_plans_updated(sender, queryset, values: dict, **kwargs) -> None:
-    corpora_cache.changed(shared=bool({"user", "user_id"} & values.keys()),
-                          users=queryset.values_list("user_id", flat=True))  # fmt: skip
+    corpora_cache.changed(
+        shared=bool({"user", "user_id"} & values.keys()),
+        users=queryset.values_list("user_id", flat=True),
+    )
 
 
 def _user_plans_created(sender, objs, **kwargs) -> None:
@@ -99,9 +101,11 @@ def _user_plans_created(sender, objs, **kwargs) -> None:
 def _document_deleted(sender, instance: Document, **kwargs) -> None:
     corpus_id = instance.corpus_id
     after_commit_collect(
-        "recount", add=lambda batch: batch["corpora"].add(corpus_id), apply=_recount,
+        "recount",
+        add=lambda batch: batch["corpora"].add(corpus_id),
+        apply=_recount,
         empty=lambda: {"corpora": set()},
-    )  # fmt: skip
+    )
 
 
 def _recount(batch: dict) -> None:
@@ -116,20 +120,21 @@ def connect() -> None:
     post_delete.connect(_corpus_saved, sender=Corpus, dispatch_uid="corpora-corpus-delete")
     pre_update.connect(_corpus_updated, sender=Corpus, dispatch_uid="corpora-corpus-update")
     post_bulk_create.connect(_corpora_created, sender=Corpus, dispatch_uid="corpora-corpus-bulk")
-    m2m_changed.connect(_corpus_groups_changed, sender=Corpus.groups.through,
-                        dispatch_uid="corpora-corpus-groups")  # fmt: skip
-    m2m_changed.connect(_user_groups_changed, sender=user_groups,
-                        dispatch_uid="corpora-user-groups")  # fmt: skip
+    m2m_changed.connect(
+        _corpus_groups_changed, sender=Corpus.groups.through, dispatch_uid="corpora-corpus-groups"
+    )
+    m2m_changed.connect(
+        _user_groups_changed, sender=user_groups, dispatch_uid="corpora-user-groups"
+    )
     post_delete.connect(_everybody, sender=Group, dispatch_uid="corpora-group-delete")
     post_save.connect(_plan_saved, sender=Plan, dispatch_uid="corpora-plan-save")
     post_delete.connect(_everybody, sender=Plan, dispatch_uid="corpora-plan-delete")
     pre_update.connect(_plans_updated, sender=Plan, dispatch_uid="corpora-plan-update")
     post_bulk_create.connect(_everybody, sender=Plan, dispatch_uid="corpora-plan-bulk")
     post_save.connect(_user_plan_changed, sender=UserPlan, dispatch_uid="corpora-userplan-save")
-    post_delete.connect(_user_plan_changed, sender=UserPlan,
-                        dispatch_uid="corpora-userplan-delete")  # fmt: skip
-    pre_update.connect(_user_plans_updated, sender=UserPlan,
-                       dispatch_uid="corpora-userplan-update")  # fmt: skip
-    post_bulk_create.connect(_user_plans_created, sender=UserPlan,
-                             dispatch_uid="corpora-userplan-bulk")  # fmt: skip
+    post_delete.connect(_user_plan_changed, sender=UserPlan, dispatch_uid="corpora-userplan-delete")
+    pre_update.connect(_user_plans_updated, sender=UserPlan, dispatch_uid="corpora-userplan-update")
+    post_bulk_create.connect(
+        _user_plans_created, sender=UserPlan, dispatch_uid="corpora-userplan-bulk"
+    )
     post_delete.connect(_document_deleted, sender=Document, dispatch_uid="corpora-doc-delete")

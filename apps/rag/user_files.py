@@ -28,8 +28,14 @@ from .services import document_delete
 
 log = logging.getLogger("sluice.rag.user_files")
 
-ACCEPTED = {".pdf": "pdf", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html",
-            ".txt": "txt"}  # fmt: skip
+ACCEPTED = {
+    ".pdf": "pdf",
+    ".md": "md",
+    ".markdown": "md",
+    ".html": "html",
+    ".htm": "html",
+    ".txt": "txt",
+}
 ACCEPTED_HINT = "a PDF, Markdown, HTML or text file (.pdf, .md, .html, .txt)"
 
 
@@ -102,14 +108,18 @@ def check_quota(*, owner, size: int) -> None:
 def private_corpus_for(*, owner) -> Corpus:
     corpus, _ = Corpus.objects.get_or_create(
         owner=owner,
-        defaults={"name": f"user-{owner.pk}-files", "title": "Your files",
-                  "access": Corpus.Access.PRIVATE},
-    )  # fmt: skip
+        defaults={
+            "name": f"user-{owner.pk}-files",
+            "title": "Your files",
+            "access": Corpus.Access.PRIVATE,
+        },
+    )
     return corpus
 
 
-def user_file_accept(*, owner, name: str, data: bytes, conversation_id: int | None = None
-                     ) -> tuple[UserFile, bool]:  # fmt: skip
+def user_file_accept(
+    *, owner, name: str, data: bytes, conversation_id: int | None = None
+) -> tuple[UserFile, bool]:
     """(entry, created): the file stored and queued for ingestion, or the entry of the same
     bytes the user attached before (not ingested twice). Raises FileRejected; a rejected file
     changes nothing. The caller starts ingestion after commit (`ingest_soon`)."""
@@ -126,9 +136,14 @@ def user_file_accept(*, owner, name: str, data: bytes, conversation_id: int | No
         return same, False
     check_quota(owner=owner, size=len(data))
     entry = UserFile.objects.create(
-        owner=owner, corpus=private_corpus_for(owner=owner), name=name, size=len(data),
-        checksum=checksum, data=data, conversation_id=conversation_id,
-    )  # fmt: skip
+        owner=owner,
+        corpus=private_corpus_for(owner=owner),
+        name=name,
+        size=len(data),
+        checksum=checksum,
+        data=data,
+        conversation_id=conversation_id,
+    )
     return entry, True
 
 
@@ -166,8 +181,17 @@ def user_file_claim_next() -> UserFile | None:
             entry.attempts += 1
             entry.chunks_done = entry.chunks_total = 0
             entry.error = ""
-            entry.save(update_fields=["status", "claimed_at", "attempts", "chunks_done",
-                                      "chunks_total", "error", "updated"])  # fmt: skip
+            entry.save(
+                update_fields=[
+                    "status",
+                    "claimed_at",
+                    "attempts",
+                    "chunks_done",
+                    "chunks_total",
+                    "error",
+                    "updated",
+                ]
+            )
         return entry
 
 
@@ -254,8 +278,9 @@ def user_file_state(entry: UserFile) -> dict:
     elif entry.status == UserFile.Status.INGESTING:
         progress = (
             f"Reading… {entry.chunks_done} of {entry.chunks_total} passages"
-            if entry.chunks_total else "Reading…"
-        )  # fmt: skip
+            if entry.chunks_total
+            else "Reading…"
+        )
     elif entry.status == UserFile.Status.READY:
         count = f"{entry.chunks_total} passage{'' if entry.chunks_total == 1 else 's'}"
         progress = f"Ready ({count}): searched with your questions."

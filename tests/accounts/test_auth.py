@@ -106,9 +106,14 @@ def test_profile_update_with_tags(user, client_for):
     assert b"not one of the available choices" in response.content
     response = client_for(user).post(
         reverse("accounts:profile"),
-        {"display_name": "Alice A.", "language": "French", "expertise": "expert",
-         "about": "I teach physics.", "tags": [tag.id]},
-    )  # fmt: skip
+        {
+            "display_name": "Alice A.",
+            "language": "French",
+            "expertise": "expert",
+            "about": "I teach physics.",
+            "tags": [tag.id],
+        },
+    )
     assert response.status_code == 302
     user.profile.refresh_from_db()
     assert user.profile.language == "French"

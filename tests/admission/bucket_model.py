@@ -57,6 +57,10 @@ class BucketModel:
 
     def full_at(self, key: str) -> int:
         """When the last of the key's buckets is full again: its state must live until then."""
-        return max((t + max(0, _ceil_div(cap - level, rate))
-                    for level, t, cap, rate in self.state.get(key, {}).values()),
-                   default=0)  # fmt: skip
+        return max(
+            (
+                t + max(0, _ceil_div(cap - level, rate))
+                for level, t, cap, rate in self.state.get(key, {}).values()
+            ),
+            default=0,
+        )

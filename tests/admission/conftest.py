@@ -51,15 +51,24 @@ def make_dispatcher(admission, clock, redis_prefix):
     def make(*, injected: bool = True, **options) -> Dispatcher:
         # Every pass sweeps, recomputes the whole line's order, tells positions, rereads the
         # workers' heartbeats and looks for lost requests.
-        opts = dict(block_ms=1, position_interval=0, position_share=1.0, sweep_interval=0,
-                    degradation_interval=0, fleet_interval=0, reconcile_interval=0)  # fmt: skip
+        opts = dict(
+            block_ms=1,
+            position_interval=0,
+            position_share=1.0,
+            sweep_interval=0,
+            degradation_interval=0,
+            fleet_interval=0,
+            reconcile_interval=0,
+        )
         opts.update(options)
         return Dispatcher(
-            client=get_redis(), keys=Keys(prefix=redis_prefix), options=Options(**opts),
+            client=get_redis(),
+            keys=Keys(prefix=redis_prefix),
+            options=Options(**opts),
             clock=clock if injected else time.time,
             bucket_clock=clock.ms if injected else None,
             recorder_pass=RecorderPass(),
-        )  # fmt: skip
+        )
 
     return make
 
@@ -67,10 +76,15 @@ def make_dispatcher(admission, clock, redis_prefix):
 def publish(user_id, *, conversation="999999", max_tokens=64, prompt_tokens=100, kind="chat"):
     """A request as the web submits it."""
     item = WorkItem(
-        id=new_request_id(), user_id=str(user_id), conversation_id=str(conversation),
-        messages=[{"role": "user", "content": "Say hi."}], max_tokens=max_tokens,
-        temperature=0.0, prompt_tokens_estimate=prompt_tokens, kind=kind,
-    )  # fmt: skip
+        id=new_request_id(),
+        user_id=str(user_id),
+        conversation_id=str(conversation),
+        messages=[{"role": "user", "content": "Say hi."}],
+        max_tokens=max_tokens,
+        temperature=0.0,
+        prompt_tokens_estimate=prompt_tokens,
+        kind=kind,
+    )
     request_publish(item=item)
     return item.id
 
@@ -100,8 +114,13 @@ def give_the_fleet_slots(slots: int, *, worker_id: str = "w-test", running=()) -
     """A live worker with `slots`, as its heartbeat tells the dispatcher."""
     import json
 
-    beat = {"worker_id": worker_id, "slots": slots, "busy": len(running), "healthy": True,
-            "running": list(running)}  # fmt: skip
+    beat = {
+        "worker_id": worker_id,
+        "slots": slots,
+        "busy": len(running),
+        "healthy": True,
+        "running": list(running),
+    }
     client = get_redis()
     client.set(keys().heartbeat(worker_id), json.dumps(beat), ex=60)
     client.zadd(keys().workers, {worker_id: time.time()})
@@ -111,9 +130,15 @@ def work_item_ids(stream: str) -> list[str]:
     return [fields["id"] for _, fields in get_redis().xrange(stream)]
 
 
-def worker_answers(request_id: str, *, prompt_tokens: int = 0, completion_tokens: int = 0,
-                   worker_id: str = "w-test", record: bool = True,
-                   duration_ms: float = 1000) -> None:  # fmt: skip
+def worker_answers(
+    request_id: str,
+    *,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
+    worker_id: str = "w-test",
+    record: bool = True,
+    duration_ms: float = 1000,
+) -> None:
     """Does what a worker does with a work item: starts an attempt, ends it done, adds the
     answer record (unless `record` is False: as if Redis lost it) and deletes the item."""
     from worker import transitions
@@ -125,11 +150,19 @@ def worker_answers(request_id: str, *, prompt_tokens: int = 0, completion_tokens
     started = transitions.start_result(pipe.execute()[0])
     owner = client.hgetall(k.request(request_id))
     answer = Answer(
-        id=request_id, user_id=owner["user_id"], conversation_id=owner["conversation_id"],
-        state=State.DONE, text="Hi there.", worker_id=worker_id, attempt=started.attempt,
-        usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                    duration_ms=duration_ms),
-    )  # fmt: skip
+        id=request_id,
+        user_id=owner["user_id"],
+        conversation_id=owner["conversation_id"],
+        state=State.DONE,
+        text="Hi there.",
+        worker_id=worker_id,
+        attempt=started.attempt,
+        usage=Usage(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            duration_ms=duration_ms,
+        ),
+    )
     pipe = client.pipeline(transaction=False)
     transitions.finish(pipe, k, answer, token=token)
     if record:
@@ -152,8 +185,13 @@ def roomy_plan(**limits):
 
     importlib.import_module("apps.admission.migrations.0002_default_plans").create(apps, None)
 
-    values = dict(burst_requests=10_000, requests_per_minute=10_000, burst_tokens=10_000_000,
-                  tokens_per_minute=10_000_000, tokens_per_day=100_000_000)  # fmt: skip
+    values = dict(
+        burst_requests=10_000,
+        requests_per_minute=10_000,
+        burst_tokens=10_000_000,
+        tokens_per_minute=10_000_000,
+        tokens_per_day=100_000_000,
+    )
     values.update(limits)
     Plan.objects.filter(slug="free").update(**values)
     return Plan.objects.get(slug="free")

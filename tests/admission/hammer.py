@@ -21,8 +21,9 @@ class Limits:
 
 def main(url: str, key: str, seconds: float) -> None:
     if cluster.is_cluster_url(url):
-        client = cluster.sync_client(url, decode_responses=True, max_connections=2, timeout=5,
-                                     connect_timeout=2)  # fmt: skip
+        client = cluster.sync_client(
+            url, decode_responses=True, max_connections=2, timeout=5, connect_timeout=2
+        )
     else:
         client = redis.Redis.from_url(url, decode_responses=True)
     store = BucketStore(client)

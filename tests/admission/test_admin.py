@@ -17,11 +17,21 @@ def admin_client(client_for, user):
 
 
 def plan_form(**changes):
-    data = dict(name="Team", slug="team", requests_per_minute=30, burst_requests=10,
-                tokens_per_minute=30000, burst_tokens=30000, tokens_per_day=900000,
-                max_concurrent=2, max_queue_wait_seconds=60, max_tokens_cap=512,
-                priority_weight=2, cost_weights='{"chat": 1, "long": 2}',
-                long_prompt_tokens=1500)  # fmt: skip
+    data = dict(
+        name="Team",
+        slug="team",
+        requests_per_minute=30,
+        burst_requests=10,
+        tokens_per_minute=30000,
+        burst_tokens=30000,
+        tokens_per_day=900000,
+        max_concurrent=2,
+        max_queue_wait_seconds=60,
+        max_tokens_cap=512,
+        priority_weight=2,
+        cost_weights='{"chat": 1, "long": 2}',
+        long_prompt_tokens=1500,
+    )
     data.update(changes)
     return data
 
@@ -58,9 +68,17 @@ def test_degradation_settings_show_the_level_in_force(admin_client):
     assert "level 0" in page.content.decode()
     bad = admin_client.post(
         f"/admin/admission/degradationsettings/{row.pk}/change/",
-        {"backlog_threshold": 1000, "cpu_percent_threshold": 150,
-         "gpu_memory_percent_threshold": 90, "level2_ratio": 1.5, "level3_ratio": 2,
-         "cap_max_tokens_level": 1, "capped_max_tokens": 256, "skip_retrieval_level": 2,
-         "reject_lowest_plan_level": 3, "reject_retry_after_seconds": 60},
-    )  # fmt: skip
+        {
+            "backlog_threshold": 1000,
+            "cpu_percent_threshold": 150,
+            "gpu_memory_percent_threshold": 90,
+            "level2_ratio": 1.5,
+            "level3_ratio": 2,
+            "cap_max_tokens_level": 1,
+            "capped_max_tokens": 256,
+            "skip_retrieval_level": 2,
+            "reject_lowest_plan_level": 3,
+            "reject_retry_after_seconds": 60,
+        },
+    )
     assert "A percentage between 0 (excluded) and 100." in bad.content.decode()

@@ -137,8 +137,7 @@ def test_reserve_refund_burst_matches_the_model_and_no_bucket_state_expires_earl
             buckets = plan_buckets(plan, tokens=amount if action == "reserve" else 50)
             requests = [(key, buckets)] * (1 if action == "reserve" else amount)
             got = store.take(requests, now_ms=now)
-            expected = model.run("take", [(k, [b.scaled() for b in bs]) for k, bs in requests],
-                                 now)  # fmt: skip
+            expected = model.run("take", [(k, [b.scaled() for b in bs]) for k, bs in requests], now)
             assert [(d.code, d.wait_ms) for d in got] == [(c, w) for c, w, _ in expected]
         assert_outlives_its_buckets(key, model, now)
 
@@ -147,8 +146,13 @@ def test_a_refund_does_not_give_the_request_burst_back(redis_prefix):
     # As reported: 60 requests a minute, a burst of 10. The day's token bucket kept the key for
     # about a quarter of an hour; one refund cut that to a second, the request bucket's state
     # expired with the key, and 10 of the next 12 requests went through where 1 was allowed.
-    plan = SimpleNamespace(burst_requests=10, requests_per_minute=60, burst_tokens=20_000,
-                           tokens_per_minute=20_000, tokens_per_day=500_000)  # fmt: skip
+    plan = SimpleNamespace(
+        burst_requests=10,
+        requests_per_minute=60,
+        burst_tokens=20_000,
+        tokens_per_minute=20_000,
+        tokens_per_day=500_000,
+    )
     client = get_redis()
     store = BucketStore(client)
     key = Keys(prefix=redis_prefix).bucket("reported")
@@ -183,10 +187,12 @@ def test_a_batch_of_requests_sharing_bucket_lists_matches_the_model(
     run = uuid.uuid4().hex[:8]
     keys = [Keys(prefix=redis_prefix).bucket(f"{run}-{i}") for i in range(4)]
     sizes = [
-        [Bucket(f"b{i}", cap, refill, window, amount) for i, (cap, refill, window) in
-         enumerate(shapes)]
+        [
+            Bucket(f"b{i}", cap, refill, window, amount)
+            for i, (cap, refill, window) in enumerate(shapes)
+        ]
         for amount in (1, 7, 30)
-    ]  # fmt: skip
+    ]
     requests = [(keys[user], sizes[size]) for user, size in picks]
     expected = BucketModel().run(
         "take", [(key, [b.scaled() for b in buckets]) for key, buckets in requests], now

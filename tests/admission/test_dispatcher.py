@@ -85,8 +85,11 @@ def test_a_redis_that_lost_its_groups_costs_one_pass(make_dispatcher, user, othe
 
 def multis(packets: list[list[bytes]]) -> list[list[bytes]]:
     """The MULTI blocks among what was sent: each one's commands, MULTI and EXEC left out."""
-    return [[n for n in names if n not in (b"MULTI", b"EXEC")] for names in packets
-            if names and names[0] == b"MULTI"]  # fmt: skip
+    return [
+        [n for n in names if n not in (b"MULTI", b"EXEC")]
+        for names in packets
+        if names and names[0] == b"MULTI"
+    ]
 
 
 def test_a_request_that_finds_a_free_slot_is_decided_and_released_in_one_multi(
@@ -111,8 +114,9 @@ def test_new_requests_are_written_before_a_held_ones_retry(
 ):
     """The held request's retry writes the line too: in a pass with both, the new requests'
     MULTI goes first, on its own."""
-    Plan.objects.filter(slug="free").update(burst_requests=1, requests_per_minute=6,
-                                            max_queue_wait_seconds=60)  # fmt: skip
+    Plan.objects.filter(slug="free").update(
+        burst_requests=1, requests_per_minute=6, max_queue_wait_seconds=60
+    )
     dispatcher = make_dispatcher(sweep_interval=60)
     publish(user.id)
     held = publish(user.id)
@@ -124,8 +128,9 @@ def test_new_requests_are_written_before_a_held_ones_retry(
     dispatcher.step()
     transactions = multis(packets)
     decided = next(i for i, names in enumerate(transactions) if b"XACK" in names)
-    retried = next(i for i, names in enumerate(transactions)
-                   if b"XACK" not in names and b"HSET" in names)  # fmt: skip
+    retried = next(
+        i for i, names in enumerate(transactions) if b"XACK" not in names and b"HSET" in names
+    )
     assert decided < retried, transactions
     assert not dispatcher.line.requests[held].held_by
     assert state(arriving) == "queued"

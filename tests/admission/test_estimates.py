@@ -23,11 +23,18 @@ SHORT, LONG = "What is the capital of France?", "Explain in detail how a bread o
 
 
 def ask(user_id, question: str, *, max_tokens: int = MAX_TOKENS) -> str:
-    item = WorkItem(id=new_request_id(), user_id=str(user_id), conversation_id="999999",
-                    messages=[{"role": "system", "content": "You are Sluice."},
-                              {"role": "user", "content": question}],
-                    max_tokens=max_tokens, temperature=0.0,
-                    prompt_tokens_estimate=20 + len(question) // 4)  # fmt: skip
+    item = WorkItem(
+        id=new_request_id(),
+        user_id=str(user_id),
+        conversation_id="999999",
+        messages=[
+            {"role": "system", "content": "You are Sluice."},
+            {"role": "user", "content": question},
+        ],
+        max_tokens=max_tokens,
+        temperature=0.0,
+        prompt_tokens_estimate=20 + len(question) // 4,
+    )
     request_publish(item=item)
     return item.id
 
@@ -51,9 +58,11 @@ def run_workload(dispatcher, user, other_user, rounds: int) -> list[str]:
                 batch.append((request_id, str(who.id), question))
         dispatcher.step()
         for i, (request_id, user_id, question) in enumerate(batch):
-            worker_answers(request_id, prompt_tokens=30,
-                           completion_tokens=real_length(user, other_user, user_id, question,
-                                                         r + i))  # fmt: skip
+            worker_answers(
+                request_id,
+                prompt_tokens=30,
+                completion_tokens=real_length(user, other_user, user_id, question, r + i),
+            )
         dispatcher.step()  # the recorder pass settles them: the estimator learns
         ids += [b[0] for b in batch]
     return ids
@@ -66,8 +75,11 @@ def test_the_learned_estimate_beats_the_max_tokens_rule_on_a_skewed_workload(
     give_the_fleet_slots(100)
     dispatcher = make_dispatcher()
     run_workload(dispatcher, user, other_user, rounds=(MIN_SAMPLES + 40) // 4)
-    gauges = {k: float(v) for k, v in get_redis().hgetall(keys().metrics).items()
-              if k.startswith("gauge:estimate")}  # fmt: skip
+    gauges = {
+        k: float(v)
+        for k, v in get_redis().hgetall(keys().metrics).items()
+        if k.startswith("gauge:estimate")
+    }
     # The rule reserves 512 for answers of 8 to 345 tokens: off by several times, every time.
     assert gauges["gauge:estimate_rule_median_ape"] > 0.5
     # The first MIN_SAMPLES guesses were the rule's too; the rest learned.
@@ -104,9 +116,14 @@ def test_a_standby_that_takes_over_inherits_what_was_learned(make_dispatcher, us
     standby.step()  # takes the lease and loads the state from Redis
     assert standby.estimator.samples == learned.samples >= MIN_SAMPLES
     for who, question in ((user, LONG), (other_user, SHORT)):
-        asked = dict(kind="chat", user_id=str(who.id), plan="free",
-                     prompt_tokens=20 + len(question) // 4, max_tokens=MAX_TOKENS,
-                     question=question)  # fmt: skip
+        asked = dict(
+            kind="chat",
+            user_id=str(who.id),
+            plan="free",
+            prompt_tokens=20 + len(question) // 4,
+            max_tokens=MAX_TOKENS,
+            question=question,
+        )
         assert standby.estimator.guess(**asked).tokens == learned.guess(**asked).tokens
     kept, had = standby.estimator.stats(), learned.stats()
     assert kept.samples == had.samples
@@ -126,13 +143,15 @@ def test_stopped_answers_teach_nothing_and_a_garbled_state_is_relearned(make_dis
     estimator = Estimator(keys())
     estimator.load(get_redis())
     assert estimator.samples == 0
-    guess = estimator.guess(kind="chat", user_id="1", plan="free", prompt_tokens=10,
-                            max_tokens=300, question="hi")  # fmt: skip
+    guess = estimator.guess(
+        kind="chat", user_id="1", plan="free", prompt_tokens=10, max_tokens=300, question="hi"
+    )
     assert guess.tokens == 300  # the old rule
 
 
-def test_metrics_and_the_ops_page_show_the_estimates_error(make_dispatcher, user, other_user,
-                                                           client_for):  # fmt: skip
+def test_metrics_and_the_ops_page_show_the_estimates_error(
+    make_dispatcher, user, other_user, client_for
+):
     roomy_plan(max_concurrent=100)
     give_the_fleet_slots(100)
     run_workload(make_dispatcher(), user, other_user, rounds=MIN_SAMPLES // 4 + 3)
@@ -140,8 +159,11 @@ def test_metrics_and_the_ops_page_show_the_estimates_error(make_dispatcher, user
     user.save()
     staff = client_for(user)
     body = staff.get("/metrics").content.decode()
-    line = next(x for x in body.splitlines()
-                if x.startswith('sluice_estimate_error_median{estimator="learned"}'))  # fmt: skip
+    line = next(
+        x
+        for x in body.splitlines()
+        if x.startswith('sluice_estimate_error_median{estimator="learned"}')
+    )
     assert float(line.split()[-1]) >= 0
     assert 'sluice_estimate_underestimated_share{estimator="max_tokens rule"}' in body
     page = staff.get("/admin/ops/").content.decode()
@@ -149,10 +171,14 @@ def test_metrics_and_the_ops_page_show_the_estimates_error(make_dispatcher, user
 
 
 def test_the_question_is_read_without_decoding_the_prompt():
-    messages = json.dumps([{"role": "system", "content": "Be brief."},
-                           {"role": "user", "content": "Old question"},
-                           {"role": "assistant", "content": "Old answer"},
-                           {"role": "user", "content": "Explain TCP"}])  # fmt: skip
+    messages = json.dumps(
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Old question"},
+            {"role": "assistant", "content": "Old answer"},
+            {"role": "user", "content": "Explain TCP"},
+        ]
+    )
     assert question_of(messages) == "Explain TCP"
     assert question_of("[]") == ""
 
@@ -167,8 +193,12 @@ def test_the_real_dispatcher_learns_from_a_real_workers_usage(
     force_level(0)
     roomy_plan(max_concurrent=50)
     # The simulated engine answers with the length a marker in the question sets.
-    start_worker("w-sim", engine="simulated", slots=16,
-                 extra=["--sim-decode-ms", "1", "--sim-first-token-ms", "5"])  # fmt: skip
+    start_worker(
+        "w-sim",
+        engine="simulated",
+        slots=16,
+        extra=["--sim-decode-ms", "1", "--sim-first-token-ms", "5"],
+    )
     ids = []
 
     def all_done() -> bool:
@@ -180,8 +210,11 @@ def test_the_real_dispatcher_learns_from_a_real_workers_usage(
 
     for i in range(MIN_SAMPLES + 20):
         short = i % 2 == 0
-        question = (f"{SHORT} [[sim:tokens={8 + i % 3}]]" if short
-                    else f"{LONG} [[sim:tokens={200 + i % 7}]]")  # fmt: skip
+        question = (
+            f"{SHORT} [[sim:tokens={8 + i % 3}]]"
+            if short
+            else f"{LONG} [[sim:tokens={200 + i % 7}]]"
+        )
         ids.append(ask((user if i % 4 < 2 else other_user).id, question))
         if i % 10 == 9:  # in waves, so later ones are predicted from the earlier answers
             wait_until(all_done, timeout=60, what="the wave's answers")
@@ -189,4 +222,5 @@ def test_the_real_dispatcher_learns_from_a_real_workers_usage(
     assert json.loads(model)["n"] == len(ids)
     gauges = get_redis().hgetall(keys().metrics)
     assert float(gauges["gauge:estimate_median_ape"]) < float(
-        gauges["gauge:estimate_rule_median_ape"])  # fmt: skip
+        gauges["gauge:estimate_rule_median_ape"]
+    )

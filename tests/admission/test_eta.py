@@ -15,8 +15,14 @@ pytestmark = pytest.mark.django_db
 
 
 def serve(worker_id: str, model: str, slots: int, running=()) -> None:
-    beat = {"worker_id": worker_id, "slots": slots, "busy": len(running), "healthy": True,
-            "running": list(running), "model": model}  # fmt: skip
+    beat = {
+        "worker_id": worker_id,
+        "slots": slots,
+        "busy": len(running),
+        "healthy": True,
+        "running": list(running),
+        "model": model,
+    }
     client = get_redis()
     client.set(keys().heartbeat(worker_id), json.dumps(beat), ex=60)
     client.zadd(keys().workers, {worker_id: time.time()})
@@ -34,8 +40,9 @@ def answered(dispatcher, request_ids, *, seconds: float, worker_id: str, model: 
         if fields.get("id") in request_ids:
             client.xdel(keys().work_for_model(model), entry_id)
     for request_id in request_ids:
-        worker_answers(request_id, completion_tokens=10, duration_ms=seconds * 1000,
-                       worker_id=worker_id)  # fmt: skip
+        worker_answers(
+            request_id, completion_tokens=10, duration_ms=seconds * 1000, worker_id=worker_id
+        )
     dispatcher.step()
 
 
@@ -43,9 +50,14 @@ def ask(user_id, model: str) -> str:
     from apps.chat.submission import request_publish
     from worker.protocol import WorkItem, new_request_id
 
-    item = WorkItem(id=new_request_id(), user_id=str(user_id), conversation_id="999999",
-                    messages=[{"role": "user", "content": "hi"}], max_tokens=16,
-                    model=model)  # fmt: skip
+    item = WorkItem(
+        id=new_request_id(),
+        user_id=str(user_id),
+        conversation_id="999999",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=16,
+        model=model,
+    )
     request_publish(item=item)
     return item.id
 

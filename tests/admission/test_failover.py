@@ -34,11 +34,17 @@ def test_killing_the_active_dispatcher_loses_no_queued_request(
         # No worker yet: all three wait in the queue (in Redis).
         wait_until(lambda: client.hlen(keys.queue) == 3, timeout=30, what="three queued")
         os.kill(int(holder.rsplit("-", 1)[1]), signal.SIGKILL)
-        wait_until(lambda: client.get(keys.lease) not in (None, holder), timeout=30,
-                 what="the standby to take the lease")  # fmt: skip
+        wait_until(
+            lambda: client.get(keys.lease) not in (None, holder),
+            timeout=30,
+            what="the standby to take the lease",
+        )
         start_worker("w1")
-        ends = wait_until(lambda: all(final(i) for i in ids) and [final(i) for i in ids],
-                        timeout=240, what="every request to end")  # fmt: skip
+        ends = wait_until(
+            lambda: all(final(i) for i in ids) and [final(i) for i in ids],
+            timeout=240,
+            what="every request to end",
+        )
         assert [end["state"] for end in ends] == ["done"] * 3
         assert client.hlen(keys.queue) == 0
         assert all(client.hget(keys.request(i), "state") == "done" for i in ids)

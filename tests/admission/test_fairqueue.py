@@ -92,10 +92,11 @@ def test_ineligible_users_are_skipped_and_removal_works():
 
 
 @given(
-    entries=st.lists(st.tuples(st.sampled_from("abcd"), st.integers(1, 2000), st.booleans()),
-                     max_size=60),
+    entries=st.lists(
+        st.tuples(st.sampled_from("abcd"), st.integers(1, 2000), st.booleans()), max_size=60
+    ),
     blocked=st.sets(st.sampled_from("abcd"), max_size=3),
-)  # fmt: skip
+)
 def test_background_entries_leave_only_when_no_persons_entry_may(entries, blocked):
     from apps.admission.fairqueue import BACKGROUND, PEOPLE
 
@@ -112,5 +113,4 @@ def test_background_entries_leave_only_when_no_persons_entry_may(entries, blocke
             assert not any(p in queue and entries[int(p)][0] not in blocked for p in people)
         popped.append(entry.id)
     assert popped == order
-    assert set(queue.release_order()) == {f"{i}" for i, e in enumerate(entries)
-                                          if e[0] in blocked}  # fmt: skip
+    assert set(queue.release_order()) == {f"{i}" for i, e in enumerate(entries) if e[0] in blocked}

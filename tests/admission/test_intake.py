@@ -86,12 +86,18 @@ def test_degradation_caps_answers_then_sheds_the_lowest_plan(make_dispatcher, us
 
 def submitted(user_id, *, submit_by_ms: int) -> WorkItem:
     """A request as the web hands it over, with the time it stops waiting for Redis."""
-    item = WorkItem(id=new_request_id(), user_id=str(user_id), conversation_id="999999",
-                    messages=[{"role": "user", "content": "Hi"}], max_tokens=64,
-                    prompt_tokens_estimate=100)  # fmt: skip
+    item = WorkItem(
+        id=new_request_id(),
+        user_id=str(user_id),
+        conversation_id="999999",
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=64,
+        prompt_tokens_estimate=100,
+    )
     pipe = get_redis().pipeline(transaction=False)
-    transitions.submitted(pipe, keys(), item, citations=[], stream=keys().admit,
-                          submit_by_ms=submit_by_ms)  # fmt: skip
+    transitions.submitted(
+        pipe, keys(), item, citations=[], stream=keys().admit, submit_by_ms=submit_by_ms
+    )
     pipe.execute()
     return item
 

@@ -51,12 +51,21 @@ def test_each_kind_is_charged_by_its_plans_weight(make_dispatcher, user):
     make_dispatcher().step()
     # A cold estimator reserves max_tokens for the answer (the old rule), times the weight.
     assert [charge_of(r)["tokens"] for r in (chat, rag, long, background, forged)] == [
-        200, 400, 3000, 100, 200]  # fmt: skip
-    assert [charge_of(r)["w"] for r in (chat, rag, long, background, forged)] == [
-        1, 2, 3, 0.5, 1]  # fmt: skip
+        200,
+        400,
+        3000,
+        100,
+        200,
+    ]
+    assert [charge_of(r)["w"] for r in (chat, rag, long, background, forged)] == [1, 2, 3, 0.5, 1]
     sent = {f["id"]: f["kind"] for _, f in get_redis().xrange(keys().work)}
-    assert sent == {chat: "chat", rag: "rag", long: "long", background: "background",
-                    forged: "chat"}  # fmt: skip
+    assert sent == {
+        chat: "chat",
+        rag: "rag",
+        long: "long",
+        background: "background",
+        forged: "chat",
+    }
 
 
 def test_a_weighted_answer_is_settled_at_its_weight(make_dispatcher, user):
@@ -88,8 +97,10 @@ def test_background_work_never_goes_ahead_of_a_persons_request(
     people = [publish(u.id) for u in (third_user, user, other_user)]
     dispatcher.step()
     # Positions: every person is ahead of every background request.
-    place = {r: int([e for e in events(r) if e.get("position")][-1]["position"])
-             for r in summaries + people}  # fmt: skip
+    place = {
+        r: int([e for e in events(r) if e.get("position")][-1]["position"])
+        for r in summaries + people
+    }
     assert max(place[r] for r in people) < min(place[r] for r in summaries)
     give_the_fleet_slots(4)
     dispatcher.step()
@@ -99,8 +110,9 @@ def test_background_work_never_goes_ahead_of_a_persons_request(
     assert released[3] in summaries
 
 
-def test_a_person_who_arrives_after_background_work_takes_the_next_slot(make_dispatcher, user,
-                                                                        other_user):  # fmt: skip
+def test_a_person_who_arrives_after_background_work_takes_the_next_slot(
+    make_dispatcher, user, other_user
+):
     roomy_plan(max_concurrent=2)
     give_the_fleet_slots(1, running=())
     dispatcher = make_dispatcher()

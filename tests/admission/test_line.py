@@ -15,11 +15,23 @@ from tests.admission.conftest import final, keys, publish, roomy_plan
 
 text = st.text(max_size=20)
 requests = st.builds(
-    QueuedRequest, text, text, text, text, text, st.integers(0, 10**6), st.integers(1, 10**5),
-    st.floats(0.01, 100), st.integers(0, 2**53), st.integers(0, 2**53), st.integers(0, 2**63),
-    st.booleans(), st.integers(0, 2**53), st.sampled_from(["", "req", "tpm", "tpd"]),
+    QueuedRequest,
+    text,
+    text,
+    text,
+    text,
+    text,
+    st.integers(0, 10**6),
+    st.integers(1, 10**5),
+    st.floats(0.01, 100),
+    st.integers(0, 2**53),
+    st.integers(0, 2**53),
+    st.integers(0, 2**63),
+    st.booleans(),
+    st.integers(0, 2**53),
+    st.sampled_from(["", "req", "tpm", "tpd"]),
     st.dictionaries(text, text, max_size=5),
-)  # fmt: skip
+)
 
 
 @given(requests)
@@ -30,8 +42,23 @@ def test_a_queue_record_reads_back_as_it_was_written(request):
 def test_a_record_orjson_cannot_write_is_written_all_the_same():
     """Text with a lone surrogate (refused at every door, but a record must never stop the
     dispatcher) goes the standard library's way, and reads back."""
-    odd = QueuedRequest("r1", "7", "3", "chat", "free", 10, 100, 1.0, 1, 2, 3, True, 0, "",
-                        {"messages": "hi \ud800"})  # fmt: skip
+    odd = QueuedRequest(
+        "r1",
+        "7",
+        "3",
+        "chat",
+        "free",
+        10,
+        100,
+        1.0,
+        1,
+        2,
+        3,
+        True,
+        0,
+        "",
+        {"messages": "hi \ud800"},
+    )
     assert QueuedRequest.decode(odd.encode()) == odd
     assert json.loads(odd.charge_record())["user"] == "7"
 

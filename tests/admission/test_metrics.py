@@ -22,8 +22,11 @@ def test_metrics_count_admission_outcomes(make_dispatcher, client_for, user):
     user.is_staff = True
     user.save()
     body = client_for(user).get("/metrics").content.decode()
-    values = {(s.name, tuple(sorted(s.labels.items()))): s.value
-              for f in text_string_to_metric_families(body) for s in f.samples}  # fmt: skip
+    values = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(body)
+        for s in f.samples
+    }
     assert values[("sluice_requests_total", (("status", "rejected"),))] == 1
     assert values[("sluice_requests_total", (("status", "admitted"),))] == 1
     assert values[("sluice_requests_total", (("status", "withdrawn"),))] == 0
@@ -33,8 +36,9 @@ def test_metrics_count_admission_outcomes(make_dispatcher, client_for, user):
 
 
 def test_each_rejection_and_timeout_is_counted_under_its_reason(make_dispatcher, user, clock):
-    Plan.objects.filter(slug="free").update(burst_tokens=500, tokens_per_minute=500,
-                                            max_queue_wait_seconds=5)  # fmt: skip
+    Plan.objects.filter(slug="free").update(
+        burst_tokens=500, tokens_per_minute=500, max_queue_wait_seconds=5
+    )
     publish(user.id, max_tokens=1000)  # more than the plan allows at once
     publish(user.id, prompt_tokens=100, max_tokens=300)  # charged, waits for a worker
     publish(user.id, prompt_tokens=100, max_tokens=300)  # over the token rate: 48 s away

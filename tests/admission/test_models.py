@@ -23,8 +23,14 @@ pytestmark = pytest.mark.django_db
 
 def serve(worker_id: str, model: str, slots: int, *, busy: int = 0) -> None:
     """A live worker serving `model`, as its heartbeat tells the dispatcher."""
-    beat = {"worker_id": worker_id, "model": model, "slots": slots, "busy": busy,
-            "healthy": True, "running": []}  # fmt: skip
+    beat = {
+        "worker_id": worker_id,
+        "model": model,
+        "slots": slots,
+        "busy": busy,
+        "healthy": True,
+        "running": [],
+    }
     client = get_redis()
     client.set(keys().heartbeat(worker_id), json.dumps(beat), ex=60)
     client.zadd(keys().workers, {worker_id: time.time()})
@@ -32,10 +38,16 @@ def serve(worker_id: str, model: str, slots: int, *, busy: int = 0) -> None:
 
 def ask(user_id, model: str = "", *, conversation: str = "999999", kind: str = "chat") -> str:
     item = WorkItem(
-        id=new_request_id(), user_id=str(user_id), conversation_id=conversation,
-        messages=[{"role": "user", "content": "Say hi."}], max_tokens=16, temperature=0.0,
-        prompt_tokens_estimate=10, kind=kind, model=model,
-    )  # fmt: skip
+        id=new_request_id(),
+        user_id=str(user_id),
+        conversation_id=conversation,
+        messages=[{"role": "user", "content": "Say hi."}],
+        max_tokens=16,
+        temperature=0.0,
+        prompt_tokens_estimate=10,
+        kind=kind,
+        model=model,
+    )
     request_publish(item=item)
     return item.id
 
@@ -84,8 +96,9 @@ def test_positions_count_the_requests_ahead_for_the_same_model(make_dispatcher, 
     dispatcher.step()
     told = {}
     for request_id in [*alphas, beta]:
-        positions = [e for _, e in get_redis().xrange(keys().output(request_id))
-                     if e.get("position")]  # fmt: skip
+        positions = [
+            e for _, e in get_redis().xrange(keys().output(request_id)) if e.get("position")
+        ]
         told[request_id] = positions[-1]["position"]
     assert [told[a] for a in alphas] == ["1", "2"]
     assert told[beta] == "1"  # alpha's line is not ahead of it
@@ -131,13 +144,24 @@ def test_an_api_request_without_a_conversation_is_settled_and_never_stored(make_
     client, k, token = get_redis(), keys(), "t1"
     pipe = client.pipeline(transaction=False)
     transitions.start(pipe, k, first, token=token, worker_id="wa")
-    transitions.finish(pipe, k, Answer(id=first, user_id=str(user.id), conversation_id="",
-                                       state=State.DONE, text="Hi.", worker_id="wa",
-                                       usage=Usage(prompt_tokens=5, completion_tokens=2)),
-                       token=token)  # fmt: skip
+    transitions.finish(
+        pipe,
+        k,
+        Answer(
+            id=first,
+            user_id=str(user.id),
+            conversation_id="",
+            state=State.DONE,
+            text="Hi.",
+            worker_id="wa",
+            usage=Usage(prompt_tokens=5, completion_tokens=2),
+        ),
+        token=token,
+    )
     pipe.execute()
-    done = Answer.from_fields({**final(first), "id": first, "user_id": str(user.id),
-                               "conversation_id": ""})  # fmt: skip
+    done = Answer.from_fields(
+        {**final(first), "id": first, "user_id": str(user.id), "conversation_id": ""}
+    )
     client.xadd(k.done, done.to_fields())
     dispatcher.step()  # the recorder's pass settles it: the plan's one place is free again
     dispatcher.step()
@@ -163,11 +187,23 @@ def test_an_admin_lists_a_plans_models_and_sees_which_are_served(client_for, use
     plan = roomy_plan()
     page = admin.get(f"/admin/admission/plan/{plan.pk}/change/").content.decode()
     assert "alpha (2 slots)" in page  # what the workers serve now, to pick from
-    form = dict(name=plan.name, slug=plan.slug, is_default="on", requests_per_minute=30,
-                burst_requests=10, tokens_per_minute=30000, burst_tokens=30000,
-                tokens_per_day=900000, max_concurrent=2, max_queue_wait_seconds=60,
-                max_tokens_cap=512, priority_weight=1, cost_weights='{"chat": 1}',
-                long_prompt_tokens=1500, model_names="alpha, all-MiniLM-L6-v2")  # fmt: skip
+    form = dict(
+        name=plan.name,
+        slug=plan.slug,
+        is_default="on",
+        requests_per_minute=30,
+        burst_requests=10,
+        tokens_per_minute=30000,
+        burst_tokens=30000,
+        tokens_per_day=900000,
+        max_concurrent=2,
+        max_queue_wait_seconds=60,
+        max_tokens_cap=512,
+        priority_weight=1,
+        cost_weights='{"chat": 1}',
+        long_prompt_tokens=1500,
+        model_names="alpha, all-MiniLM-L6-v2",
+    )
     response = admin.post(f"/admin/admission/plan/{plan.pk}/change/", form)
     assert response.status_code == 302
     plan.refresh_from_db()

@@ -38,9 +38,13 @@ def assert_everyone_agrees(*users) -> None:
 def test_the_api_key_lookup_reads_every_field_of_the_plan_as_the_orm_does(user):
     """The key's statement reads the plan as JSON: each value must come back as its field's
     type (a weight of 3.0 reads back as the JSON number 3, a float only by its field)."""
-    plan = Plan.objects.create(slug="odd", name="Odd", priority_weight=3.0,
-                               cost_weights={"chat": 1.5, "summary": 0.25},
-                               model_names=["a-model", "b-model"])  # fmt: skip
+    plan = Plan.objects.create(
+        slug="odd",
+        name="Odd",
+        priority_weight=3.0,
+        cost_weights={"chat": 1.5, "summary": 0.25},
+        model_names=["a-model", "b-model"],
+    )
     plan_assign(user=user, plan=plan)
     _, raw = api_key_create(user=user, name="fields")
     _, found = api_key_caller(raw=raw)

@@ -85,8 +85,25 @@ def test_a_request_held_by_its_plans_rate_hears_why_and_until_when(make_dispatch
 
 
 def waiting(request_id: str, *, told: int = 0, told_at: int = 0) -> QueuedRequest:
-    return QueuedRequest(request_id, "1", "1", "chat", "free", 10, 10, 1.0, 0, 10**12, 0, True,
-                         0, "", {}, told_position=told, told_at_ms=told_at)  # fmt: skip
+    return QueuedRequest(
+        request_id,
+        "1",
+        "1",
+        "chat",
+        "free",
+        10,
+        10,
+        1.0,
+        0,
+        10**12,
+        0,
+        True,
+        0,
+        "",
+        {},
+        told_position=told,
+        told_at_ms=told_at,
+    )
 
 
 def test_the_head_hears_every_change_and_the_rest_within_the_limit():

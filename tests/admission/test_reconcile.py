@@ -80,8 +80,10 @@ def test_a_request_nothing_runs_any_more_fails_with_a_clear_message(
     dispatcher.step()  # ...and again: it ends
     end = final(request_id)
     assert end["state"] == "failed"
-    assert end["error"] == "The server running this answer stopped before it finished. " \
-                           "Please try again."  # fmt: skip
+    assert (
+        end["error"] == "The server running this answer stopped before it finished. "
+        "Please try again."
+    )
     assert dispatcher.running.count(str(user.id)) == 0
     assert not get_redis().hexists(keys().running, request_id)
     assert counters()["requests:lost"] == 1

@@ -20,9 +20,13 @@ pytestmark = pytest.mark.django_db
 
 def finished(conversation, request_id: str) -> None:
     answer = Answer(
-        id=request_id, user_id=str(conversation.owner_id), conversation_id=str(conversation.id),
-        state=State.DONE, text="Blue.", usage=Usage(prompt_tokens=5, completion_tokens=2),
-    )  # fmt: skip
+        id=request_id,
+        user_id=str(conversation.owner_id),
+        conversation_id=str(conversation.id),
+        state=State.DONE,
+        text="Blue.",
+        usage=Usage(prompt_tokens=5, completion_tokens=2),
+    )
     get_redis().xadd(keys().done, answer.to_fields())
 
 

@@ -71,8 +71,7 @@ def test_heartbeats_are_reread_at_most_every_fleet_interval_stream_lengths_every
     client = get_redis()
 
     def beat(slots: int) -> None:
-        client.set(keys().heartbeat("w1"), json.dumps({"worker_id": "w1", "slots": slots}),
-                   ex=60)  # fmt: skip
+        client.set(keys().heartbeat("w1"), json.dumps({"worker_id": "w1", "slots": slots}), ex=60)
         client.zadd(keys().workers, {"w1": time.time()})
 
     fleet = make_dispatcher(fleet_interval=1.0).fleet
@@ -143,8 +142,9 @@ def test_the_buckets_and_the_fleet_are_read_together_even_when_redis_lost_its_sc
     """The bucket script rides in a pipeline with the fleet's reads (inline, and from the
     helper thread for a large batch): it still runs when Redis has lost its scripts (a
     restart), the fleet read beside it serves the pass, and nothing reads the fleet again."""
-    Plan.objects.filter(slug="free").update(max_concurrent=50, burst_requests=50,
-                                            burst_tokens=100_000)  # fmt: skip
+    Plan.objects.filter(slug="free").update(
+        max_concurrent=50, burst_requests=50, burst_tokens=100_000
+    )
     give_the_fleet_slots(arriving + 1)
     dispatcher = make_dispatcher()
     publish(user.id)

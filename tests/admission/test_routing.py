@@ -37,8 +37,14 @@ def ask(user_id, conversation, *, system: str = "", history: int = 2) -> str:
             {"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n} " * 20}
         )
     messages.append({"role": "user", "content": "And then?"})
-    item = WorkItem(id=new_request_id(), user_id=str(user_id), conversation_id=str(conversation),
-                    messages=messages, max_tokens=32, prompt_tokens_estimate=200)  # fmt: skip
+    item = WorkItem(
+        id=new_request_id(),
+        user_id=str(user_id),
+        conversation_id=str(conversation),
+        messages=messages,
+        max_tokens=32,
+        prompt_tokens_estimate=200,
+    )
     request_publish(item=item)
     return item.id
 
@@ -141,8 +147,13 @@ def test_an_unknown_routing_policy_is_refused(make_dispatcher, settings):
 
 
 def beat_with_breaker(worker_id: str, state_name: str, slots: int = 4) -> None:
-    beat = {"worker_id": worker_id, "slots": slots, "busy": 0, "healthy": True,
-            "breaker": {"state": state_name, "error_rate": 0.5}}  # fmt: skip
+    beat = {
+        "worker_id": worker_id,
+        "slots": slots,
+        "busy": 0,
+        "healthy": True,
+        "breaker": {"state": state_name, "error_rate": 0.5},
+    }
     get_redis().set(keys().heartbeat(worker_id), json.dumps(beat), ex=60)
     get_redis().zadd(keys().workers, {worker_id: time.time()})
 

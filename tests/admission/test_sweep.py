@@ -42,8 +42,9 @@ def test_a_request_its_plans_rate_held_past_its_deadline_is_told_the_rate(
 ):
     # As reported: told "waited 2 s without a free worker" while 32 slots were idle. It was
     # its plan's request rate that held it: that is what the user must read.
-    Plan.objects.filter(slug="free").update(burst_requests=1, requests_per_minute=15,
-                                            max_queue_wait_seconds=5)  # fmt: skip
+    Plan.objects.filter(slug="free").update(
+        burst_requests=1, requests_per_minute=15, max_queue_wait_seconds=5
+    )
     first, second, held = publish(user.id), publish(user.id), publish(user.id)
     dispatcher = make_dispatcher()
     dispatcher.step()  # the first is charged; one request every 4 s: the others are held

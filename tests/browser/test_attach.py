@@ -48,17 +48,27 @@ def test_a_file_attached_in_the_composer_is_read_and_cited(
 
     page.fill("textarea[name=text]", "draft that must survive")
     # A file of the wrong type: a clear error, and the draft is still there.
-    page.set_input_files("#attach-input", files=[
-        {"name": "slides.pptx", "mimeType": "application/octet-stream", "buffer": b"PK\x03\x04"},
-    ])  # fmt: skip
+    page.set_input_files(
+        "#attach-input",
+        files=[
+            {
+                "name": "slides.pptx",
+                "mimeType": "application/octet-stream",
+                "buffer": b"PK\x03\x04",
+            },
+        ],
+    )
     rejected = page.locator(".attachment[data-status=failed]")
     expect(rejected).to_contain_text("PDF, Markdown, HTML or text")
     expect(page.locator("textarea[name=text]")).to_have_value("draft that must survive")
     rejected.locator(".attachment-dismiss").click()
 
-    page.set_input_files("#attach-input", files=[
-        {"name": "canal.md", "mimeType": "text/markdown", "buffer": NOTES},
-    ])  # fmt: skip
+    page.set_input_files(
+        "#attach-input",
+        files=[
+            {"name": "canal.md", "mimeType": "text/markdown", "buffer": NOTES},
+        ],
+    )
     chip = page.locator(".attachment", has_text="canal.md")
     expect(chip).to_have_attribute("data-status", "ready", timeout=60_000)
     expect(chip).to_contain_text("Ready")

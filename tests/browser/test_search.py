@@ -19,8 +19,9 @@ PASSWORD = "a-long-passphrase-9"
 def chat(owner, title: str, question: str, answer: str):
     conversation = conversation_create(owner=owner, title=title)
     message_create(conversation=conversation, role="user", text=question)
-    answered = message_create(conversation=conversation, role="assistant", text=answer,
-                              request_id=f"{title}-answer")  # fmt: skip
+    answered = message_create(
+        conversation=conversation, role="assistant", text=answer, request_id=f"{title}-answer"
+    )
     return conversation, answered
 
 
@@ -78,11 +79,17 @@ def test_inbox_notes_and_follow_up_chips_arrive_live(live_web, browser_page):
     inbox.inbox_post(user_id=me.id, kind="announcement", text="Maintenance at <i>six</i>")
     expect(page.locator(".inbox-note.announcement")).to_contain_text("Maintenance at <i>six</i>")
 
-    inbox.inbox_post(user_id=me.id, kind="followups", text="Suggested follow-up questions",
-                     data={"conversation_id": conversation.id, "message_id": answer.id,
-                           "request_id": answer.request_id,
-                           "questions": ["Which river is longest?",
-                                         "How do deltas form?"]})  # fmt: skip
+    inbox.inbox_post(
+        user_id=me.id,
+        kind="followups",
+        text="Suggested follow-up questions",
+        data={
+            "conversation_id": conversation.id,
+            "message_id": answer.id,
+            "request_id": answer.request_id,
+            "questions": ["Which river is longest?", "How do deltas form?"],
+        },
+    )
     chips = page.locator(f"li[data-message-id='{answer.id}'] .followup-chip")
     expect(chips).to_have_count(2)
     chips.first.click()

@@ -56,8 +56,9 @@ def long_conversation(owner, turns: int = 8, title: str = "Reversing a list"):
     for n in range(turns):
         message_create(conversation=conversation, role="user", text=f"Question {n}: how?")
         message_create(conversation=conversation, role="assistant", text=CODE_ANSWER)
-    message_create(conversation=conversation, role="user",
-                   text="How do I reverse a list in Python?")  # fmt: skip
+    message_create(
+        conversation=conversation, role="user", text="How do I reverse a list in Python?"
+    )
     message_create(conversation=conversation, role="assistant", text=CODE_ANSWER)
     return conversation
 
@@ -178,8 +179,16 @@ def test_copy_dark_mode_shortcuts_scrolling_and_axe(live_web, browser_page):
         page.keyboard.press("Tab")
         reached.add(page.evaluate("document.activeElement.id || document.activeElement.className"))
     # (at 375 px: the sidebar opens from the "Chats" checkbox)
-    wanted = {"theme-toggle", "link help-button", "nav-toggle", "copy-answer", "code-copy",
-              "edit-message", "send-button", "regenerate-button"}  # fmt: skip
+    wanted = {
+        "theme-toggle",
+        "link help-button",
+        "nav-toggle",
+        "copy-answer",
+        "code-copy",
+        "edit-message",
+        "send-button",
+        "regenerate-button",
+    }
     assert wanted <= reached, wanted - reached
 
     # Ctrl+Shift+O opens a new chat.

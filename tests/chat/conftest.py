@@ -30,8 +30,9 @@ async def chat_socket(user, conversation_id: int, *, origin: bytes = b"http://te
         from asgiref.sync import sync_to_async
 
         headers.append((b"cookie", await sync_to_async(session_cookie)(user)))
-    communicator = WebsocketCommunicator(application, f"/ws/chat/{conversation_id}/",
-                                         headers=headers)  # fmt: skip
+    communicator = WebsocketCommunicator(
+        application, f"/ws/chat/{conversation_id}/", headers=headers
+    )
     connected, code = await communicator.connect(timeout=10)
     try:
         yield communicator, connected, code
@@ -89,6 +90,10 @@ def chat(user):
     Profile.objects.update_or_create(user=user, defaults={"display_name": "Alice"})
     conversation = conversation_create(owner=user, title="Rivers")
     for n in range(4):
-        message_create(conversation=conversation, role="user" if n % 2 == 0 else "assistant",
-                       text=f"turn {n}", request_id=None if n % 2 == 0 else f"r{n}")  # fmt: skip
+        message_create(
+            conversation=conversation,
+            role="user" if n % 2 == 0 else "assistant",
+            text=f"turn {n}",
+            request_id=None if n % 2 == 0 else f"r{n}",
+        )
     return conversation

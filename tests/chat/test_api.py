@@ -29,8 +29,9 @@ def text_of(events: list[dict]) -> str:
 def api_client(base_url: str, user) -> httpx.Client:
     """An HTTP client that authenticates as `user` with a fresh API key."""
     _, raw = api_key_create(user=user, name="tests")
-    return httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {raw}"},
-                        timeout=httpx.Timeout(180))  # fmt: skip
+    return httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {raw}"}, timeout=httpx.Timeout(180)
+    )
 
 
 @pytest.fixture
@@ -73,8 +74,9 @@ def test_another_user_cannot_read_resume_or_stop_my_request(api, other_api, user
     request_id = response.json()["request_id"]
     assert other_api.get(f"/api/v1/requests/{request_id}").status_code == 404
     assert other_api.get(f"/api/v1/requests/{request_id}/events").status_code == 404
-    resumed = other_api.get(f"/api/v1/requests/{request_id}/events",
-                            headers={"Last-Event-ID": "0-0"})  # fmt: skip
+    resumed = other_api.get(
+        f"/api/v1/requests/{request_id}/events", headers={"Last-Event-ID": "0-0"}
+    )
     assert resumed.status_code == 404
     assert other_api.post(f"/api/v1/requests/{request_id}/cancel").status_code == 404
     conversation = response.json()["conversation"]
@@ -99,8 +101,9 @@ def test_another_user_cannot_read_resume_or_stop_my_request(api, other_api, user
     ],
 )
 def test_bad_requests_get_clear_errors_and_store_nothing(api, body, status, message):
-    response = api.post("/api/v1/requests", content=body,
-                        headers={"Content-Type": "application/json"})  # fmt: skip
+    response = api.post(
+        "/api/v1/requests", content=body, headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == status
     if message:
         assert message in response.json()["error"]
@@ -116,8 +119,9 @@ def test_requests_need_authentication(live_web):
 
 def test_a_malformed_last_event_id_is_a_clear_400(api):
     request_id = api.post("/api/v1/requests", json={"text": "hello"}).json()["request_id"]
-    response = api.get(f"/api/v1/requests/{request_id}/events",
-                       headers={"Last-Event-ID": "garbage"})  # fmt: skip
+    response = api.get(
+        f"/api/v1/requests/{request_id}/events", headers={"Last-Event-ID": "garbage"}
+    )
     assert response.status_code == 400
     assert "Last-Event-ID" in response.json()["error"]
 
@@ -126,8 +130,11 @@ def test_revoked_keys_stop_working(live_web, user):
     key, raw = api_key_create(user=user, name="temp")
     headers = {"Authorization": f"Bearer {raw}"}
     conversation = conversation_create(owner=user)
-    ok = httpx.post(f"{live_web}/api/v1/requests", headers=headers,
-                    json={"text": "hi", "conversation": conversation.id})  # fmt: skip
+    ok = httpx.post(
+        f"{live_web}/api/v1/requests",
+        headers=headers,
+        json={"text": "hi", "conversation": conversation.id},
+    )
     assert ok.status_code == 202
     key.revoked = True
     key.save()

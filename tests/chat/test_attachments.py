@@ -17,8 +17,7 @@ NOTES = b"# Pantry\n\nThe pantry door code is PANTRY-5150; it resets every Sunda
 
 
 def _upload(client, name="pantry.md", data=NOTES, **fields):
-    return client.post(reverse("chat:attach"),
-                       {"file": SimpleUploadedFile(name, data), **fields})  # fmt: skip
+    return client.post(reverse("chat:attach"), {"file": SimpleUploadedFile(name, data), **fields})
 
 
 def test_anonymous_uploads_are_sent_to_log_in_and_store_nothing(client, db):
@@ -78,9 +77,11 @@ def test_bad_files_get_a_clear_error_and_nothing_is_stored(
 def test_a_request_declaring_a_huge_body_is_refused_before_it_is_read(user, client_for, settings):
     settings.RAG_USER_FILE_MAX_BYTES = 1024
     response = client_for(user).post(
-        reverse("chat:attach"), data=b"x", content_type="application/octet-stream",
+        reverse("chat:attach"),
+        data=b"x",
+        content_type="application/octet-stream",
         CONTENT_LENGTH=str(10 * 1024 * 1024),
-    )  # fmt: skip
+    )
     assert response.status_code == 413 and "at most" in response.json()["error"]
 
 

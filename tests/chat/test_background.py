@@ -29,10 +29,16 @@ pytestmark = pytest.mark.django_db
 
 def finish(request_id: str, user_id: int, text: str, *, conversation_id: str = "") -> None:
     """The answer record a worker leaves, then one recorder pass."""
-    get_redis().xadd(keys().done, Answer(
-        id=request_id, user_id=str(user_id), conversation_id=conversation_id,
-        state=State.DONE, text=text,
-    ).to_fields())  # fmt: skip
+    get_redis().xadd(
+        keys().done,
+        Answer(
+            id=request_id,
+            user_id=str(user_id),
+            conversation_id=conversation_id,
+            state=State.DONE,
+            text=text,
+        ).to_fields(),
+    )
     ensure_group()
     record_pending(consumer="test", block_ms=None)
 
@@ -44,9 +50,12 @@ def background_items(task: str) -> list[WorkItem]:
 
 def test_a_background_request_never_runs_ahead_of_a_persons(make_dispatcher, user):  # noqa: F811
     # Sluice's own request comes first, then the person's; one free slot goes to the person.
-    own = background.background_submit(user_id=user.id, purpose={"task": "test"},
-                                       messages=[{"role": "user", "content": "Notes?"}],
-                                       max_tokens=16)  # fmt: skip
+    own = background.background_submit(
+        user_id=user.id,
+        purpose={"task": "test"},
+        messages=[{"role": "user", "content": "Notes?"}],
+        max_tokens=16,
+    )
     person = publish(user.id)
     give_the_fleet_slots(1)
     dispatcher = make_dispatcher()
@@ -66,8 +75,12 @@ def test_an_answer_asks_for_follow_ups_and_they_reach_the_inbox(user, settings):
     settings.SLUICE_FOLLOWUPS = True
     conversation = conversation_create(owner=user)
     message_create(conversation=conversation, role="user", text="What is a sluice gate?")
-    finish("answer-1", user.id, "A gate that controls water flow.",
-           conversation_id=str(conversation.id))  # fmt: skip
+    finish(
+        "answer-1",
+        user.id,
+        "A gate that controls water flow.",
+        conversation_id=str(conversation.id),
+    )
     answer = Message.objects.get(request_id="answer-1")
     [ask] = background_items("followups")
     assert ask.conversation_id == "" and ask.purpose["request"] == "answer-1"
@@ -80,14 +93,14 @@ def test_an_answer_asks_for_follow_ups_and_they_reach_the_inbox(user, settings):
     finish(ask.id, user.id, suggested)
     [note] = InboxMessage.objects.filter(user=user, kind=InboxMessage.Kind.FOLLOWUPS)
     assert note.data["questions"] == [  # the question itself is not suggested back
-        "How deep is a sluice?", "Who invented the sluice gate?",
+        "How deep is a sluice?",
+        "Who invented the sluice gate?",
         "Are sluice gates dangerous for fish?",
-    ]  # fmt: skip
+    ]
     assert note.data["message_id"] == answer.id
     assert note.data["conversation_id"] == conversation.id
     # The suggestions are not a chat message.
-    assert list(conversation.messages.values_list("request_id", flat=True)) == [
-        None, "answer-1"]  # fmt: skip
+    assert list(conversation.messages.values_list("request_id", flat=True)) == [None, "answer-1"]
 
 
 def test_follow_ups_are_not_asked_when_turned_off(user, settings):

@@ -26,8 +26,12 @@ def chat(owner, title: str, *turns: str) -> Conversation:
     conversation = conversation_create(owner=owner, title=title)
     for n, text in enumerate(turns):
         assistant = n % 2 == 1
-        message_create(conversation=conversation, role="assistant" if assistant else "user",
-                       text=text, request_id=f"{title}-{n}" if assistant else None)  # fmt: skip
+        message_create(
+            conversation=conversation,
+            role="assistant" if assistant else "user",
+            text=text,
+            request_id=f"{title}-{n}" if assistant else None,
+        )
     return conversation
 
 
@@ -91,8 +95,10 @@ def test_archive_and_unarchive(user, client_for):
 def test_another_users_ids_404(user, other_user, client_for):
     theirs = chat(other_user, "Private", "secret", "ok")
     client = client_for(user)
-    for url in (reverse("chat:export", args=[theirs.id, "json"]),
-                reverse("chat:export", args=[theirs.id, "md"])):  # fmt: skip
+    for url in (
+        reverse("chat:export", args=[theirs.id, "json"]),
+        reverse("chat:export", args=[theirs.id, "md"]),
+    ):
         assert client.get(url).status_code == 404
     assert client.post(reverse("chat:archive", args=[theirs.id])).status_code == 404
     assert client.post(reverse("chat:delete", args=[theirs.id])).status_code == 404
@@ -131,8 +137,9 @@ def test_import_refuses_what_is_not_an_export(user, client_for):
     with pytest.raises(ValidationError, match="not a Sluice conversation export"):
         conversation_import(owner=user, data={"messages": []})
     with pytest.raises(ValidationError, match="cannot be read"):
-        conversation_import(owner=user, data={"format": "sluice-conversation",
-                                              "messages": [{"role": "hacker"}]})  # fmt: skip
+        conversation_import(
+            owner=user, data={"format": "sluice-conversation", "messages": [{"role": "hacker"}]}
+        )
     assert not Conversation.objects.exists()
 
 
@@ -154,8 +161,12 @@ def test_delete_leaves_nothing_in_postgresql_or_redis(
     k, redis = keys(), get_redis()
     redis.hset(k.request("Gone-1"), "state", "done")
     redis.xadd(k.output("Gone-1"), {"type": "delta", "text": "forgotten"})
-    inbox.inbox_post(user_id=user.id, kind="answer_ready", text="ready",
-                     data={"conversation_id": conversation.id})  # fmt: skip
+    inbox.inbox_post(
+        user_id=user.id,
+        kind="answer_ready",
+        text="ready",
+        data={"conversation_id": conversation.id},
+    )
     kept = inbox.inbox_post(user_id=user.id, kind="announcement", text="unrelated")
     with django_capture_on_commit_callbacks(execute=True):
         client_for(user).post(reverse("chat:delete", args=[conversation.id]))
@@ -171,10 +182,10 @@ def test_retention_archives_idle_chats_and_drops_cold_detail(user):
     fresh = chat(user, "Fresh", "new", "yes")
     now = timezone.now()
     Conversation.objects.filter(id=idle.id).update(updated=now - timedelta(days=40))
-    Conversation.objects.filter(id=cold.id).update(updated=now - timedelta(days=400),
-                                                   archived=True)  # fmt: skip
-    policy = RetentionPolicy.objects.create(archive_after_days=30, drop_detail_after_days=365,
-                                            keep_turns=2)  # fmt: skip
+    Conversation.objects.filter(id=cold.id).update(updated=now - timedelta(days=400), archived=True)
+    policy = RetentionPolicy.objects.create(
+        archive_after_days=30, drop_detail_after_days=365, keep_turns=2
+    )
     result = retention_apply(policy=policy)
     assert (result.archived, result.trimmed_conversations, result.deleted_messages) == (1, 1, 4)
     archived = dict(Conversation.objects.values_list("title", "archived"))

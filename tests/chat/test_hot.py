@@ -69,10 +69,20 @@ def test_a_warm_cache_reads_no_postgresql_and_matches_it(chat):
 def test_new_turns_are_written_through_single_and_batched(chat):
     sources(chat)
     message_create(conversation=chat, role="user", text="a question")
-    messages_store([NewMessage(conversation=chat, role="assistant", text="the answer",
-                               request_id="batch-1"),
-                    NewMessage(conversation=chat, role="assistant", text="failed",
-                               request_id="batch-2", status="failed")])  # fmt: skip
+    messages_store(
+        [
+            NewMessage(
+                conversation=chat, role="assistant", text="the answer", request_id="batch-1"
+            ),
+            NewMessage(
+                conversation=chat,
+                role="assistant",
+                text="failed",
+                request_id="batch-2",
+                status="failed",
+            ),
+        ]
+    )
     warm, queries = sources(chat)
     assert queries == 0
     assert texts(warm)[:3] == ["the answer", "a question", "turn 3"]
@@ -84,8 +94,9 @@ def test_a_question_pushed_with_the_read_is_in_that_prompt_and_the_next(chat):
     read, which pushes it first in the same round trip."""
     sources(chat)
     question = message_create(conversation=chat, role="user", text="a question", hot_push=False)
-    got = hot.prompt_sources(conversation=chat, limit=HISTORY_TURNS_MAX,
-                             pushed=hot.turn_of(question))  # fmt: skip
+    got = hot.prompt_sources(
+        conversation=chat, limit=HISTORY_TURNS_MAX, pushed=hot.turn_of(question)
+    )
     assert texts(got)[:2] == ["a question", "turn 3"]
     again, queries = sources(chat)
     assert queries == 0 and again == got == from_postgres(chat)
@@ -94,8 +105,9 @@ def test_a_question_pushed_with_the_read_is_in_that_prompt_and_the_next(chat):
 def test_a_question_pushed_on_a_cold_cache_is_read_from_postgresql_once(chat):
     question = message_create(conversation=chat, role="user", text="a question", hot_push=False)
     before = postgres_reads["count"]
-    got = hot.prompt_sources(conversation=chat, limit=HISTORY_TURNS_MAX,
-                             pushed=hot.turn_of(question))  # fmt: skip
+    got = hot.prompt_sources(
+        conversation=chat, limit=HISTORY_TURNS_MAX, pushed=hot.turn_of(question)
+    )
     assert postgres_reads["count"] == before + 1  # not filled yet: the push waits for a fill
     assert texts(got)[0] == "a question"
     warm, queries = sources(chat)
@@ -142,9 +154,21 @@ def test_profile_and_tag_edits_change_the_cached_system_prompt(chat, user):
 def test_a_fill_that_raced_a_write_is_not_stored(chat):
     stale = from_postgres(chat)  # read before the write below...
     message_create(conversation=chat, role="user", text="newer")  # ...which bumps the generation
-    assert get_redis().eval(hot.FILL_CONVERSATION, 2, hot.conversation_key(chat.id),
-                            hot.turns_key(chat.id), 60, "0", "", 0, "[]",
-                            *(hot._entry(t) for t in stale.history)) == 0  # fmt: skip
+    assert (
+        get_redis().eval(
+            hot.FILL_CONVERSATION,
+            2,
+            hot.conversation_key(chat.id),
+            hot.turns_key(chat.id),
+            60,
+            "0",
+            "",
+            0,
+            "[]",
+            *(hot._entry(t) for t in stale.history),
+        )
+        == 0
+    )
     assert texts(sources(chat)[0])[0] == "newer"
 
 

@@ -75,8 +75,13 @@ def world(db, user, other_user):
     make("by-pro", plans=["pro"])
     make("by-basic", plans=["basic"])
     make("closed")
-    return {"basic": basic, "pro": pro, "readers": readers, "make": make,
-            "chats": {u.pk: conversation_create(owner=u) for u in (user, other_user)}}  # fmt: skip
+    return {
+        "basic": basic,
+        "pro": pro,
+        "readers": readers,
+        "make": make,
+        "chats": {u.pk: conversation_create(owner=u) for u in (user, other_user)},
+    }
 
 
 def assert_only_the_question_stored(statements: list[str]) -> None:
@@ -92,8 +97,9 @@ def submit(world, person, searched) -> set[str]:
     return searched[-1]
 
 
-def test_a_warm_submit_sends_postgresql_only_the_questions_insert(world, user, searched,
-                                                                   statements):  # fmt: skip
+def test_a_warm_submit_sends_postgresql_only_the_questions_insert(
+    world, user, searched, statements
+):
     assert submit(world, user, searched) == {"open", "by-basic"}  # cold: fills every cache
     del statements[:]
     with CaptureQueriesContext(connection) as django_queries:
@@ -102,8 +108,9 @@ def test_a_warm_submit_sends_postgresql_only_the_questions_insert(world, user, s
     assert_only_the_question_stored(statements)
 
 
-def test_with_the_hot_tier_off_corpora_come_from_postgresql(world, user, searched, statements,
-                                                             settings):  # fmt: skip
+def test_with_the_hot_tier_off_corpora_come_from_postgresql(
+    world, user, searched, statements, settings
+):
     settings.HOT_TIER = False
     submit(world, user, searched)
     del statements[:]
@@ -158,12 +165,25 @@ def test_groups_and_plans_reach_the_next_submit(world, user, other_user, searche
 
 
 def _document_with_a_chunk(corpus: Corpus, source: str) -> None:
-    document = Document.objects.create(corpus=corpus, title=source, source=source, kind="text",
-                                       content="Rivers form.", checksum="0" * 64,
-                                       pipeline="t")  # fmt: skip
-    Chunk.objects.create(corpus=corpus, document=document, ordinal=0, text="Rivers form.",
-                         token_count=3, char_start=0, char_end=12,
-                         embedding=[1.0] + [0.0] * (DIMENSIONS - 1))  # fmt: skip
+    document = Document.objects.create(
+        corpus=corpus,
+        title=source,
+        source=source,
+        kind="text",
+        content="Rivers form.",
+        checksum="0" * 64,
+        pipeline="t",
+    )
+    Chunk.objects.create(
+        corpus=corpus,
+        document=document,
+        ordinal=0,
+        text="Rivers form.",
+        token_count=3,
+        char_start=0,
+        char_end=12,
+        embedding=[1.0] + [0.0] * (DIMENSIONS - 1),
+    )
 
 
 def test_a_corpus_whose_last_document_is_deleted_is_not_searched(world, user, searched):
@@ -179,8 +199,9 @@ def test_a_corpus_whose_last_document_is_deleted_is_not_searched(world, user, se
     assert submit(world, user, searched) == {"open", "by-basic"}
 
 
-def test_a_change_for_one_user_leaves_the_others_cache_warm(world, user, other_user, searched,
-                                                             statements):  # fmt: skip
+def test_a_change_for_one_user_leaves_the_others_cache_warm(
+    world, user, other_user, searched, statements
+):
     submit(world, user, searched)
     submit(world, other_user, searched)
     user.groups.add(world["readers"])
@@ -199,7 +220,9 @@ def test_a_change_rolled_back_never_reaches_the_cache(world, user, searched):
         plan_assign(user=user, plan=world["pro"])
         # Inside, the transaction's own view (never cached: it may yet be rolled back).
         assert {c.name for c in services.searchable_corpora_for_user(user=user)} == {
-            "open", "by-pro"}  # fmt: skip
+            "open",
+            "by-pro",
+        }
         raise RuntimeError("rolled back")
     assert submit(world, user, searched) == {"open", "by-basic"}
 
@@ -229,8 +252,9 @@ def test_without_redis_the_submit_reads_postgresql(world, user, searched, monkey
     assert got == {"open", "by-pro"}
 
 
-def test_a_corpora_read_is_used_only_when_it_ran_and_is_the_users(world, user, other_user,
-                                                                   searched):  # fmt: skip
+def test_a_corpora_read_is_used_only_when_it_ran_and_is_the_users(
+    world, user, other_user, searched
+):
     """A read that failed on the caller's round trip, or that another user's submit made, is
     made again."""
     plan_assign(user=other_user, plan=world["pro"])

@@ -77,8 +77,11 @@ def test_the_pre_encoded_xread_is_what_redis_py_would_send():
     streams = {f"sluice:out:{{{i:032x}}}": f"1764430000000-{i}" for i in range(30)}
     streams["sluice:out:{é}"] = "0"  # a name beyond ASCII keeps its byte length right
     packer = XreadPacker(count=500)
-    expected = b"".join(Connection().pack_command(
-        "XREAD", "COUNT", 500, "BLOCK", 5000, "STREAMS", *streams, *streams.values()))  # fmt: skip
+    expected = b"".join(
+        Connection().pack_command(
+            "XREAD", "COUNT", 500, "BLOCK", 5000, "STREAMS", *streams, *streams.values()
+        )
+    )
     assert packer.xread(streams, block=5000) == expected
     assert packer.xread(streams, block=5000) == expected  # from the cache of encoded names
 
@@ -114,8 +117,11 @@ async def test_a_reader_given_the_entry_it_wrote_misses_nothing_without_a_catch_
     written = (first, {"type": "status", "text": "queued"})
 
     async def read() -> list[str]:
-        return [fields["text"] async for batch in hub.batches(stream, written=written)
-                for _, fields in batch]  # fmt: skip
+        return [
+            fields["text"]
+            async for batch in hub.batches(stream, written=written)
+            for _, fields in batch
+        ]
 
     publisher = asyncio.create_task(read())
     await asyncio.sleep(0.2)

@@ -32,8 +32,11 @@ pytestmark = [
 async def inbox_socket(user):
     from chatsite.asgi import application
 
-    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver"),
-               (b"cookie", await sync_to_async(session_cookie)(user))]  # fmt: skip
+    headers = [
+        (b"origin", b"http://testserver"),
+        (b"host", b"testserver"),
+        (b"cookie", await sync_to_async(session_cookie)(user)),
+    ]
     communicator = WebsocketCommunicator(application, "/ws/inbox/", headers=headers)
     connected, code = await communicator.connect(timeout=10)
     assert connected, code
@@ -53,19 +56,30 @@ post = sync_to_async(inbox.inbox_post)
 
 
 async def test_a_message_reaches_two_open_tabs_and_waits_for_a_later_visit(user, other_user):
-    async with inbox_socket(user) as tab1, inbox_socket(user) as tab2, \
-            inbox_socket(other_user) as theirs:  # fmt: skip
+    async with (
+        inbox_socket(user) as tab1,
+        inbox_socket(user) as tab2,
+        inbox_socket(other_user) as theirs,
+    ):
         sent = await post(user_id=user.id, kind="announcement", text="Maintenance at <b>6</b>")
         for tab in (tab1, tab2):
             [message] = await next_messages(tab)
-            assert message == {"id": sent.id, "kind": "announcement",
-                               "text": "Maintenance at <b>6</b>", "data": {},
-                               "created": message["created"]}  # fmt: skip
+            assert message == {
+                "id": sent.id,
+                "kind": "announcement",
+                "text": "Maintenance at <b>6</b>",
+                "data": {},
+                "created": message["created"],
+            }
         assert await theirs.receive_nothing(timeout=0.5)
 
     # No tab open: kept, and handed to the next page that opens, until it is read.
-    later = await post(user_id=user.id, kind="followups", text="Suggested",
-                       data={"message_id": 7, "questions": ["Why?"]})  # fmt: skip
+    later = await post(
+        user_id=user.id,
+        kind="followups",
+        text="Suggested",
+        data={"message_id": 7, "questions": ["Why?"]},
+    )
     async with inbox_socket(user) as visit:
         ids = [m["id"] for m in await next_messages(visit)]
         assert ids == [sent.id, later.id]
@@ -96,8 +110,9 @@ async def test_an_anonymous_inbox_socket_is_refused():
 
 
 def _plans():
-    default = (Plan.objects.filter(is_default=True).first()
-               or Plan.objects.create(slug="free", name="Free", is_default=True))  # fmt: skip
+    default = Plan.objects.filter(is_default=True).first() or Plan.objects.create(
+        slug="free", name="Free", is_default=True
+    )
     pro = Plan.objects.create(slug="pro", name="Pro")
     return default, pro
 
@@ -120,8 +135,9 @@ async def test_an_announcement_reaches_its_plan_only_live_and_stored(user, other
 
     everyone = await sync_to_async(inbox.announcement_send)(text="To all", plan=None)
     assert everyone.recipients == 2
-    texts = sync_to_async(lambda u: list(
-        InboxMessage.objects.filter(user=u).values_list("text", flat=True)))  # fmt: skip
+    texts = sync_to_async(
+        lambda u: list(InboxMessage.objects.filter(user=u).values_list("text", flat=True))
+    )
     assert await texts(user) == ["Hello free users", "To all"]
     assert await texts(other_user) == ["Pro models are faster today", "To all"]
 
@@ -132,15 +148,17 @@ def test_an_admin_writes_an_announcement_in_the_admin(client_for):
     admin.save()
     reader = user_create(username="reader", password="correct-horse-battery")
     assert client_for(admin).get(reverse("admin:chat_announcement_add")).status_code == 200
-    response = client_for(admin).post(reverse("admin:chat_announcement_add"),
-                                      {"text": "New models are here", "plan": ""})  # fmt: skip
+    response = client_for(admin).post(
+        reverse("admin:chat_announcement_add"), {"text": "New models are here", "plan": ""}
+    )
     assert response.status_code == 302, response.content[:500]
     announcement = Announcement.objects.get()
     assert announcement.recipients == 2 and announcement.author == admin
     assert InboxMessage.objects.filter(user=reader, text="New models are here").exists()
     # A sent announcement is not sent again by editing it.
-    client_for(admin).post(reverse("admin:chat_announcement_change", args=[announcement.pk]),
-                           {"text": "changed"})  # fmt: skip
+    client_for(admin).post(
+        reverse("admin:chat_announcement_change", args=[announcement.pk]), {"text": "changed"}
+    )
     assert InboxMessage.objects.filter(user=reader).count() == 1
     page = client_for(admin).get(reverse("admin:chat_announcement_change", args=[announcement.pk]))
     assert page.status_code == 200 and b"New models are here" in page.content
@@ -158,17 +176,27 @@ def test_a_long_answer_leaves_answer_ready_and_a_quick_one_does_not(user, settin
     now_ms = int(time.time() * 1000)
     client.hset(k.request("slow"), mapping={"created_ms": now_ms - 60_000, "kind": "chat"})
     client.hset(k.request("quick"), mapping={"created_ms": now_ms - 2_000, "kind": "chat"})
-    client.hset(k.request("summary"), mapping={"created_ms": now_ms - 60_000,
-                                               "kind": "background"})  # fmt: skip
+    client.hset(k.request("summary"), mapping={"created_ms": now_ms - 60_000, "kind": "background"})
     recorder.ensure_group()
     for rid in ("slow", "quick", "summary"):  # as workers end them: records on the done stream
-        client.xadd(k.done, Answer(id=rid, user_id=str(user.id), state=State.DONE, text="...",
-                                   conversation_id=str(conversation.id)).to_fields())  # fmt: skip
+        client.xadd(
+            k.done,
+            Answer(
+                id=rid,
+                user_id=str(user.id),
+                state=State.DONE,
+                text="...",
+                conversation_id=str(conversation.id),
+            ).to_fields(),
+        )
     assert recorder.record_pending(consumer="c1", block_ms=10) == 3
     [message] = InboxMessage.objects.filter(user=user)
     assert message.kind == "answer_ready" and "Rivers" in message.text
-    assert message.data == {"conversation_id": conversation.id, "request_id": "slow",
-                            "url": f"/c/{conversation.id}/"}  # fmt: skip
+    assert message.data == {
+        "conversation_id": conversation.id,
+        "request_id": "slow",
+        "url": f"/c/{conversation.id}/",
+    }
 
 
 def test_bad_posts_are_refused_clearly(user):

@@ -57,7 +57,7 @@ def long_chat(user, *, exchanges: int = 30):
             text=f"River {n} runs past farms and mills; its banks are " + "mud " * 20,
         )
     message_create(conversation=conversation, role="user", text="What is my locker code?")
-    return conversation  # fmt: skip
+    return conversation
 
 
 def prompt_text(prompt) -> str:
@@ -88,8 +88,11 @@ def test_the_summary_replaces_the_turns_it_covers(user, small_window):
     conversation = long_chat(user)
     turns = list(conversation.messages.order_by("id"))
     covered = turns[39]  # the summary speaks for the first 40 messages
-    memory.summary_store(conversation_id=conversation.id, upto_message_id=covered.id,
-                         text="- The user is Oriel.\n- Rivers 1 to 19 were discussed.")  # fmt: skip
+    memory.summary_store(
+        conversation_id=conversation.id,
+        upto_message_id=covered.id,
+        text="- The user is Oriel.\n- Rivers 1 to 19 were discussed.",
+    )
     prompt = prompt_build(conversation=conversation)
     system, recent = prompt.messages[0]["content"], prompt.messages[1:]
     assert "What you remember of this conversation so far:" in system
@@ -126,10 +129,17 @@ def test_nobody_pins_another_users_message(user, other_user, client_for):
 
 
 def record_answer(request_id: str, user_id: int, text: str, *, worker_id: str = "w1") -> None:
-    get_redis().xadd(keys().done, Answer(
-        id=request_id, user_id=str(user_id), conversation_id="", state=State.DONE,
-        text=text, worker_id=worker_id,
-    ).to_fields())  # fmt: skip
+    get_redis().xadd(
+        keys().done,
+        Answer(
+            id=request_id,
+            user_id=str(user_id),
+            conversation_id="",
+            state=State.DONE,
+            text=text,
+            worker_id=worker_id,
+        ).to_fields(),
+    )
     record()
 
 
@@ -201,8 +211,12 @@ def test_a_failed_summary_frees_the_conversation_for_the_next_try(user, small_wi
     conversation = long_chat(user)
     prompt = prompt_build(conversation=conversation)
     first = background.summary_schedule(conversation=conversation, prompt=prompt)
-    get_redis().xadd(keys().done, Answer(id=first, user_id=str(user.id), conversation_id="",
-                                         state=State.FAILED, error="shed").to_fields())  # fmt: skip
+    get_redis().xadd(
+        keys().done,
+        Answer(
+            id=first, user_id=str(user.id), conversation_id="", state=State.FAILED, error="shed"
+        ).to_fields(),
+    )
     record()
     assert not ConversationSummary.objects.filter(conversation=conversation).exists()
     assert background.summary_schedule(conversation=conversation, prompt=prompt) is not None

@@ -29,20 +29,24 @@ def test_a_long_chat_gets_its_summary_from_the_model_after_the_persons_answer(
     conversation = long_chat(user)
     conversation.messages.filter(text="What is my locker code?").delete()
     start_worker("memory-w1")
-    submitted = request_submit(user=user, conversation=conversation,
-                               text="What is my locker code?")  # fmt: skip
-    [own] = [fields["id"] for _, fields in get_redis().xrange(keys().admit)
-             if fields.get("kind") == "background"]  # fmt: skip
+    submitted = request_submit(user=user, conversation=conversation, text="What is my locker code?")
+    [own] = [
+        fields["id"]
+        for _, fields in get_redis().xrange(keys().admit)
+        if fields.get("kind") == "background"
+    ]
 
     summary = wait_until(
         lambda: ConversationSummary.objects.filter(conversation=conversation).first(),
-        timeout=600, what="the summary written by the model",
-    )  # fmt: skip
+        timeout=600,
+        what="the summary written by the model",
+    )
     assert summary.text.strip() and summary.model == "smollm2-135m-instruct"
     assert not Message.objects.filter(request_id=own).exists()  # not a chat message
     answer = Message.objects.get(request_id=submitted.request_id)  # the person's, stored
-    person, background = (get_redis().hget(keys().request(r), "dispatched_ms")
-                          for r in (submitted.request_id, own))  # fmt: skip
+    person, background = (
+        get_redis().hget(keys().request(r), "dispatched_ms") for r in (submitted.request_id, own)
+    )
     assert int(person) <= int(background)  # the person's question went to the worker first
     prompt = prompt_build(conversation=conversation)
     assert summary.text.strip()[:40] in prompt.messages[0]["content"]

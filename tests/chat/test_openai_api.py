@@ -26,10 +26,18 @@ HI = [{"role": "user", "content": "Say hi."}]
 
 def roomy(**limits) -> Plan:
     """The default plan, with room for every test request unless a test says otherwise."""
-    values = dict(name="Free", is_default=True, requests_per_minute=10_000,
-                  burst_requests=10_000, tokens_per_minute=10**8, burst_tokens=10**7,
-                  tokens_per_day=10**8, max_concurrent=50, max_queue_wait_seconds=120,
-                  model_names=[])  # fmt: skip
+    values = dict(
+        name="Free",
+        is_default=True,
+        requests_per_minute=10_000,
+        burst_requests=10_000,
+        tokens_per_minute=10**8,
+        burst_tokens=10**7,
+        tokens_per_day=10**8,
+        max_concurrent=50,
+        max_queue_wait_seconds=120,
+        model_names=[],
+    )
     values.update(limits)
     plan, _ = Plan.objects.update_or_create(slug="free", defaults=values)
     Plan.objects.exclude(pk=plan.pk).update(is_default=False)
@@ -52,11 +60,16 @@ def client_for(base_url: str, key: str, **options) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{base_url}/v1", api_key=key, **options)
 
 
-def start_model(start_worker, redis_prefix, worker_id: str, model: str, *, tokens: int,
-                slots: int = 4, extra=()):  # fmt: skip
+def start_model(
+    start_worker, redis_prefix, worker_id: str, model: str, *, tokens: int, slots: int = 4, extra=()
+):
     """A simulated worker serving `model`, beating before this returns."""
-    process = start_worker(worker_id, engine="simulated", slots=slots, extra=(
-        "--served-model-name", model, "--sim-tokens", str(tokens), *FAST, *extra))  # fmt: skip
+    process = start_worker(
+        worker_id,
+        engine="simulated",
+        slots=slots,
+        extra=("--served-model-name", model, "--sim-tokens", str(tokens), *FAST, *extra),
+    )
     keys = Keys(prefix=redis_prefix)
     wait_until(lambda: get_redis().exists(keys.heartbeat(worker_id)), what=f"{worker_id} to beat")
     return process
@@ -98,9 +111,12 @@ def test_the_sync_client_gets_whole_and_streamed_completions(alpha, key):
     assert capped.choices[0].finish_reason == "length"
 
     stream = client.chat.completions.create(
-        model="alpha", messages=HI, stream=True, stream_options={"include_usage": True},
+        model="alpha",
+        messages=HI,
+        stream=True,
+        stream_options={"include_usage": True},
         max_completion_tokens=4,
-    )  # fmt: skip
+    )
     chunks = list(stream)
     assert all(c.object == "chat.completion.chunk" and c.id == chunks[0].id for c in chunks)
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -116,19 +132,27 @@ def test_the_sync_client_gets_whole_and_streamed_completions(alpha, key):
 async def test_the_async_client_streams_and_stops_at_a_stop_sequence(alpha, key):
     client = openai.AsyncOpenAI(base_url=f"{alpha}/v1", api_key=key, max_retries=0, timeout=60)
     stream = await client.chat.completions.create(
-        model="alpha", messages=HI, stream=True, stop=["tok3"], temperature=0.2, top_p=0.9,
+        model="alpha",
+        messages=HI,
+        stream=True,
+        stop=["tok3"],
+        temperature=0.2,
+        top_p=0.9,
         user="end-user-7",
-    )  # fmt: skip
+    )
     chunks = [chunk async for chunk in stream]
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == tokens(3)
     assert chunks[-1].choices[0].finish_reason == "stop"
     assert all(c.usage is None for c in chunks)  # no usage chunk unless asked for
-    whole = await client.chat.completions.create(model="alpha", messages=[
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": [{"type": "text", "text": "Say hi."}]},
-        {"role": "assistant", "content": "Hi."},
-        {"role": "user", "content": "Again."},
-    ])  # fmt: skip
+    whole = await client.chat.completions.create(
+        model="alpha",
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Say hi."}]},
+            {"role": "assistant", "content": "Hi."},
+            {"role": "user", "content": "Again."},
+        ],
+    )
     assert whole.choices[0].message.content == tokens(6)
     await client.close()
 
@@ -181,7 +205,8 @@ def test_what_sluice_does_not_support_is_a_400_naming_the_parameter(alpha, key, 
 def test_a_bad_key_is_a_401_in_openais_shape(live_web, plan):
     with pytest.raises(openai.AuthenticationError) as raised:
         client_for(live_web, "sk-sluice-not-a-key").chat.completions.create(
-            model="alpha", messages=HI)  # fmt: skip
+            model="alpha", messages=HI
+        )
     assert raised.value.status_code == 401 and raised.value.code == "invalid_api_key"
     with pytest.raises(openai.AuthenticationError):
         client_for(live_web, "sk-sluice-not-a-key").models.list()
@@ -196,8 +221,9 @@ def test_unknown_and_unplanned_models_are_404_and_a_model_without_a_worker_503(
     worker = start_model(start_worker, redis_prefix, "wa", "alpha", tokens=6)
     start_model(start_worker, redis_prefix, "wb", "beta", tokens=9)
     client = client_for(live_web, key)
-    assert client.chat.completions.create(model="beta", messages=HI).choices[0].message.content \
-        == tokens(9)  # fmt: skip
+    assert client.chat.completions.create(model="beta", messages=HI).choices[
+        0
+    ].message.content == tokens(9)
     with pytest.raises(openai.NotFoundError) as raised:
         client.chat.completions.create(model="gpt-9", messages=HI)
     assert raised.value.code == "model_not_found" and raised.value.param == "model"
@@ -273,13 +299,17 @@ def sse_lines(response: httpx.Response):
 def test_a_streamed_request_waiting_in_line_hears_its_position_as_comments(alpha_single_slot, key):
     base, _ = alpha_single_slot
     client = client_for(base, key)
-    hog = client.chat.completions.create(model="alpha", messages=HI, stream=True,
-                                         max_tokens=400)  # fmt: skip
+    hog = client.chat.completions.create(model="alpha", messages=HI, stream=True, max_tokens=400)
     next(iter(hog))  # the only slot is busy now
-    with httpx.Client(timeout=60) as http, http.stream(
-        "POST", f"{base}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
-        json={"model": "alpha", "messages": HI, "stream": True, "max_tokens": 5},
-    ) as waiting:  # fmt: skip
+    with (
+        httpx.Client(timeout=60) as http,
+        http.stream(
+            "POST",
+            f"{base}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"model": "alpha", "messages": HI, "stream": True, "max_tokens": 5},
+        ) as waiting,
+    ):
         assert waiting.status_code == 200
         assert waiting.headers["content-type"].startswith("text/event-stream")
         lines = []
@@ -299,26 +329,41 @@ def test_a_streamed_request_waiting_in_line_hears_its_position_as_comments(alpha
 @pytest.fixture
 def alpha_single_slot(live_web, dispatcher, start_worker, redis_prefix, plan):
     """One worker serving "alpha" with one slot and long answers (about 10 ms a token)."""
-    start_model(start_worker, redis_prefix, "wa", "alpha", tokens=3000, slots=1,
-                extra=("--sim-decode-ms", "10"))  # fmt: skip
+    start_model(
+        start_worker,
+        redis_prefix,
+        "wa",
+        "alpha",
+        tokens=3000,
+        slots=1,
+        extra=("--sim-decode-ms", "10"),
+    )
     return live_web, redis_prefix
 
 
 def wait_for_stopped_engine(redis_prefix: str, request_id: str) -> dict:
     keys = Keys(prefix=redis_prefix)
-    final = wait_until(lambda: final_event(redis_prefix, request_id), timeout=60,
-                       what="the request to end")  # fmt: skip
-    wait_until(lambda: json.loads(get_redis().get(keys.heartbeat("wa")) or "{}").get("busy") == 0,
-               what="the worker's slot to be free")  # fmt: skip
+    final = wait_until(
+        lambda: final_event(redis_prefix, request_id), timeout=60, what="the request to end"
+    )
+    wait_until(
+        lambda: json.loads(get_redis().get(keys.heartbeat("wa")) or "{}").get("busy") == 0,
+        what="the worker's slot to be free",
+    )
     return final
 
 
 def test_a_client_that_disconnects_mid_stream_stops_the_answer(alpha_single_slot, key):
     base, redis_prefix = alpha_single_slot
-    with httpx.Client(timeout=60) as http, http.stream(
-        "POST", f"{base}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
-        json={"model": "alpha", "messages": HI, "stream": True, "max_tokens": 3000},
-    ) as response:  # fmt: skip
+    with (
+        httpx.Client(timeout=60) as http,
+        http.stream(
+            "POST",
+            f"{base}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"model": "alpha", "messages": HI, "stream": True, "max_tokens": 3000},
+        ) as response,
+    ):
         request_id = response.headers["x-request-id"]
         texts = 0
         for line in sse_lines(response):
@@ -335,10 +380,12 @@ def test_a_client_that_gives_up_on_a_whole_completion_stops_it(alpha_single_slot
     base, redis_prefix = alpha_single_slot
     with pytest.raises(openai.APITimeoutError):
         client_for(base, key, timeout=1.5).chat.completions.create(
-            model="alpha", messages=HI, max_tokens=3000)  # fmt: skip
+            model="alpha", messages=HI, max_tokens=3000
+        )
     keys = Keys(prefix=redis_prefix)
-    [request_key] = wait_until(lambda: list(get_redis().scan_iter(match=keys.request("*"))),
-                               what="the request")  # fmt: skip
+    [request_key] = wait_until(
+        lambda: list(get_redis().scan_iter(match=keys.request("*"))), what="the request"
+    )
     request_id = request_key.split("{")[1].rstrip("}")
     final = wait_for_stopped_engine(redis_prefix, request_id)
     assert final["state"] == "cancelled"

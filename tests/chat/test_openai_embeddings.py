@@ -52,8 +52,9 @@ def test_the_plan_decides_who_may_embed_and_how_often(live_web, user):
     client = client_for(live_web, api_key_create(user=user, name="e")[1])
     with pytest.raises(openai.NotFoundError):  # the plan does not list the embedding model
         client.embeddings.create(model=MODEL, input="x")
-    Plan.objects.filter(slug="free").update(model_names=["alpha", MODEL], burst_requests=1,
-                                            requests_per_minute=1)  # fmt: skip
+    Plan.objects.filter(slug="free").update(
+        model_names=["alpha", MODEL], burst_requests=1, requests_per_minute=1
+    )
     assert client.embeddings.create(model=MODEL, input="first").data
     with pytest.raises(openai.RateLimitError) as raised:
         client.embeddings.create(model=MODEL, input="second")

@@ -79,8 +79,10 @@ async def test_the_conversations_model_answers_its_questions(models, user):
         frames = await receive_until(ws, "final")
     assert frames[-1]["state"] == "done"
     assert frames[-1]["text"] == tokens(9)
-    await wait_for(lambda: Message.objects.filter(role="assistant", text=tokens(9)).exists(),
-                   what="the answer stored")  # fmt: skip
+    await wait_for(
+        lambda: Message.objects.filter(role="assistant", text=tokens(9)).exists(),
+        what="the answer stored",
+    )
 
     models["beta"].kill()  # its only worker dies: the next question is refused at once
     await wait_for(lambda: "beta" not in model_fleet().live, what="beta to be gone")
@@ -93,8 +95,9 @@ async def test_the_conversations_model_answers_its_questions(models, user):
 
 def test_the_requests_api_takes_a_model_and_the_new_conversation_keeps_it(models, live_web, user):
     key = api_key_create(user=user, name="fleet")[1]
-    with httpx.Client(base_url=live_web, headers={"Authorization": f"Bearer {key}"},
-                      timeout=60) as api:  # fmt: skip
+    with httpx.Client(
+        base_url=live_web, headers={"Authorization": f"Bearer {key}"}, timeout=60
+    ) as api:
         created = api.post("/api/v1/requests", json={"text": "Say hi.", "model": "beta"})
         assert created.status_code == 202
         with api.stream("GET", created.json()["events_url"]) as events:
@@ -103,8 +106,9 @@ def test_the_requests_api_takes_a_model_and_the_new_conversation_keeps_it(models
         conversation = created.json()["conversation"]
         assert Conversation.objects.get(pk=conversation).model == "beta"
         # The next question in it, naming no model, is answered by the conversation's model.
-        wait_for_free = api.post("/api/v1/requests",
-                                 json={"text": "Again.", "conversation": conversation})  # fmt: skip
+        wait_for_free = api.post(
+            "/api/v1/requests", json={"text": "Again.", "conversation": conversation}
+        )
         while wait_for_free.status_code == 409:  # the answer is being recorded
             wait_for_free = api.post(
                 "/api/v1/requests", json={"text": "Again.", "conversation": conversation}

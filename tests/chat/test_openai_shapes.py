@@ -14,8 +14,14 @@ from apps.chat.openai_shapes import ApiError, Chunks, body_of, completion
     [("stop", "stop"), ("length", "length"), ("loop", "stop"), ("", "stop"), (None, "stop")],
 )
 def test_every_ending_reads_as_one_of_openais_finish_reasons(ours, theirs):
-    whole = completion(request_id="r1", model="m", created=1, text="hi", finish_reason=ours,
-                       usage={"prompt_tokens": 3, "completion_tokens": 1})  # fmt: skip
+    whole = completion(
+        request_id="r1",
+        model="m",
+        created=1,
+        text="hi",
+        finish_reason=ours,
+        usage={"prompt_tokens": 3, "completion_tokens": 1},
+    )
     assert whole["choices"][0]["finish_reason"] == theirs
 
     lines = Chunks(request_id="r1", model="m", created=1, include_usage=True).finish(ours, {})
@@ -27,8 +33,12 @@ def test_every_ending_reads_as_one_of_openais_finish_reasons(ours, theirs):
 
 def test_a_body_is_strict_json_and_names_what_is_wrong():
     assert body_of(b'{"text": "\\ud83d\\ude00"}') == {"text": "\N{GRINNING FACE}"}  # a pair
-    for raw, reason in [(b'{"text": "\\ud800"}', "surrogate"), (b'{"t": NaN}', "JSON"),
-                        (b"[1]", "JSON object"), (b"{", "JSON")]:  # fmt: skip
+    for raw, reason in [
+        (b'{"text": "\\ud800"}', "surrogate"),
+        (b'{"t": NaN}', "JSON"),
+        (b"[1]", "JSON object"),
+        (b"{", "JSON"),
+    ]:
         with pytest.raises(ApiError) as caught:
             body_of(raw)
         assert caught.value.status == 400 and reason in caught.value.body()["error"]["message"]

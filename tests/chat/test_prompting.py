@@ -36,10 +36,19 @@ def test_prompt_keeps_the_latest_finished_turns_that_fit(user, settings):
     conversation = conversation_create(owner=user)
     for n in range(30):
         message_create(conversation=conversation, role="user", text=f"question {n} " * 10)
-        message_create(conversation=conversation, role="assistant", text=f"answer {n} " * 10,
-                       request_id=f"r{n}")  # fmt: skip
-    message_create(conversation=conversation, role="assistant", text="half an answer",
-                   request_id="stopped", status=Message.Status.CANCELLED)  # fmt: skip
+        message_create(
+            conversation=conversation,
+            role="assistant",
+            text=f"answer {n} " * 10,
+            request_id=f"r{n}",
+        )
+    message_create(
+        conversation=conversation,
+        role="assistant",
+        text="half an answer",
+        request_id="stopped",
+        status=Message.Status.CANCELLED,
+    )
     message_create(conversation=conversation, role="user", text="the last question")
     prompt = prompt_build(conversation=conversation)
     turns = prompt.messages[1:]
@@ -59,12 +68,21 @@ def test_message_create_titles_a_new_chat_and_stores_an_answer_once(user):
     message_create(conversation=conversation, role="user", text="A second question")
     conversation.refresh_from_db()
     assert conversation.title == "How do rivers form?"  # only the first question names it
-    first = message_create(conversation=conversation, role="assistant", text="Rain.",
-                           request_id="req-1", citations=[{"number": 1}])  # fmt: skip
-    again = message_create(conversation=conversation, role="assistant", text="Rain.",
-                           request_id="req-1")  # fmt: skip
+    first = message_create(
+        conversation=conversation,
+        role="assistant",
+        text="Rain.",
+        request_id="req-1",
+        citations=[{"number": 1}],
+    )
+    again = message_create(
+        conversation=conversation, role="assistant", text="Rain.", request_id="req-1"
+    )
     assert first is not None and again is None
     stored = Message.objects.get(request_id="req-1")
     assert (stored.pk, stored.citations) == (first.pk, [{"number": 1}])
     assert list(conversation.messages.values_list("role", flat=True)) == [
-        "user", "user", "assistant"]  # fmt: skip
+        "user",
+        "user",
+        "assistant",
+    ]

@@ -19,9 +19,13 @@ pytestmark = pytest.mark.django_db
 
 def answer_for(conversation, *, request_id="r1", state=State.DONE, text="Blue."):
     return Answer(
-        id=request_id, user_id=str(conversation.owner_id), conversation_id=str(conversation.id),
-        state=state, text=text, usage=Usage(prompt_tokens=12, completion_tokens=3),
-    )  # fmt: skip
+        id=request_id,
+        user_id=str(conversation.owner_id),
+        conversation_id=str(conversation.id),
+        state=state,
+        text=text,
+        usage=Usage(prompt_tokens=12, completion_tokens=3),
+    )
 
 
 def test_a_redelivered_answer_is_stored_once(user):
@@ -70,8 +74,11 @@ def test_one_record_that_cannot_be_stored_does_not_hold_back_its_batch(user):
     recorder.ensure_group()
     bad = answer_for(conversation, request_id="bad")
     bad.usage = Usage(prompt_tokens=-1, completion_tokens=3)  # breaks the column's check
-    for answer in (answer_for(conversation, request_id="a"), bad,
-                   answer_for(conversation, request_id="b")):  # fmt: skip
+    for answer in (
+        answer_for(conversation, request_id="a"),
+        bad,
+        answer_for(conversation, request_id="b"),
+    ):
         get_redis().xadd(keys().done, answer.to_fields())
     assert recorder.record_pending(consumer="c1", block_ms=10) == 3
     stored = Message.objects.filter(conversation=conversation).values_list("request_id", flat=True)
@@ -134,13 +141,17 @@ def test_a_malformed_record_is_dead_lettered_and_the_rest_stored(user):
 def ended_request(conversation, request_id: str, text: str = "Blue.") -> Answer:
     """A question's request, submitted and ended (as the dispatcher ends one), whose answer
     record the recorder has not read yet."""
-    item = WorkItem(id=request_id, user_id=str(conversation.owner_id),
-                    conversation_id=str(conversation.id),
-                    messages=[{"role": "user", "content": "What colour is the sky?"}])  # fmt: skip
+    item = WorkItem(
+        id=request_id,
+        user_id=str(conversation.owner_id),
+        conversation_id=str(conversation.id),
+        messages=[{"role": "user", "content": "What colour is the sky?"}],
+    )
     answer = answer_for(conversation, request_id=request_id, text=text)
     pipe = get_redis().pipeline(transaction=False)
-    transitions.submitted(pipe, keys(), item, citations=[], stream=keys().admit,
-                          submit_by_ms=protocol.now_ms() + 5000)  # fmt: skip
+    transitions.submitted(
+        pipe, keys(), item, citations=[], stream=keys().admit, submit_by_ms=protocol.now_ms() + 5000
+    )
     transitions.finish(pipe, keys(), answer)
     pipe.execute()
     return answer
@@ -187,11 +198,16 @@ def test_the_next_question_settles_an_ended_answer_and_the_recorder_does_not_ins
 
 def test_an_answer_still_generating_keeps_the_conversation_busy(user):
     conversation = conversation_create(owner=user)
-    item = WorkItem(id="r6", user_id=str(user.id), conversation_id=str(conversation.id),
-                    messages=[{"role": "user", "content": "Hi"}])  # fmt: skip
+    item = WorkItem(
+        id="r6",
+        user_id=str(user.id),
+        conversation_id=str(conversation.id),
+        messages=[{"role": "user", "content": "Hi"}],
+    )
     pipe = get_redis().pipeline(transaction=False)
-    transitions.submitted(pipe, keys(), item, citations=[], stream=keys().admit,
-                          submit_by_ms=protocol.now_ms() + 5000)  # fmt: skip
+    transitions.submitted(
+        pipe, keys(), item, citations=[], stream=keys().admit, submit_by_ms=protocol.now_ms() + 5000
+    )
     pipe.execute()
     with pytest.raises(submission.ConversationBusy):
         submission.ensure_conversation_free(conversation=conversation, expected="r6")
@@ -227,14 +243,17 @@ def test_the_next_question_carries_the_settled_answers_writes_in_its_prompts_rea
     conversation = warm_chat_with_an_ended_answer(user, "r7")
 
     redis_round_trips.clear()
-    submitted = submission.request_submit(user=user, conversation=conversation,
-                                          text="And at night?", expected="r7")  # fmt: skip
+    submitted = submission.request_submit(
+        user=user, conversation=conversation, text="And at night?", expected="r7"
+    )
     # Settle read (with the user's corpora and the prompt's sources), publish.
     assert len(redis_round_trips) == 2, redis_round_trips
     sent = get_redis().hgetall(keys().request(submitted.request_id))
     assert sent["conversation_id"] == str(conversation.id)
-    assert turns_sent(submitted.request_id)[-2:] == [("assistant", "Blue."),
-                                                     ("user", "And at night?")]  # fmt: skip
+    assert turns_sent(submitted.request_id)[-2:] == [
+        ("assistant", "Blue."),
+        ("user", "And at night?"),
+    ]
     prompt = hot.prompt_sources(conversation=conversation, limit=10)
     assert [t.text for t in prompt.history][:2] == ["And at night?", "Blue."]
     assert get_redis().hget(keys().request("r7"), "stored") == "1"
@@ -248,8 +267,9 @@ def turns_sent(request_id: str) -> list[tuple[str, str]]:
     import json
 
     entry = next(f for _, f in get_redis().xrange(keys().admit) if f["id"] == request_id)
-    return [(m["role"], m["content"]) for m in json.loads(entry["messages"])
-            if m["role"] != "system"]  # fmt: skip
+    return [
+        (m["role"], m["content"]) for m in json.loads(entry["messages"]) if m["role"] != "system"
+    ]
 
 
 def test_a_prompt_read_ahead_is_not_used_when_the_recorder_stored_the_answer_meanwhile(
@@ -268,10 +288,13 @@ def test_a_prompt_read_ahead_is_not_used_when_the_recorder_stored_the_answer_mea
 
     monkeypatch.setattr(services, "question_create_after", recorder_first)
     redis_round_trips.clear()
-    submitted = submission.request_submit(user=user, conversation=conversation,
-                                          text="And at night?", expected="r9")  # fmt: skip
-    assert turns_sent(submitted.request_id)[-2:] == [("assistant", "Blue."),
-                                                     ("user", "And at night?")]  # fmt: skip
+    submitted = submission.request_submit(
+        user=user, conversation=conversation, text="And at night?", expected="r9"
+    )
+    assert turns_sent(submitted.request_id)[-2:] == [
+        ("assistant", "Blue."),
+        ("user", "And at night?"),
+    ]
     assert Message.objects.filter(request_id="r9").count() == 1
     history = hot.prompt_sources(conversation=conversation, limit=10).history
     assert [t.text for t in history][:2] == ["And at night?", "Blue."]
@@ -285,8 +308,9 @@ def test_a_prompt_read_ahead_holds_the_turns_the_recorder_stored_before(user, re
     conversation = warm_chat_with_an_ended_answer(user, "r10")
     assert recorder.record_pending(consumer="c1", block_ms=10) == 1
     redis_round_trips.clear()
-    submitted = submission.request_submit(user=user, conversation=conversation,
-                                          text="And at night?")  # fmt: skip
+    submitted = submission.request_submit(
+        user=user, conversation=conversation, text="And at night?"
+    )
     assert len(redis_round_trips) == 2, redis_round_trips
     sent = turns_sent(submitted.request_id)
     assert sent[-2:] == [("assistant", "Blue."), ("user", "And at night?")]
@@ -309,8 +333,9 @@ def test_a_question_refused_after_settling_still_writes_the_settled_answer(
     hot.prompt_sources(conversation=conversation, limit=10)
     conversation.model = "no-such-model"
     with pytest.raises(submission.ModelUnavailable):
-        submission.request_submit(user=user, conversation=conversation, text="Hello?",
-                                  expected="r8")  # fmt: skip
+        submission.request_submit(
+            user=user, conversation=conversation, text="Hello?", expected="r8"
+        )
     assert submission.active_request_id(conversation=conversation) is None
     assert get_redis().hget(keys().request("r8"), "stored") == "1"
     assert Message.objects.filter(request_id="r8").exists()
@@ -332,8 +357,9 @@ def test_a_question_sent_as_its_answer_ends_stores_both_in_one_statement(user):
     get_redis().xadd(keys().done, answer.to_fields())
 
     with CaptureQueriesContext(connection) as queries:
-        submission.request_submit(user=user, conversation=conversation, text="And at night?",
-                                  expected="r9")  # fmt: skip
+        submission.request_submit(
+            user=user, conversation=conversation, text="And at night?", expected="r9"
+        )
     assert len(inserts(queries)) == 1
     stored = list(conversation.messages.order_by("created", "id"))
     assert [(m.role, m.text) for m in stored] == [("assistant", "Blue."), ("user", "And at night?")]
@@ -354,8 +380,13 @@ def test_a_question_whose_session_ended_still_stores_the_answer_it_follows(user)
     recorder.ensure_group()
     get_redis().xadd(keys().done, answer.to_fields())
     with pytest.raises(submission.QuestionNotStored):
-        submission.request_submit(user=user, conversation=conversation, text="Still there?",
-                                  expected="r10", only_if=SqlCondition("1 = 0", {}))  # fmt: skip
+        submission.request_submit(
+            user=user,
+            conversation=conversation,
+            text="Still there?",
+            expected="r10",
+            only_if=SqlCondition("1 = 0", {}),
+        )
     assert [m.role for m in conversation.messages.all()] == ["assistant"]
     assert get_redis().hget(keys().request("r10"), "stored") == "1"
     assert submission.active_request_id(conversation=conversation) is None
@@ -367,8 +398,9 @@ def test_an_answer_that_cannot_be_stored_does_not_keep_its_next_question_out(use
     conversation = conversation_create(owner=user)
     ended_request(conversation, "r11", text="Blue\x00.")
 
-    submitted = submission.request_submit(user=user, conversation=conversation,
-                                          text="And at night?", expected="r11")  # fmt: skip
+    submitted = submission.request_submit(
+        user=user, conversation=conversation, text="And at night?", expected="r11"
+    )
     assert [m.text for m in conversation.messages.all()] == ["And at night?"]
     assert get_redis().hget(keys().request("r11"), "stored") is None
     assert submission.active_request_id(conversation=conversation) == submitted.request_id
@@ -385,7 +417,8 @@ def test_a_failed_combined_insert_in_a_callers_transaction_leaves_it_usable(user
     ended_request(conversation, "r12")
     monkeypatch.setattr(services, "_question_after_answer_sql", lambda only_if="": "SELECT 1/0")
     assert connection.in_atomic_block
-    submission.request_submit(user=user, conversation=conversation, text="And at night?",
-                              expected="r12")  # fmt: skip
+    submission.request_submit(
+        user=user, conversation=conversation, text="And at night?", expected="r12"
+    )
     stored = [(m.role, m.text) for m in conversation.messages.order_by("created", "id")]
     assert stored == [("assistant", "Blue."), ("user", "And at night?")]

@@ -63,8 +63,11 @@ async def test_killed_worker_answer_is_finished_by_another_and_stored_once(
     settings.MODEL_MAX_TOKENS = 200
     settings.MODEL_TEMPERATURE = 0.0
     workers = {"wa": start_worker("wa"), "wb": start_worker("wb")}
-    await wait_for(lambda: live_workers(redis_prefix) == {"wa", "wb"}, timeout=120,
-                   what="both workers to load the model")  # fmt: skip
+    await wait_for(
+        lambda: live_workers(redis_prefix) == {"wa", "wb"},
+        timeout=120,
+        what="both workers to load the model",
+    )
     conversation = await sync_to_async(conversation_create)(owner=user)
     async with chat_socket(user, conversation.id) as (ws, _, _):
         prompt = "Write a long story about a dragon who learns to bake bread."
@@ -97,9 +100,9 @@ async def test_stop_aborts_the_answer_and_frees_the_slot(
     start_worker("solo", slots=1)
     conversation = await sync_to_async(conversation_create)(owner=user)
     async with chat_socket(user, conversation.id) as (ws, _, _):
-        await ws.send_to(text_data=json.dumps(
-            {"type": "send", "text": "Write a very long essay about rivers."}
-        ))  # fmt: skip
+        await ws.send_to(
+            text_data=json.dumps({"type": "send", "text": "Write a very long essay about rivers."})
+        )
         await receive_until(ws, "delta")
         stopped_at = time.monotonic()
         await ws.send_to(text_data=json.dumps({"type": "stop"}))
@@ -110,8 +113,9 @@ async def test_stop_aborts_the_answer_and_frees_the_slot(
 
         # The single slot is free again: the next question is answered.
         settings.MODEL_MAX_TOKENS = 8
-        await wait_for(lambda: _conversation_free(conversation.id, redis_prefix),
-                       what="conversation released")  # fmt: skip
+        await wait_for(
+            lambda: _conversation_free(conversation.id, redis_prefix), what="conversation released"
+        )
         await ws.send_to(text_data=json.dumps({"type": "send", "text": "Say hi."}))
         frames = await receive_until(ws, "final")
         assert frames[-1]["state"] == "done"
@@ -126,8 +130,9 @@ def _conversation_free(conversation_id: int, prefix: str) -> bool:
     return not get_redis().exists(Keys(prefix=prefix).conversation_active(conversation_id))
 
 
-async def test_regenerate_replaces_the_last_answer(user, short_answers, start_worker, dispatcher,
-                                                   redis_prefix):  # fmt: skip
+async def test_regenerate_replaces_the_last_answer(
+    user, short_answers, start_worker, dispatcher, redis_prefix
+):
     start_worker("w1")
     conversation = await sync_to_async(conversation_create)(owner=user)
     async with chat_socket(user, conversation.id) as (ws, _, _):
@@ -157,9 +162,11 @@ async def test_a_new_tab_during_an_answer_shows_the_text_so_far_and_continues(
     start_worker("w1")
     conversation = await sync_to_async(conversation_create)(owner=user)
     async with chat_socket(user, conversation.id) as (first_tab, _, _):
-        await first_tab.send_to(text_data=json.dumps(
-            {"type": "send", "text": "Tell me a long story about a lighthouse keeper."}
-        ))  # fmt: skip
+        await first_tab.send_to(
+            text_data=json.dumps(
+                {"type": "send", "text": "Tell me a long story about a lighthouse keeper."}
+            )
+        )
         first_frames = await receive_until(first_tab, "delta")
         async with chat_socket(user, conversation.id) as (second_tab, _, _):
             second_frames = await receive_until(second_tab, "final")

@@ -26,11 +26,14 @@ from tests.conftest import wait_until
     [
         ("what is a sluice gate?", "What is a sluice gate"),
         ("Hello, how do I\nrun the tests?", "How do I"),
-        ("  Explain   the   difference between threads and processes in Python, with "
-         "examples please", "Explain the difference between threads and processes in…"),
+        (
+            "  Explain   the   difference between threads and processes in Python, with "
+            "examples please",
+            "Explain the difference between threads and processes in…",
+        ),
         ("???", "New chat"),
     ],
-)  # fmt: skip
+)
 def test_a_title_is_made_from_the_first_question(question, title):
     assert turns.title_from_question(question) == title
 
@@ -60,9 +63,15 @@ def test_new_chat_is_stored_only_with_its_first_question(user, client_for):
 
 @pytest.mark.django_db
 def test_the_composer_is_ready_right_after_sign_up(client):
-    response = client.post(reverse("accounts:signup"), {
-        "username": "newcomer", "password1": "a-long-passphrase-9",
-        "password2": "a-long-passphrase-9"}, follow=True)  # fmt: skip
+    response = client.post(
+        reverse("accounts:signup"),
+        {
+            "username": "newcomer",
+            "password1": "a-long-passphrase-9",
+            "password2": "a-long-passphrase-9",
+        },
+        follow=True,
+    )
     page = response.content.decode()
     assert 'id="new-chat-form"' in page and 'name="text"' in page
 
@@ -78,8 +87,9 @@ def test_editing_a_question_discards_what_followed_and_asks_again(user, other_us
     message_create(conversation=conversation, role="assistant", text="Madrid.")
     message_create(conversation=conversation, role="user", text="And of France?")
     last = message_create(conversation=conversation, role="assistant", text="Paris.")
-    ConversationSummary.objects.create(conversation=conversation, text="Spain, France",
-                                       upto_message_id=last.id)  # fmt: skip
+    ConversationSummary.objects.create(
+        conversation=conversation, text="Spain, France", upto_message_id=last.id
+    )
 
     with pytest.raises(ValidationError):
         turns.message_edit(user=user, conversation=conversation, message_id=first.id, text=" ")
@@ -88,8 +98,9 @@ def test_editing_a_question_discards_what_followed_and_asks_again(user, other_us
     with pytest.raises(Http404):  # only questions can be edited
         turns.message_edit(user=user, conversation=conversation, message_id=answer.id, text="x")
     with pytest.raises(Http404):
-        turns.message_edit(user=other_user, conversation=conversation, message_id=first.id,
-                           text="x")  # fmt: skip
+        turns.message_edit(
+            user=other_user, conversation=conversation, message_id=first.id, text="x"
+        )
 
     submitted, removed = turns.message_edit(
         user=user, conversation=conversation, message_id=first.id, text="Capital of Italy?"
@@ -134,8 +145,9 @@ async def test_other_tabs_see_questions_edits_titles_and_deletions(user, client_
         chat_socket(user, elsewhere.id) as (tab_c, ok_c, _),
     ):
         assert ok_a and ok_b and ok_c
-        await tab_a.send_to(text_data=json.dumps(
-            {"type": "edit", "message_id": old.id, "text": "Edited question"}))  # fmt: skip
+        await tab_a.send_to(
+            text_data=json.dumps({"type": "edit", "message_id": old.id, "text": "Edited question"})
+        )
         assert (await _next(tab_a, "truncate"))["from_message_id"] == old.id
         mine = await _next(tab_a, "user_message")
         request = await _next(tab_a, "request")
@@ -158,15 +170,19 @@ async def test_other_tabs_see_questions_edits_titles_and_deletions(user, client_
         await tab_c.send_to(text_data=json.dumps({"type": "send", "text": "Over there"}))
         update = await _next(tab_a, "conversation")
         assert (update["action"], update["id"], update["current"]) == (
-            "question", elsewhere.id, False)  # fmt: skip
+            "question",
+            elsewhere.id,
+            False,
+        )
         # ... and the tab that sent it shows its question once, not again from the event.
         await _next(tab_c, "user_message")
         assert not {"conversation", "user_message"} & await _frame_types(tab_c, wait=1.5)
 
         # A rename and a deletion made by a plain page reach every tab.
         client = await sync_to_async(client_for)(user)
-        await sync_to_async(client.post)(reverse("chat:rename", args=[here.id]),
-                                         {"title": "Renamed"})  # fmt: skip
+        await sync_to_async(client.post)(
+            reverse("chat:rename", args=[here.id]), {"title": "Renamed"}
+        )
         renamed = await _next(tab_c, "conversation", "title")
         assert (renamed["action"], renamed["title"]) == ("title", "Renamed")
         await sync_to_async(client.post)(reverse("chat:delete", args=[here.id]))
@@ -202,8 +218,11 @@ def test_a_new_chat_asks_the_model_for_its_title_and_a_rename_wins(user, setting
         json.loads(get_redis().hget(key, "purpose") or "{}")
         for key in get_redis().scan_iter(match=keys().request("*"))
     ]
-    purpose = {"task": "title", "conversation": conversation.id,
-               "provisional": "What is a sluice gate"}  # fmt: skip
+    purpose = {
+        "task": "title",
+        "conversation": conversation.id,
+        "provisional": "What is a sluice gate",
+    }
     assert purpose in asked
 
     # The model's title replaces the first name, and the user's tabs hear of it.

@@ -104,8 +104,12 @@ def test_an_answer_stored_just_before_its_release_is_shown_once(user, client_for
     message_create(conversation=conversation, role="user", text="A question")
     get_redis().set(keys().conversation_active(conversation.id), "req-just-stored", ex=60)
     if stored:
-        message_create(conversation=conversation, role="assistant", text="The answer",
-                       request_id="req-just-stored")  # fmt: skip
+        message_create(
+            conversation=conversation,
+            role="assistant",
+            text="The answer",
+            request_id="req-just-stored",
+        )
     page = client_for(user).get(reverse("chat:conversation", args=[conversation.id]))
     assert page.status_code == 200
     assert (b'data-request-id="req-just-stored"' in page.content) is not stored

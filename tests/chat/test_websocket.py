@@ -76,8 +76,9 @@ async def test_another_users_request_cannot_be_resumed_or_stopped(user, other_us
     )
     mine = await sync_to_async(conversation_create)(owner=user)
     async with chat_socket(user, mine.id) as (ws, _, _):
-        resume = json.dumps({"type": "resume", "request_id": submitted.request_id,
-                             "last_event_id": "0"})  # fmt: skip
+        resume = json.dumps(
+            {"type": "resume", "request_id": submitted.request_id, "last_event_id": "0"}
+        )
         assert "not found" in await _error_for(ws, resume)
         stop = json.dumps({"type": "stop", "request_id": submitted.request_id})
         assert "not found" in await _error_for(ws, stop)
@@ -135,8 +136,11 @@ async def test_sockets_open_answer_and_close_while_the_shared_sync_thread_is_bus
     from chatsite.asgi import application
 
     conversation = await sync_to_async(conversation_create)(owner=user)
-    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver"),
-               (b"cookie", await sync_to_async(session_cookie)(user))]  # fmt: skip
+    headers = [
+        (b"origin", b"http://testserver"),
+        (b"host", b"testserver"),
+        (b"cookie", await sync_to_async(session_cookie)(user)),
+    ]
     release = threading.Event()
     busy = asyncio.ensure_future(sync_to_async(release.wait)())  # holds the shared thread
     try:

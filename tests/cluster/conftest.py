@@ -28,8 +28,9 @@ class ClusterRedis:
         self.url = url
 
     def client(self):
-        return cluster.sync_client(self.url, decode_responses=True, max_connections=4,
-                                   timeout=5, connect_timeout=2)  # fmt: skip
+        return cluster.sync_client(
+            self.url, decode_responses=True, max_connections=4, timeout=5, connect_timeout=2
+        )
 
 
 @pytest.fixture

@@ -18,8 +18,9 @@ from worker.protocol import Keys
 
 def _kill_master_of(key: str) -> str:
     """SIGKILL to the master that owns `key`'s slot (found by its own INFO); its address."""
-    client = cluster.sync_client(settings.REDIS_URL, decode_responses=True, max_connections=2,
-                                 timeout=5, connect_timeout=2)  # fmt: skip
+    client = cluster.sync_client(
+        settings.REDIS_URL, decode_responses=True, max_connections=2, timeout=5, connect_timeout=2
+    )
     node = client.get_node_from_key(key)
     pid = int(client.info("server", target_nodes=node)["process_id"])
     client.close()
@@ -28,8 +29,9 @@ def _kill_master_of(key: str) -> str:
 
 
 def _promoted(old_master: str, key: str) -> bool:
-    client = cluster.sync_client(settings.REDIS_URL, decode_responses=True, max_connections=2,
-                                 timeout=2, connect_timeout=1)  # fmt: skip
+    client = cluster.sync_client(
+        settings.REDIS_URL, decode_responses=True, max_connections=2, timeout=2, connect_timeout=1
+    )
     try:
         client.nodes_manager.initialize()
         return client.get_node_from_key(key).name != old_master and client.ping()
@@ -39,8 +41,7 @@ def _promoted(old_master: str, key: str) -> bool:
         client.close()
 
 
-def test_a_master_killed_under_load_loses_and_strands_nothing(cluster_stack, roomy_plan,
-                                                                make_api):  # fmt: skip
+def test_a_master_killed_under_load_loses_and_strands_nothing(cluster_stack, roomy_plan, make_api):
     stack = cluster_stack
     base = stack.up({"w1": 6, "w2": 6}, dispatchers=("dispatcher", "standby"))
     api = make_api("alice", base)

@@ -85,19 +85,36 @@ def test_the_fleet_starts_answers_through_its_proxy_and_stops_on_ctrl_c(
     output = tmp_path / "fleet.out"
     with open(output, "wb") as out:
         fleet = subprocess.Popen(
-            [sys.executable, "-m", "chatsite.fleet", "--port", str(port), "--engine", "simulated",
-             "--no-corpus"],
-            cwd=BASE_DIR, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "chatsite.fleet",
+                "--port",
+                str(port),
+                "--engine",
+                "simulated",
+                "--no-corpus",
+            ],
+            cwd=BASE_DIR,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     text = lambda: output.read_text(errors="replace")  # noqa: E731
     pids: dict[str, int] = {}
     try:
-        wait_until(lambda: "the fleet is up" in text() or fleet.poll() is not None,
-                   timeout=150, what="the fleet to start", every=0.5)  # fmt: skip
+        wait_until(
+            lambda: "the fleet is up" in text() or fleet.poll() is not None,
+            timeout=150,
+            what="the fleet to start",
+            every=0.5,
+        )
         assert fleet.poll() is None, text()[-3000:]
         pids = {n: int(p) for n, p in re.findall(r"\]\s+(\S+)\s+pid (\d+)", text())}
-        assert sorted(pids) == sorted(["web1", "web2", "web3", "dispatcher-a", "dispatcher-b",
-                                       "box1-w1", "box2-w1", "proxy"])  # fmt: skip
+        assert sorted(pids) == sorted(
+            ["web1", "web2", "web3", "dispatcher-a", "dispatcher-b", "box1-w1", "box2-w1", "proxy"]
+        )
         for worker in ("box1-w1", "box2-w1"):  # a GPU machine knows Redis, not the database
             assert "DATABASE_URL" not in _environ(pids[worker])
             assert _environ(pids[worker])["REDIS_URL"] == env["REDIS_URL"]
@@ -106,26 +123,39 @@ def test_the_fleet_starts_answers_through_its_proxy_and_stops_on_ctrl_c(
         with httpx.Client(base_url=base, timeout=30) as demo:  # the demo login it seeded
             page = demo.get("/accounts/login/")
             token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)[1]
-            signed_in = demo.post("/accounts/login/", data={
-                "username": "demo", "password": "sluice-demo", "csrfmiddlewaretoken": token,
-            }, headers={"Referer": base + "/accounts/login/"})  # fmt: skip
+            signed_in = demo.post(
+                "/accounts/login/",
+                data={
+                    "username": "demo",
+                    "password": "sluice-demo",
+                    "csrfmiddlewaretoken": token,
+                },
+                headers={"Referer": base + "/accounts/login/"},
+            )
             assert signed_in.status_code == 302, signed_in.text[:500]
-            made = demo.post("/accounts/profile/api-keys/new/", follow_redirects=True,
-                             data={"csrfmiddlewaretoken": demo.cookies["csrftoken"]},
-                             headers={"Referer": base + "/accounts/profile/"})  # fmt: skip
+            made = demo.post(
+                "/accounts/profile/api-keys/new/",
+                follow_redirects=True,
+                data={"csrfmiddlewaretoken": demo.cookies["csrftoken"]},
+                headers={"Referer": base + "/accounts/profile/"},
+            )
             key = re.search(r"sk-sluice-[\w-]+", made.text)[0]
         headers = {"Authorization": f"Bearer {key}"}
-        submitted = httpx.post(base + "/api/v1/requests", json={"text": "Hello, fleet."},
-                               headers=headers, timeout=30)  # fmt: skip
+        submitted = httpx.post(
+            base + "/api/v1/requests", json={"text": "Hello, fleet."}, headers=headers, timeout=30
+        )
         assert submitted.status_code == 202, submitted.text
         request_id = submitted.json()["request_id"]
-        with httpx.stream("GET", f"{base}/api/v1/requests/{request_id}/events",
-                          headers=headers, timeout=60) as events:  # fmt: skip
+        with httpx.stream(
+            "GET", f"{base}/api/v1/requests/{request_id}/events", headers=headers, timeout=60
+        ) as events:
             final = read_sse(events)[-1]
         assert final["event"] == "final" and final["data"]["state"] == "done"
         assert final["data"]["text"]
-        wait_until(lambda: Message.objects.filter(request_id=request_id).exists(),
-                   what="a dispatcher to store the answer")  # fmt: skip
+        wait_until(
+            lambda: Message.objects.filter(request_id=request_id).exists(),
+            what="a dispatcher to store the answer",
+        )
     finally:
         if fleet.poll() is None:
             os.killpg(fleet.pid, signal.SIGINT)  # what Ctrl-C in its terminal sends

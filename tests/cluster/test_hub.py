@@ -30,8 +30,9 @@ async def hub_connections_per_node(client, name: str) -> Counter:
 
 
 async def test_readers_on_every_node_share_a_few_connections_per_node(redis_prefix):
-    client = cluster.async_client(settings.REDIS_URL, decode_responses=True,
-                                  socket_timeout=5, connect_timeout=2)  # fmt: skip
+    client = cluster.async_client(
+        settings.REDIS_URL, decode_responses=True, socket_timeout=5, connect_timeout=2
+    )
     name = f"hub-test-{redis_prefix}"
     hub = ClusterOutputHub(settings.REDIS_URL, name=name)
     streams = [f"{redis_prefix}:out:{{{i}}}" for i in range(300)]
@@ -58,8 +59,9 @@ async def test_readers_on_every_node_share_a_few_connections_per_node(redis_pref
 
 
 async def test_resuming_after_an_event_id_skips_what_was_seen(redis_prefix):
-    client = cluster.async_client(settings.REDIS_URL, decode_responses=True,
-                                  socket_timeout=5, connect_timeout=2)  # fmt: skip
+    client = cluster.async_client(
+        settings.REDIS_URL, decode_responses=True, socket_timeout=5, connect_timeout=2
+    )
     stream = f"{redis_prefix}:out:{{r}}"
     ids = [await client.xadd(stream, {"type": "delta", "text": t}) for t in "xyz"]
     hub = get_hub()
@@ -95,8 +97,9 @@ def _busy_thread(prefix: str, thread: int, rounds: int) -> int:
 async def test_commands_past_the_bound_wait_and_the_process_keeps_three_per_node(redis_prefix):
     """24 threads and a hub feeding 300 readers share one process's connections: never more
     than three per node (two for commands, one listener), and no command fails for it."""
-    client = cluster.async_client(settings.REDIS_URL, decode_responses=True,
-                                  socket_timeout=5, connect_timeout=2)  # fmt: skip
+    client = cluster.async_client(
+        settings.REDIS_URL, decode_responses=True, socket_timeout=5, connect_timeout=2
+    )
     name = f"hub-load-{redis_prefix}"
     hub = ClusterOutputHub(settings.REDIS_URL, name=name)
     mine = (f"sluice-{os.getpid()}", f"{name}-listener")
@@ -115,8 +118,7 @@ async def test_commands_past_the_bound_wait_and_the_process_keeps_three_per_node
     sampler = asyncio.create_task(sample())
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(max_workers=24) as threads:
-        busy = [loop.run_in_executor(threads, _busy_thread, redis_prefix, t, 40)
-                for t in range(24)]  # fmt: skip
+        busy = [loop.run_in_executor(threads, _busy_thread, redis_prefix, t, 40) for t in range(24)]
         for round_ in range(3):
             for stream in streams:
                 await client.xadd(stream, {"type": "delta", "text": str(round_)})

@@ -20,8 +20,14 @@ from worker.protocol import Keys
 
 
 def _client(**options):
-    return cluster.sync_client(settings.REDIS_URL, decode_responses=True, max_connections=4,
-                               timeout=5, connect_timeout=2, **options)  # fmt: skip
+    return cluster.sync_client(
+        settings.REDIS_URL,
+        decode_responses=True,
+        max_connections=4,
+        timeout=5,
+        connect_timeout=2,
+        **options,
+    )
 
 
 async def _read_all(hub, stream: str) -> list[str]:
@@ -29,8 +35,9 @@ async def _read_all(hub, stream: str) -> list[str]:
 
 
 async def test_readers_follow_an_output_stream_resharded_mid_answer(redis_prefix):
-    writer = cluster.async_client(settings.REDIS_URL, decode_responses=True,
-                                  socket_timeout=5, connect_timeout=2)  # fmt: skip
+    writer = cluster.async_client(
+        settings.REDIS_URL, decode_responses=True, socket_timeout=5, connect_timeout=2
+    )
     hub = ClusterOutputHub(settings.REDIS_URL, name=f"hub-reshard-{redis_prefix}", block_ms=1000)
     moving = keys().output("reshard-me")  # a live request's output stream...
     state = keys().request("reshard-me")  # ...and its state hash: the same slot
@@ -78,8 +85,9 @@ async def test_readers_follow_an_output_stream_resharded_mid_answer(redis_prefix
     await writer.aclose()
 
 
-def test_the_dispatchers_slot_resharded_under_load_strands_nothing(cluster_stack, roomy_plan,
-                                                                      make_api):  # fmt: skip
+def test_the_dispatchers_slot_resharded_under_load_strands_nothing(
+    cluster_stack, roomy_plan, make_api
+):
     """The slot of the dispatcher's keys (admission, queue, buckets, work streams) moves while
     requests arrive: redis-py follows ASK/MOVED and retries TRYAGAIN, and every accepted request
     still ends exactly once, stored once."""

@@ -20,11 +20,24 @@ LONG_ANSWER = [*SIM_ANSWER, "--sim-tokens", "120"]
 
 def start_gpu_box_worker(stack, name: str) -> None:
     """A worker as on a machine that has Redis and the model, nothing else."""
-    env = {k: v for k, v in stack.env.items()
-           if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}  # fmt: skip
+    env = {
+        k: v for k, v in stack.env.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")
+    }
     env.update(REDIS_URL=settings.REDIS_URL, SLUICE_REDIS_PREFIX=stack.env["SLUICE_REDIS_PREFIX"])
-    argv = [sys.executable, "-m", "worker", "--engine", "simulated", "--slots", "4",
-            "--worker-id", name, "--heartbeat-interval", "0.5", *LONG_ANSWER]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "worker",
+        "--engine",
+        "simulated",
+        "--slots",
+        "4",
+        "--worker-id",
+        name,
+        "--heartbeat-interval",
+        "0.5",
+        *LONG_ANSWER,
+    ]
     log = open(stack.logs / f"{name}.log", "ab")
     stack.processes[name] = subprocess.Popen(
         argv, cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

@@ -56,11 +56,24 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        self.process = subprocess.Popen([
-            str(redis_server_binary()), "--port", str(self.port), "--bind", "127.0.0.1",
-            "--dir", str(self.datadir), "--appendonly", "yes", "--save", "",
-            "--logfile", str(self.datadir / "redis.log"),
-        ], start_new_session=True)  # fmt: skip
+        self.process = subprocess.Popen(
+            [
+                str(redis_server_binary()),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.datadir),
+                "--appendonly",
+                "yes",
+                "--save",
+                "",
+                "--logfile",
+                str(self.datadir / "redis.log"),
+            ],
+            start_new_session=True,
+        )
         probe = redis.Redis.from_url(self.url, socket_timeout=1)
         wait_until(lambda: _pings(probe), timeout=20, what="redis-server", every=0.05)
         probe.close()
@@ -81,8 +94,9 @@ class RedisServer:
             stop_process(self.process)
 
     def client(self) -> redis.Redis:
-        return redis.Redis.from_url(self.url, decode_responses=True, socket_timeout=5,
-                                    socket_connect_timeout=2)  # fmt: skip
+        return redis.Redis.from_url(
+            self.url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2
+        )
 
 
 def _pings(client: redis.Redis) -> bool:
@@ -104,8 +118,14 @@ class Stack:
 
     def _start(self, name: str, argv: list[str], **env: str) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")
-        process = subprocess.Popen(argv, cwd=BASE_DIR, env={**self.env, **env}, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(
+            argv,
+            cwd=BASE_DIR,
+            env={**self.env, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.processes[name] = process
         return process
 
@@ -121,13 +141,35 @@ class Stack:
         return self._start(name, [sys.executable, "manage.py", "run_dispatcher"], **env)
 
     def worker(self, name: str, *, slots: int = 4, extra: tuple[str, ...] = ()) -> subprocess.Popen:
-        argv = [sys.executable, "-m", "worker", "--engine", "simulated", "--sim-faults",
-                "--slots", str(slots), "--worker-id", name, "--heartbeat-interval", "0.5",
-                "--claim-idle-ms", "1000", "--grace", "3", *SIM_ANSWER, *extra]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "worker",
+            "--engine",
+            "simulated",
+            "--sim-faults",
+            "--slots",
+            str(slots),
+            "--worker-id",
+            name,
+            "--heartbeat-interval",
+            "0.5",
+            "--claim-idle-ms",
+            "1000",
+            "--grace",
+            "3",
+            *SIM_ANSWER,
+            *extra,
+        ]
         return self._start(name, argv)
 
-    def up(self, workers: dict[str, int], *, extra: tuple[str, ...] = (),
-           dispatchers: tuple[str, ...] = ("dispatcher",)) -> str:  # fmt: skip
+    def up(
+        self,
+        workers: dict[str, int],
+        *,
+        extra: tuple[str, ...] = (),
+        dispatchers: tuple[str, ...] = ("dispatcher",),
+    ) -> str:
         """A web process, the dispatchers and the workers (name: slots), every worker beating;
         returns the web's URL."""
         base = self.web()
@@ -144,8 +186,11 @@ class Stack:
     def wait_for_workers(self, *names: str) -> None:
         client = self.redis_server.client()
         keys = Keys(prefix=self.env["SLUICE_REDIS_PREFIX"])
-        wait_until(lambda: all(client.exists(keys.heartbeat(n)) for n in names), timeout=60,
-                   what=f"workers {names} to beat")  # fmt: skip
+        wait_until(
+            lambda: all(client.exists(keys.heartbeat(n)) for n in names),
+            timeout=60,
+            what=f"workers {names} to beat",
+        )
 
     def stop_all(self) -> None:
         for process in self.processes.values():
@@ -169,8 +214,12 @@ def own_redis(tmp_path):
 @pytest.fixture
 def stack(transactional_db, redis_prefix, own_redis, tmp_path):
     (tmp_path / "logs").mkdir()
-    env = dict(process_env(redis_prefix), REDIS_URL=own_redis.url, LOG_LEVEL="INFO",
-               SLUICE_DISPATCHER_LEASE_MS="1500")  # fmt: skip
+    env = dict(
+        process_env(redis_prefix),
+        REDIS_URL=own_redis.url,
+        LOG_LEVEL="INFO",
+        SLUICE_DISPATCHER_LEASE_MS="1500",
+    )
     running = Stack(env=env, redis_server=own_redis, logs=tmp_path / "logs")
     yield running
     running.stop_all()
@@ -180,11 +229,20 @@ def stack(transactional_db, redis_prefix, own_redis, tmp_path):
 def roomy_plan(transactional_db) -> Plan:
     """Every user may send plenty, so only the faults under test decide what happens. (An
     earlier test's flush may have removed the plans the migrations made: this one is made.)"""
-    plan, _ = Plan.objects.update_or_create(slug="free", defaults=dict(
-        name="Free", is_default=True, requests_per_minute=100_000, burst_requests=100_000,
-        tokens_per_minute=10**9, burst_tokens=10**9, tokens_per_day=2 * 10**9,
-        max_concurrent=1000, max_queue_wait_seconds=120,
-    ))  # fmt: skip
+    plan, _ = Plan.objects.update_or_create(
+        slug="free",
+        defaults=dict(
+            name="Free",
+            is_default=True,
+            requests_per_minute=100_000,
+            burst_requests=100_000,
+            tokens_per_minute=10**9,
+            burst_tokens=10**9,
+            tokens_per_day=2 * 10**9,
+            max_concurrent=1000,
+            max_queue_wait_seconds=120,
+        ),
+    )
     Plan.objects.exclude(pk=plan.pk).update(is_default=False)
     return plan
 
@@ -200,8 +258,9 @@ class Api:
 
     def submit(self, text: str = "Tell me about rivers.", *, base_url: str | None = None):
         """The accepted request's id; None when Sluice refused it (it said why)."""
-        response = self.http.post((base_url or self.base_url) + "/api/v1/requests",
-                                  json={"text": text})  # fmt: skip
+        response = self.http.post(
+            (base_url or self.base_url) + "/api/v1/requests", json={"text": text}
+        )
         if response.status_code == 202:
             return response.json()["request_id"]
         assert response.status_code in (409, 429, 503), response.text
@@ -231,8 +290,9 @@ def final_events(client: redis.Redis, keys: Keys, request_id: str) -> list[dict]
     return [f for _, f in client.xrange(keys.output(request_id)) if f.get("type") == "final"]
 
 
-def assert_every_request_ended(api: Api, stack: Stack, request_ids: list[str], *,
-                               timeout: float = 90) -> dict[str, str]:  # fmt: skip
+def assert_every_request_ended(
+    api: Api, stack: Stack, request_ids: list[str], *, timeout: float = 90
+) -> dict[str, str]:
     """The invariant: every accepted request ends in exactly one terminal state, visible through
     the API; its output stream holds exactly one final event; a failure says why; a finished
     answer is stored exactly once. Returns each request's end state."""
@@ -266,9 +326,16 @@ def assert_every_request_ended(api: Api, stack: Stack, request_ids: list[str], *
         if state == "failed":
             assert finals[0]["error"], request_id
     expected = {i for i, s in ended.items() if s in ("done", "failed")}
-    wait_until(lambda: set(Message.objects.filter(request_id__in=expected)
-                           .values_list("request_id", flat=True)) == expected,
-               timeout=30, what="the recorder to store every answer")  # fmt: skip
+    wait_until(
+        lambda: (
+            set(
+                Message.objects.filter(request_id__in=expected).values_list("request_id", flat=True)
+            )
+            == expected
+        ),
+        timeout=30,
+        what="the recorder to store every answer",
+    )
     stored = Message.objects.filter(request_id__in=request_ids).count()
     assert stored == len(expected)  # once each, never twice
     return ended
@@ -277,12 +344,15 @@ def assert_every_request_ended(api: Api, stack: Stack, request_ids: list[str], *
 def output_texts(stack: Stack, request_id: str) -> list[tuple[str, str]]:
     """(type, text or attempt) of each event a reader of the request saw."""
     keys = Keys(prefix=stack.env["SLUICE_REDIS_PREFIX"])
-    return [(f["type"], f.get("text", f.get("attempt", "")))
-            for _, f in stack.redis_server.client().xrange(keys.output(request_id))]  # fmt: skip
+    return [
+        (f["type"], f.get("text", f.get("attempt", "")))
+        for _, f in stack.redis_server.client().xrange(keys.output(request_id))
+    ]
 
 
-def sse_events(base_url: str, key: str, request_id: str, *, last_event_id: str = "0",
-               timeout: float = 30) -> list[dict]:  # fmt: skip
+def sse_events(
+    base_url: str, key: str, request_id: str, *, last_event_id: str = "0", timeout: float = 30
+) -> list[dict]:
     """An SSE reader of the request from `last_event_id` until its final event (or until the
     connection drops: then what it read so far)."""
     events: list[dict] = []
@@ -360,9 +430,13 @@ class Postgres:
             os.setgid(owner.st_gid)
             os.setuid(owner.st_uid)
 
-        subprocess.Popen(argv, preexec_fn=as_owner if os.getuid() == 0 else None,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)  # fmt: skip
+        subprocess.Popen(
+            argv,
+            preexec_fn=as_owner if os.getuid() == 0 else None,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
         def accepting() -> bool:
             try:

@@ -40,8 +40,10 @@ def test_a_malformed_answer_record_is_dead_lettered_and_admission_goes_on(
     base = stack.up({"w1": 4}, dispatchers=("d1", "d2"))
     keys = Keys(prefix=stack.env["SLUICE_REDIS_PREFIX"])
     client = stack.redis_server.client()
-    client.xadd(keys.done, {"v": "1", "id": "bad", "user_id": "1",
-                            "conversation_id": "not-a-number", "state": "done"})  # fmt: skip
+    client.xadd(
+        keys.done,
+        {"v": "1", "id": "bad", "user_id": "1", "conversation_id": "not-a-number", "state": "done"},
+    )
     api = make_api("alice", base)
     ids = [api.submit() for _ in range(5)]
     assert set(assert_every_request_ended(api, stack, ids).values()) == {"done"}
@@ -99,8 +101,9 @@ def test_one_users_flood_does_not_hold_back_another_user(stack, roomy_plan, make
 
 
 def test_a_rate_limit_holds_across_many_clients_and_says_why(stack, roomy_plan, make_api):
-    Plan.objects.filter(pk=roomy_plan.pk).update(requests_per_minute=60, burst_requests=10,
-                                                 max_queue_wait_seconds=2)  # fmt: skip
+    Plan.objects.filter(pk=roomy_plan.pk).update(
+        requests_per_minute=60, burst_requests=10, max_queue_wait_seconds=2
+    )
     base = stack.up({"w1": 8}, extra=("--sim-tokens", "3", "--sim-decode-ms", "5"))
     api = make_api("alice", base)
     ids: list[str] = []

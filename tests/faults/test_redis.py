@@ -58,9 +58,7 @@ def test_a_frozen_redis_fails_requests_fast_and_an_abandoned_one_never_runs(
 
     # Nothing of the refused question remains, and nothing answers it later.
     time.sleep(3)
-    refused_chats = Conversation.objects.filter(owner=api.user).exclude(
-        messages__request_id=first
-    )  # fmt: skip
+    refused_chats = Conversation.objects.filter(owner=api.user).exclude(messages__request_id=first)
     assert not Message.objects.filter(conversation__in=refused_chats).exists()
     assert httpx.get(base + "/health/", timeout=3).status_code == 200
     again = api.submit()

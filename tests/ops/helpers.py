@@ -15,10 +15,14 @@ def submit(user, *, conversation=None, max_tokens: int = 16, prompt_tokens: int 
     """A question in a conversation of `user`'s, handed to admission as the web does."""
     conversation = conversation or conversation_create(owner=user, title="ops test")
     item = WorkItem(
-        id=new_request_id(), user_id=str(user.id), conversation_id=str(conversation.id),
-        messages=[{"role": "user", "content": "Say hi."}], max_tokens=max_tokens,
-        temperature=0.0, prompt_tokens_estimate=prompt_tokens,
-    )  # fmt: skip
+        id=new_request_id(),
+        user_id=str(user.id),
+        conversation_id=str(conversation.id),
+        messages=[{"role": "user", "content": "Say hi."}],
+        max_tokens=max_tokens,
+        temperature=0.0,
+        prompt_tokens_estimate=prompt_tokens,
+    )
     request_publish(item=item)
     return item.id
 

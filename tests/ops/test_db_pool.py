@@ -34,8 +34,9 @@ def watcher() -> psycopg.Connection:
 
 async def burst(base_url: str, session_key: str, path: str) -> list[int]:
     limits = httpx.Limits(max_connections=CONCURRENT)
-    async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits,
-                                 cookies={"sessionid": session_key}) as http:  # fmt: skip
+    async with httpx.AsyncClient(
+        base_url=base_url, timeout=60, limits=limits, cookies={"sessionid": session_key}
+    ) as http:
         responses = await asyncio.gather(*(http.get(path) for _ in range(CONCURRENT)))
     return [response.status_code for response in responses]
 

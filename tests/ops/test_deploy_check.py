@@ -18,8 +18,11 @@ def test_production_settings_pass_the_deploy_check():
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        cwd=BASE_DIR, env=env, capture_output=True, text=True,
-    )  # fmt: skip
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
 
@@ -29,6 +32,9 @@ def test_the_migrations_describe_the_models():
     from the code."""
     result = subprocess.run(
         [sys.executable, "manage.py", "makemigrations", "--check", "--dry-run"],
-        cwd=BASE_DIR, env=dict(os.environ), capture_output=True, text=True,
-    )  # fmt: skip
+        cwd=BASE_DIR,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

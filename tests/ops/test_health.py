@@ -51,9 +51,7 @@ def test_health_answers_at_once_while_redis_or_postgresql_is_frozen(start_web, t
         base = start_web(REDIS_URL=redis_url, REDIS_SOCKET_TIMEOUT="60")
         # The client gives up long before either server would answer or time out.
         with httpx.Client(base_url=base, timeout=10) as http:
-            assert http.get("/health/").json() == {
-                "status": "ok", "database": "ok", "redis": "ok"
-            }  # fmt: skip
+            assert http.get("/health/").json() == {"status": "ok", "database": "ok", "redis": "ok"}
 
             with frozen(redis_pid):
                 response = http.get("/health/")

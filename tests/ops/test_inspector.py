@@ -22,25 +22,43 @@ def names(found) -> list[str]:
 def test_a_finished_request_shows_every_step_across_the_processes(
     make_dispatcher, start_worker, user
 ):
-    start_worker("w-inspect", engine="simulated",
-                 extra=["--sim-first-token-ms", "5", "--sim-decode-ms", "1",
-                        "--sim-tokens", "8"])  # fmt: skip
+    start_worker(
+        "w-inspect",
+        engine="simulated",
+        extra=["--sim-first-token-ms", "5", "--sim-decode-ms", "1", "--sim-tokens", "8"],
+    )
     dispatcher = make_dispatcher(injected=False)
     until(lambda: dispatcher.fleet.refresh().workers, step=dispatcher.step)
     request_id = submit(user)
     until(lambda: final_event(request_id), step=dispatcher.step)
-    found = until(lambda: (t := timeline(request_id)).message is not None and t,
-                  step=dispatcher.step)  # fmt: skip
-    assert names(found) == ["submitted", "admitted", "dispatched", "started (attempt 1)",
-                            "first token", "finished (done)", "answer stored"]  # fmt: skip
+    found = until(
+        lambda: (t := timeline(request_id)).message is not None and t, step=dispatcher.step
+    )
+    assert names(found) == [
+        "submitted",
+        "admitted",
+        "dispatched",
+        "started (attempt 1)",
+        "first token",
+        "finished (done)",
+        "answer stored",
+    ]
     by_name = {step.name: step for step in found.steps}
     assert by_name["dispatched"].detail.startswith("to the shared work stream")
     assert by_name["started (attempt 1)"].detail.startswith("on w-inspect")
     assert "8 tokens" in by_name["finished (done)"].detail
-    assert [s.process for s in found.steps] == ["web", "dispatcher", "dispatcher", "worker",
-                                                "worker", "worker", "recorder"]  # fmt: skip
-    assert all(s.since_previous_ms is not None and s.since_previous_ms >= 0
-               for s in found.steps[1:])  # fmt: skip
+    assert [s.process for s in found.steps] == [
+        "web",
+        "dispatcher",
+        "dispatcher",
+        "worker",
+        "worker",
+        "worker",
+        "recorder",
+    ]
+    assert all(
+        s.since_previous_ms is not None and s.since_previous_ms >= 0 for s in found.steps[1:]
+    )
     assert found.outcome == "done" and found.total_ms is not None
 
 
@@ -85,14 +103,17 @@ def test_an_unknown_request_is_not_found(db):
     assert not timeline("0" * 32).found and timeline("0" * 32).steps == []
 
 
-@pytest.mark.parametrize("reason, text", [
-    ("shed", outcomes.shed(retry_after=90)),
-    ("too_large", outcomes.too_large(tokens=900, limit=500)),
-    ("no_worker", outcomes.timed_out(waited_s=75)),
-    ("rate: tpd (tokens per day)", outcomes.rate_limited(bucket="tpd", wait_s=4000)),
-    ("rate: tpm (tokens per minute)", outcomes.rate_limited(bucket="tpm", wait_s=3)),
-    ("lost", outcomes.lost()),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "reason, text",
+    [
+        ("shed", outcomes.shed(retry_after=90)),
+        ("too_large", outcomes.too_large(tokens=900, limit=500)),
+        ("no_worker", outcomes.timed_out(waited_s=75)),
+        ("rate: tpd (tokens per day)", outcomes.rate_limited(bucket="tpd", wait_s=4000)),
+        ("rate: tpm (tokens per minute)", outcomes.rate_limited(bucket="tpm", wait_s=3)),
+        ("lost", outcomes.lost()),
+    ],
+)
 def test_each_reason_is_read_back_from_what_the_user_was_told(reason, text):
     assert ended_reason(text) == reason
 

@@ -30,14 +30,16 @@ def shots_dir(tmp_path: Path) -> Path:
 def test_the_operations_page_shows_the_service_under_load(
     live_web, dispatcher, start_worker, browser_page, tmp_path
 ):
-    start_worker("w-ops-1", engine="simulated", slots=2,
-                 extra=["--sim-first-token-ms", "60", "--sim-decode-ms", "20",
-                        "--sim-tokens", "20"])  # fmt: skip
+    start_worker(
+        "w-ops-1",
+        engine="simulated",
+        slots=2,
+        extra=["--sim-first-token-ms", "60", "--sim-decode-ms", "20", "--sim-tokens", "20"],
+    )
     admin = user_create(username="operator", password="correct-horse-battery")
     admin.is_staff = admin.is_superuser = True
     admin.save()
-    askers = [user_create(username=f"asker{n}", password="correct-horse-battery")
-              for n in range(6)]  # fmt: skip
+    askers = [user_create(username=f"asker{n}", password="correct-horse-battery") for n in range(6)]
     conversations = [conversation_create(owner=a, title="load") for a in askers]
 
     page = browser_page
@@ -49,8 +51,10 @@ def test_the_operations_page_shows_the_service_under_load(
     page.click("a:has-text('Operations page')")
     expect(page.locator("#workers")).to_contain_text("w-ops-1", timeout=20_000)
 
-    ids = [submit(askers[n % 6], conversation=conversations[n % 6], max_tokens=20)
-           for n in range(REQUESTS)]  # fmt: skip
+    ids = [
+        submit(askers[n % 6], conversation=conversations[n % 6], max_tokens=20)
+        for n in range(REQUESTS)
+    ]
     page.wait_for_function(
         "() => parseInt(document.querySelector('.queue-depth').textContent) > 0",
         timeout=20_000,

@@ -45,12 +45,24 @@ def busy_service(make_dispatcher, users) -> None:
     dispatcher.step()
     dispatcher.step()
     pipe = get_redis().pipeline()
-    transitions.dead_letter(pipe, keys(), source="dispatcher", reason="unreadable",
-                            stream=keys().admit, entry_id="1-1",
-                            fields={"id": "f" * 32, "v": "1", "submit_by_ms": "1"})  # fmt: skip
-    transitions.dead_letter(pipe, keys(), source="recorder", reason="malformed",
-                            stream=keys().done, entry_id="1-2",
-                            fields={"id": "e" * 32})  # fmt: skip
+    transitions.dead_letter(
+        pipe,
+        keys(),
+        source="dispatcher",
+        reason="unreadable",
+        stream=keys().admit,
+        entry_id="1-1",
+        fields={"id": "f" * 32, "v": "1", "submit_by_ms": "1"},
+    )
+    transitions.dead_letter(
+        pipe,
+        keys(),
+        source="recorder",
+        reason="malformed",
+        stream=keys().done,
+        entry_id="1-2",
+        fields={"id": "e" * 32},
+    )
     pipe.execute()
     until(lambda: get_redis().xlen(keys().series), step=dispatcher.step, timeout=10)
 
@@ -64,8 +76,7 @@ def test_one_refresh_costs_a_bounded_number_of_round_trips(
     with django_assert_max_num_queries(SQL_QUERIES):
         snapshot = dashboard.gather()
     assert counting.round_trips <= REDIS_ROUND_TRIPS
-    assert {(w.id, w.status) for w in snapshot.workers} == {("w-live", "live"),
-                                                           ("w-gone", "gone")}  # fmt: skip
+    assert {(w.id, w.status) for w in snapshot.workers} == {("w-live", "live"), ("w-gone", "gone")}
     assert snapshot.queue_depth == 2 and snapshot.line["waiting"] == 2
     assert [r["user"] for r in snapshot.line["head"]] == [str(user.id), str(other_user.id)]
     assert snapshot.windows["5"]["ended"] == {"rejected:too_large": 2}
@@ -86,15 +97,24 @@ def test_the_page_is_for_staff_and_linked_from_the_admin_index(
     client = client_for(other_user)
     assert "/admin/ops/" in client.get("/admin/").content.decode()
     page = client.get("/admin/ops/").content.decode()
-    for shown in ("w-live", "w-gone", "status-gone", "Dead letters (2)", "rejected:too_large",
-                  "uPlot.iife.min.js", "ops-series-data", "alice"):  # fmt: skip
+    for shown in (
+        "w-live",
+        "w-gone",
+        "status-gone",
+        "Dead letters (2)",
+        "rejected:too_large",
+        "uPlot.iife.min.js",
+        "ops-series-data",
+        "alice",
+    ):
         assert shown in page, shown
     live = client.get("/admin/ops/live/", {"since": "0-0"})
     assert live.status_code == 200 and 'class="queue-depth">1<' in live.content.decode()
 
 
-def test_a_dead_letter_is_retried_onto_its_stream_or_discarded(make_dispatcher, client_for,
-                                                               staff, other_user):  # fmt: skip
+def test_a_dead_letter_is_retried_onto_its_stream_or_discarded(
+    make_dispatcher, client_for, staff, other_user
+):
     busy_service(make_dispatcher, [other_user])
     client = client_for(staff)
     staff.is_superuser = True
@@ -126,9 +146,17 @@ def test_the_plans_shed_are_those_the_dispatcher_sheds():
 
     plans = [Plan(name="free", priority_weight=1), Plan(name="pro", priority_weight=4)]
     shedding = Degradation(level=3, reject_lowest_plan=True)
-    snapshot = dashboard.Snapshot(at_ms=0, workers=[], state=None, degradation=shedding,
-                                  queue_depth=0, samples=[], dead=[], dead_total=0,
-                                  plans=plans)  # fmt: skip
+    snapshot = dashboard.Snapshot(
+        at_ms=0,
+        workers=[],
+        state=None,
+        degradation=shedding,
+        queue_depth=0,
+        samples=[],
+        dead=[],
+        dead_total=0,
+        plans=plans,
+    )
     assert [p.name for p in snapshot.shed_plans] == ["free"]
     snapshot.plans = plans[:1]  # a single plan is never shed
     assert snapshot.shed_plans == []

@@ -42,10 +42,16 @@ def test_the_web_metrics_parse(client_for, user):
     client = client_for(user)
     client.get("/health/")
     names = sample_names(client.get("/metrics").content.decode())
-    assert {"sluice_web_http_requests_total", "sluice_web_http_request_seconds_bucket",
-            "sluice_web_streams_open", "sluice_requests_total", "sluice_queue_depth",
-            "sluice_requests_by_reason_total", "sluice_redis_up",
-            "process_cpu_seconds_total"} <= names  # fmt: skip
+    assert {
+        "sluice_web_http_requests_total",
+        "sluice_web_http_request_seconds_bucket",
+        "sluice_web_streams_open",
+        "sluice_requests_total",
+        "sluice_queue_depth",
+        "sluice_requests_by_reason_total",
+        "sluice_redis_up",
+        "process_cpu_seconds_total",
+    } <= names
 
 
 @pytest.mark.django_db(transaction=True)
@@ -56,15 +62,43 @@ def test_every_process_exports_what_the_dashboard_reads_and_logs_each_request(
     dispatcher_port, worker_port = free_port(), free_port()
     logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("dispatcher", "worker")}
     processes = [
-        subprocess.Popen([sys.executable, "manage.py", "run_dispatcher"], cwd=BASE_DIR,
-                         env=env | {"DISPATCHER_METRICS_PORT": str(dispatcher_port)},
-                         stdout=logs["dispatcher"], stderr=logs["dispatcher"]),
-        subprocess.Popen([sys.executable, "-m", "worker", "--engine", "simulated", "--slots", "2",
-                          "--worker-id", "w-metrics", "--prefix", redis_prefix,
-                          "--metrics-port", str(worker_port), "--heartbeat-interval", "0.5",
-                          "--sim-first-token-ms", "5", "--sim-decode-ms", "1", "--sim-tokens", "6"],
-                         cwd=BASE_DIR, env=env, stdout=logs["worker"], stderr=logs["worker"]),
-    ]  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, "manage.py", "run_dispatcher"],
+            cwd=BASE_DIR,
+            env=env | {"DISPATCHER_METRICS_PORT": str(dispatcher_port)},
+            stdout=logs["dispatcher"],
+            stderr=logs["dispatcher"],
+        ),
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "worker",
+                "--engine",
+                "simulated",
+                "--slots",
+                "2",
+                "--worker-id",
+                "w-metrics",
+                "--prefix",
+                redis_prefix,
+                "--metrics-port",
+                str(worker_port),
+                "--heartbeat-interval",
+                "0.5",
+                "--sim-first-token-ms",
+                "5",
+                "--sim-decode-ms",
+                "1",
+                "--sim-tokens",
+                "6",
+            ],
+            cwd=BASE_DIR,
+            env=env,
+            stdout=logs["worker"],
+            stderr=logs["worker"],
+        ),
+    ]
     try:
         asker = user_create(username="metered", password="correct-horse-battery")
         request_id = submit(asker)
@@ -84,16 +118,22 @@ def test_every_process_exports_what_the_dashboard_reads_and_logs_each_request(
         for log in logs.values():
             log.close()
     assert "sluice_dispatcher_decisions_total" in found["dispatcher"]
-    assert {"sluice_worker_ttft_seconds_bucket", "sluice_worker_engine_kv_cache_usage",
-            "sluice_worker_capacity_slots"} <= found["worker"]  # fmt: skip
+    assert {
+        "sluice_worker_ttft_seconds_bucket",
+        "sluice_worker_engine_kv_cache_usage",
+        "sluice_worker_capacity_slots",
+    } <= found["worker"]
     exported = set().union(*found.values())
     assert grafana_names() - exported == set()
 
     # grep <request id> over the logs: JSON lines, each with the id, telling the story.
     story = {}
     for name in logs:
-        lines = [line for line in (tmp_path / f"{name}.log").read_text().splitlines()
-                 if request_id in line]  # fmt: skip
+        lines = [
+            line
+            for line in (tmp_path / f"{name}.log").read_text().splitlines()
+            if request_id in line
+        ]
         parsed = [json.loads(line) for line in lines]
         assert parsed and all(p["request_id"] == request_id for p in parsed), name
         assert {p["process"] for p in parsed} == {name}

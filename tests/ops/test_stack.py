@@ -29,9 +29,12 @@ def start_services(var_dir) -> tuple[subprocess.Popen, dict[str, str]]:
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "chatsite.stack", "services"], cwd=BASE_DIR, env=env,
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "chatsite.stack", "services"],
+        cwd=BASE_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     urls = {}
     deadline = time.monotonic() + 60
     while len(urls) < 2 and time.monotonic() < deadline:

@@ -39,28 +39,46 @@ def corpora(db):
     by_default_plan = make("by-default-plan", plans=["free"])  # the migration's default plan
     by_fallback_plan = make("by-fallback-plan", plans=["default"])
     make("closed")
-    return {"staff": staff, "pro": pro, "everyone": everyone, "by_group": by_group,
-            "by_plan": by_plan, "by_default_plan": by_default_plan,
-            "by_fallback_plan": by_fallback_plan}  # fmt: skip
+    return {
+        "staff": staff,
+        "pro": pro,
+        "everyone": everyone,
+        "by_group": by_group,
+        "by_plan": by_plan,
+        "by_default_plan": by_default_plan,
+        "by_fallback_plan": by_fallback_plan,
+    }
 
 
 def test_same_corpora_as_the_orm_rule_for_every_kind_of_user(corpora, user, other_user):
-    assert _ids(searchable_corpora_for_user(user=user)) == _expected(user) == {
-        corpora["everyone"].pk, corpora["by_default_plan"].pk}  # fmt: skip
+    assert (
+        _ids(searchable_corpora_for_user(user=user))
+        == _expected(user)
+        == {corpora["everyone"].pk, corpora["by_default_plan"].pk}
+    )
 
     other_user.groups.add(corpora["staff"])
     UserPlan.objects.create(user=other_user, plan=corpora["pro"])
-    assert _ids(searchable_corpora_for_user(user=other_user)) == _expected(other_user) == {
-        corpora["everyone"].pk, corpora["by_group"].pk, corpora["by_plan"].pk}  # fmt: skip
+    assert (
+        _ids(searchable_corpora_for_user(user=other_user))
+        == _expected(other_user)
+        == {corpora["everyone"].pk, corpora["by_group"].pk, corpora["by_plan"].pk}
+    )
 
     # With no default plan saved, the built-in fallback ("default") applies.
     Plan.objects.update(is_default=False)
-    assert _ids(searchable_corpora_for_user(user=user)) == _expected(user) == {
-        corpora["everyone"].pk, corpora["by_fallback_plan"].pk}  # fmt: skip
+    assert (
+        _ids(searchable_corpora_for_user(user=user))
+        == _expected(user)
+        == {corpora["everyone"].pk, corpora["by_fallback_plan"].pk}
+    )
     # A plan made the default takes over at once.
     Plan.objects.filter(slug="pro").update(is_default=True)
-    assert _ids(searchable_corpora_for_user(user=user)) == _expected(user) == {
-        corpora["everyone"].pk, corpora["by_plan"].pk}  # fmt: skip
+    assert (
+        _ids(searchable_corpora_for_user(user=user))
+        == _expected(user)
+        == {corpora["everyone"].pk, corpora["by_plan"].pk}
+    )
 
 
 def test_revoked_access_applies_at_once(corpora, other_user):

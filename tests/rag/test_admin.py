@@ -81,10 +81,17 @@ def test_changing_weights_invalidates_cached_results(handbook, admin_client):
     version = Corpus.objects.get(pk=handbook.pk).version
     url = reverse("admin:rag_corpus_change", args=[handbook.pk])
     data = {
-        "name": "handbook", "title": "", "description": "", "is_active": "on",
-        "access": "everyone", "plans": "", "fusion": "rrf", "vector_weight": "0.5",
-        "text_weight": "0.5", "metadata_weight": "0",
-    }  # fmt: skip
+        "name": "handbook",
+        "title": "",
+        "description": "",
+        "is_active": "on",
+        "access": "everyone",
+        "plans": "",
+        "fusion": "rrf",
+        "vector_weight": "0.5",
+        "text_weight": "0.5",
+        "metadata_weight": "0",
+    }
     response = admin_client.post(url, data)
     assert response.status_code == 302, response.content.decode()[:2000]
     corpus = Corpus.objects.get(pk=handbook.pk)

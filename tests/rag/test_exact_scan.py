@@ -25,7 +25,8 @@ def test_the_exact_scan_finds_a_small_corpus_passages(make_corpus, monkeypatch):
     # More passages than the index gives back for it: the scan follows.
     handbook.chunk_count = 10_000
     query = "How many days of paid vacation do I get?"
-    passages = retrieval.search(corpora=[handbook], query=query,
-                                embedding=caches.query_embedding(query), k=3)  # fmt: skip
+    passages = retrieval.search(
+        corpora=[handbook], query=query, embedding=caches.query_embedding(query), k=3
+    )
     assert runs == [False, True]
     assert passages and passages[0].title.startswith("Vacation policy")

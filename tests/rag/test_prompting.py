@@ -12,10 +12,21 @@ from apps.rag.retrieval import Passage
 
 def passage(number: int, text: str, title: str = "Doc") -> Passage:
     return Passage(
-        number=number, chunk_id=10 + number, document_id=3, corpus_id=1, title=title,
-        heading="", text=text, snippet=text[:40], source_url=f"/rag/chunks/{10 + number}/",
-        score=0.5, vector_score=0.6, text_score=0.2, metadata_score=0.0, metadata={"page": 2},
-    )  # fmt: skip
+        number=number,
+        chunk_id=10 + number,
+        document_id=3,
+        corpus_id=1,
+        title=title,
+        heading="",
+        text=text,
+        snippet=text[:40],
+        source_url=f"/rag/chunks/{10 + number}/",
+        score=0.5,
+        vector_score=0.6,
+        text_score=0.2,
+        metadata_score=0.0,
+        metadata={"page": 2},
+    )
 
 
 def test_passages_block_is_numbered_quoted_data():

@@ -46,9 +46,13 @@ def test_on_topic_questions_still_retrieve_their_documents(demo_corpus, user):
         document = Document.objects.get(corpus=demo_corpus, source__endswith=record["document"])
         gated += document.pk in {p.document_id for p in passages}
         # The same budget without the gate: the ranking alone (docs/ changes as it is written).
-        everything = retrieval.search(corpora=[demo_corpus], query=question, k=4,
-                                      embedding=caches.query_embedding(question),
-                                      min_similarity=-1.0)  # fmt: skip
+        everything = retrieval.search(
+            corpora=[demo_corpus],
+            query=question,
+            k=4,
+            embedding=caches.query_embedding(question),
+            min_similarity=-1.0,
+        )
         within = passages_within(everything, budget_tokens=settings.RAG_PROMPT_TOKENS)
         ungated += document.pk in {p.document_id for p in within}
     # The gate keeps what answers: the right document is there as often as without it.
@@ -107,8 +111,9 @@ def test_the_stored_answer_keeps_only_the_sources_it_used():
         {"number": 1, "title": "Redis", "terms": ["cluster", "slots", "sharded"]},
         {"number": 2, "title": "Backups", "terms": ["backup", "pg_dump", "restore"]},
     ]
-    answer = Answer(id="r1", user_id="1", conversation_id="5", state=State.DONE,
-                    text="Use a Redis Cluster [1].")  # fmt: skip
+    answer = Answer(
+        id="r1", user_id="1", conversation_id="5", state=State.DONE, text="Use a Redis Cluster [1]."
+    )
     assert [c["number"] for c in answer_message(answer, citations).citations] == [1]
     answer.text = "Paris."
     assert answer_message(answer, citations).citations == []

@@ -56,9 +56,13 @@ def test_weights_change_the_ranking(handbook):
     embedding = caches.query_embedding("release")
     # Full text alone: only passages containing "release" can score.
     text_only = retrieval.search(
-        corpora=[handbook], query="release", embedding=embedding, k=5,
-        weights=retrieval.Weights(0, 1, 0), min_similarity=-1,
-    )  # fmt: skip
+        corpora=[handbook],
+        query="release",
+        embedding=embedding,
+        k=5,
+        weights=retrieval.Weights(0, 1, 0),
+        min_similarity=-1,
+    )
     assert all("release" in p.text.lower() for p in text_only if p.score > 0)
     assert text_only[0].text_score == 1.0
 

@@ -20,9 +20,12 @@ def test_a_stored_passage_is_its_own_nearest_neighbour(handbook):
     # a cosine similarity of one.
     chunk = Chunk.objects.filter(corpus=handbook).order_by("pk")[3]
     passages = retrieval.search(
-        corpora=[handbook], query=chunk.heading or "passage", embedding=_stored_embedding(chunk),
-        k=3, weights=retrieval.Weights(1, 0, 0),
-    )  # fmt: skip
+        corpora=[handbook],
+        query=chunk.heading or "passage",
+        embedding=_stored_embedding(chunk),
+        k=3,
+        weights=retrieval.Weights(1, 0, 0),
+    )
     assert passages[0].chunk_id == chunk.pk
     assert passages[0].vector_score == pytest.approx(1.0, abs=1e-5)
     assert passages[0].vector_rank == 1

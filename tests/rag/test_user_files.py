@@ -64,8 +64,9 @@ def test_progress_is_written_while_the_file_is_embedded(user, embedding_model, s
     settings.RAG_EMBED_BATCH = 2
     settings.RAG_CHUNK_TOKENS = 40
     settings.RAG_CHUNK_OVERLAP = 0
-    text = "\n\n".join(f"Paragraph {i} speaks of canal lock number {i} and its keeper." * 3
-                       for i in range(12)).encode()  # fmt: skip
+    text = "\n\n".join(
+        f"Paragraph {i} speaks of canal lock number {i} and its keeper." * 3 for i in range(12)
+    ).encode()
     entry, _ = user_file_accept(owner=user, name="locks.txt", data=text)
     seen = []
     from apps.rag import user_files
@@ -183,8 +184,9 @@ def test_a_file_deleted_while_it_is_read_leaves_no_passages(user, embedding_mode
 
 
 def test_a_pdf_is_read_page_by_page(user, ingested):
-    entry = ingested(user, name="manual.pdf",
-                     data=pdf_with_text("Cover page", "The valve code is VALVE-7731."))  # fmt: skip
+    entry = ingested(
+        user, name="manual.pdf", data=pdf_with_text("Cover page", "The valve code is VALVE-7731.")
+    )
     assert entry.status == UserFile.Status.READY, entry.error
     passages = retrieve_for_prompt(user=user, query="valve code VALVE-7731")
     assert passages and passages[0].metadata.get("page") == 2

@@ -79,9 +79,14 @@ def logged_in(user) -> tuple[Client, str]:
 
 
 @asynccontextmanager
-async def websocket(path: str, *, session_key: str | None = None,
-                    origin: str | None = "http://testserver", host: str = "testserver",
-                    scheme: str | None = None):  # fmt: skip
+async def websocket(
+    path: str,
+    *,
+    session_key: str | None = None,
+    origin: str | None = "http://testserver",
+    host: str = "testserver",
+    scheme: str | None = None,
+):
     """A websocket to the real ASGI application (origin check, session auth, consumer), with
     the headers a browser on `origin` would send; yields (communicator, accepted, close code)."""
     from chatsite.asgi import application
@@ -134,8 +139,9 @@ class FormFields(HTMLParser):
             if kind in ("checkbox", "radio") and "checked" not in attrs:
                 return
             if kind not in ("submit", "button", "file"):
-                self.fields.append((attrs["name"], attrs.get("value", "on" if kind == "checkbox"
-                                                                  else "")))  # fmt: skip
+                self.fields.append(
+                    (attrs["name"], attrs.get("value", "on" if kind == "checkbox" else ""))
+                )
         elif tag == "select":
             self._select = attrs["name"]
         elif tag == "option" and self._select and "selected" in attrs:

@@ -27,8 +27,7 @@ def assert_no_debug_page(response: httpx.Response) -> None:
 
 def test_make_run_settings_show_no_debug_page_to_anyone(start_web, user):
     """chatsite.settings.dev as `make run` uses it, with DEBUG left unset."""
-    base = start_web(DJANGO_SETTINGS_MODULE="chatsite.settings.dev", DEBUG=None,
-                     RAG_WARM_UP="0")  # fmt: skip
+    base = start_web(DJANGO_SETTINGS_MODULE="chatsite.settings.dev", DEBUG=None, RAG_WARM_UP="0")
     with httpx.Client(base_url=base, timeout=30) as http:
         unknown = http.get("/no/such/page/")
         assert unknown.status_code == 404
@@ -38,17 +37,23 @@ def test_make_run_settings_show_no_debug_page_to_anyone(start_web, user):
         login = http.get("/accounts/login/")
         assert login.status_code == 200  # pages still work over plain http
         assert http.get("/static/css/sluice.css").status_code == 200
-        huge = http.post("/accounts/login/", data={
-            "csrfmiddlewaretoken": login.cookies.get("csrftoken", ""),
-            "username": "alice", "password": "x" * THREE_MB,
-        })  # fmt: skip
+        huge = http.post(
+            "/accounts/login/",
+            data={
+                "csrfmiddlewaretoken": login.cookies.get("csrftoken", ""),
+                "username": "alice",
+                "password": "x" * THREE_MB,
+            },
+        )
         assert huge.status_code == 413
         assert_no_debug_page(huge)
 
         _, raw = api_key_create(user=user, name="tests")
-        api = http.post("/api/v1/requests", content=b'{"text": "' + b"x" * THREE_MB + b'"}',
-                        headers={"Authorization": f"Bearer {raw}",
-                                 "Content-Type": "application/json"})  # fmt: skip
+        api = http.post(
+            "/api/v1/requests",
+            content=b'{"text": "' + b"x" * THREE_MB + b'"}',
+            headers={"Authorization": f"Bearer {raw}", "Content-Type": "application/json"},
+        )
         assert api.status_code == 413
         assert "too large" in api.json()["error"]
 
@@ -68,9 +73,12 @@ def test_an_oversized_form_is_a_413_page(client, path, data):
 
 def test_an_oversized_api_body_is_a_413_in_the_apis_error_shape(client, user):
     _, raw = api_key_create(user=user, name="tests")
-    response = client.post("/api/v1/requests", b'{"text": "' + b"x" * THREE_MB + b'"}',
-                           content_type="application/json",
-                           headers={"Authorization": f"Bearer {raw}"})  # fmt: skip
+    response = client.post(
+        "/api/v1/requests",
+        b'{"text": "' + b"x" * THREE_MB + b'"}',
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {raw}"},
+    )
     assert response.status_code == 413
     assert "too large" in response.json()["error"]
 
@@ -121,21 +129,27 @@ def failed_login(http: httpx.Client) -> httpx.Response:
     """A login attempt (the throttle lives in Redis), from a fresh anonymous browser."""
     http.cookies.clear()
     form = http.get("/accounts/login/")
-    return http.post("/accounts/login/", data={
-        "csrfmiddlewaretoken": form.cookies.get("csrftoken", ""),
-        "username": "alice", "password": "wrong",
-    })  # fmt: skip
+    return http.post(
+        "/accounts/login/",
+        data={
+            "csrfmiddlewaretoken": form.cookies.get("csrftoken", ""),
+            "username": "alice",
+            "password": "wrong",
+        },
+    )
 
 
 def test_a_database_outage_is_a_503_not_a_500(start_web, user):
     conversation = conversation_create(owner=user)
     _, raw = api_key_create(user=user, name="tests")
     _, session_key = logged_in(user)
-    base = start_web(DATABASE_URL=f"postgres://sluice@127.0.0.1:{free_port()}/sluice",
-                     DATABASE_POOL_TIMEOUT="1")  # fmt: skip
+    base = start_web(
+        DATABASE_URL=f"postgres://sluice@127.0.0.1:{free_port()}/sluice", DATABASE_POOL_TIMEOUT="1"
+    )
     with httpx.Client(base_url=base, timeout=30) as http:
-        response = http.post("/api/v1/requests", json={"text": "hello"},
-                             headers={"Authorization": f"Bearer {raw}"})  # fmt: skip
+        response = http.post(
+            "/api/v1/requests", json={"text": "hello"}, headers={"Authorization": f"Bearer {raw}"}
+        )
         assert_unavailable(response, json_body=True)
 
         http.cookies.set("sessionid", session_key)

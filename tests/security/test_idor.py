@@ -72,14 +72,35 @@ def owned_by_a(user):
     group = Group.objects.create(name="a-group")
     corpus.groups.add(group)
     user.groups.add(group)
-    document = Document.objects.create(corpus=corpus, title="A's document", source="a.md",
-                                       kind="md", content="classified", checksum="0" * 64,
-                                       pipeline="test")  # fmt: skip
-    chunk = Chunk.objects.create(corpus=corpus, document=document, ordinal=0, text="classified",
-                                 token_count=1, char_start=0, char_end=10,
-                                 embedding=[1.0] + [0.0] * (DIMENSIONS - 1))  # fmt: skip
-    ids = {conversation.id, message.id, key.id, corpus.id, document.id, chunk.id, user.id,
-           user.profile.id}  # fmt: skip
+    document = Document.objects.create(
+        corpus=corpus,
+        title="A's document",
+        source="a.md",
+        kind="md",
+        content="classified",
+        checksum="0" * 64,
+        pipeline="test",
+    )
+    chunk = Chunk.objects.create(
+        corpus=corpus,
+        document=document,
+        ordinal=0,
+        text="classified",
+        token_count=1,
+        char_start=0,
+        char_end=10,
+        embedding=[1.0] + [0.0] * (DIMENSIONS - 1),
+    )
+    ids = {
+        conversation.id,
+        message.id,
+        key.id,
+        corpus.id,
+        document.id,
+        chunk.id,
+        user.id,
+        user.profile.id,
+    }
     return {
         "conversation": conversation,
         "key": key,
@@ -90,9 +111,13 @@ def owned_by_a(user):
 
 def test_the_sweep_covers_every_route_with_an_id(owned_by_a):
     swept = swept_routes(get_resolver().url_patterns)
-    for route in ("c/<int:id>/", "api/v1/requests/<str:request_id>/cancel",
-                  "accounts/profile/api-keys/<int:key_id>/revoke/", "rag/chunks/<int:chunk_id>/",
-                  "admin/chat/conversation/<path:object_id>/change/"):  # fmt: skip
+    for route in (
+        "c/<int:id>/",
+        "api/v1/requests/<str:request_id>/cancel",
+        "accounts/profile/api-keys/<int:key_id>/revoke/",
+        "rag/chunks/<int:chunk_id>/",
+        "admin/chat/conversation/<path:object_id>/change/",
+    ):
         assert route in swept
 
 

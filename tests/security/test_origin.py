@@ -71,10 +71,16 @@ async def test_behind_a_tls_proxy_the_forwarded_scheme_counts(chat, settings):
     from chatsite.asgi import application
 
     for origin, expected in (("https://testserver", True), ("http://testserver", False)):
-        communicator = WebsocketCommunicator(application, path, headers=[
-            (b"host", b"testserver"), (b"origin", origin.encode()),
-            (b"cookie", f"sessionid={key}".encode()), *headers,
-        ])  # fmt: skip
+        communicator = WebsocketCommunicator(
+            application,
+            path,
+            headers=[
+                (b"host", b"testserver"),
+                (b"origin", origin.encode()),
+                (b"cookie", f"sessionid={key}".encode()),
+                *headers,
+            ],
+        )
         ok, _ = await communicator.connect(timeout=10)
         await communicator.disconnect()
         assert ok is expected, origin

@@ -97,8 +97,9 @@ async def test_a_question_is_not_stored_once_the_session_ended_silently(user, ch
     assert not await sync_to_async(Message.objects.exists)()
 
 
-@pytest.mark.parametrize("how", ["session deleted", "session expired", "password changed",
-                                 "user deactivated", None])  # fmt: skip
+@pytest.mark.parametrize(
+    "how", ["session deleted", "session expired", "password changed", "user deactivated", None]
+)
 def test_the_insert_condition_agrees_with_the_full_check(user, how):
     """SessionCheck.condition, checked by the insert, says what SessionCheck.current says."""
     _, key = logged_in(user)
@@ -109,8 +110,9 @@ def test_the_insert_condition_agrees_with_the_full_check(user, how):
     condition = check.condition()
     if how is not None:
         end_without_event(how, user_id=user.pk, session_key=key)
-    stored = message_create(conversation=conversation, role=Message.Role.USER, text="hello",
-                            only_if=condition)  # fmt: skip
+    stored = message_create(
+        conversation=conversation, role=Message.Role.USER, text="hello", only_if=condition
+    )
     assert (stored is not None) is (how is None)
     assert check.current() is (how is None)
     if how is not None:
@@ -122,10 +124,14 @@ async def test_a_password_changed_on_the_site_closes_the_users_other_sessions(us
     changer, _ = await sync_to_async(logged_in)(user)
     async with websocket(chat_path, session_key=key) as (ws, ok, _):
         assert ok
-        response = await sync_to_async(changer.post)(reverse("accounts:password_change"), {
-            "old_password": PASSWORD, "new_password1": NEW_PASSWORD,
-            "new_password2": NEW_PASSWORD,
-        })  # fmt: skip
+        response = await sync_to_async(changer.post)(
+            reverse("accounts:password_change"),
+            {
+                "old_password": PASSWORD,
+                "new_password1": NEW_PASSWORD,
+                "new_password2": NEW_PASSWORD,
+            },
+        )
         assert response.status_code == 302
         assert await closed_with(ws) == 4401
     # The session that changed it stays logged in.
@@ -162,9 +168,14 @@ async def test_a_password_set_by_an_admin_closes_the_users_sockets(user, staff, 
     url = reverse("admin:auth_user_password_change", args=[user.pk])
     async with websocket(chat_path, session_key=key) as (ws, ok, _):
         assert ok
-        response = await sync_to_async(admin.post)(url, {
-            "password1": NEW_PASSWORD, "password2": NEW_PASSWORD, "usable_password": "true",
-        })  # fmt: skip
+        response = await sync_to_async(admin.post)(
+            url,
+            {
+                "password1": NEW_PASSWORD,
+                "password2": NEW_PASSWORD,
+                "usable_password": "true",
+            },
+        )
         assert response.status_code == 302, response.content[:2000]
         assert await closed_with(ws) == 4401
 

@@ -39,8 +39,9 @@ def test_a_standing_session_logs_its_user_in_with_the_check_passed(user):
     condition = login.session.condition()  # ready without a check of its own
     assert condition is not None
     conversation = conversation_create(owner=user)
-    stored = message_create(conversation=conversation, role=Message.Role.USER, text="hi",
-                            only_if=condition)  # fmt: skip
+    stored = message_create(
+        conversation=conversation, role=Message.Role.USER, text="hi", only_if=condition
+    )
     assert stored is not None
 
 

@@ -18,8 +18,9 @@ def staff(db):
 
 
 def admin_login(client: Client, username: str, password: str):
-    return client.post("/admin/login/", {"username": username, "password": password,
-                                         "next": "/admin/"})  # fmt: skip
+    return client.post(
+        "/admin/login/", {"username": username, "password": password, "next": "/admin/"}
+    )
 
 
 @pytest.mark.parametrize("username", ["root", "nobody-by-this-name"])

@@ -53,15 +53,23 @@ async def run_worker(keys):
     """Starts Worker(s) in this process; each is stopped (and awaited) after the test."""
     running: list[tuple[Worker, asyncio.Task, aioredis.Redis]] = []
 
-    async def start(worker_id: str = "w1", *, engine: SimulatedEngine | None = None,
-                    **options) -> Worker:  # fmt: skip
+    async def start(
+        worker_id: str = "w1", *, engine: SimulatedEngine | None = None, **options
+    ) -> Worker:
         client = redis_connection.connect(settings.REDIS_URL, decode_responses=True)
-        engine = engine or SimulatedEngine(slots=2, first_token_ms=5, decode_ms_per_token=2,
-                                           tokens=5, faults=True)  # fmt: skip
-        options = {"heartbeat_interval": 0.2, "claim_idle_ms": 200, "grace_seconds": 2,
-                   "read_block_ms": 200, **options}  # fmt: skip
-        worker = Worker(redis_client=client, engine=engine, keys=keys, worker_id=worker_id,
-                        **options)  # fmt: skip
+        engine = engine or SimulatedEngine(
+            slots=2, first_token_ms=5, decode_ms_per_token=2, tokens=5, faults=True
+        )
+        options = {
+            "heartbeat_interval": 0.2,
+            "claim_idle_ms": 200,
+            "grace_seconds": 2,
+            "read_block_ms": 200,
+            **options,
+        }
+        worker = Worker(
+            redis_client=client, engine=engine, keys=keys, worker_id=worker_id, **options
+        )
         task = asyncio.create_task(worker.run())
         running.append((worker, task, client))
         return worker
@@ -74,14 +82,26 @@ async def run_worker(keys):
         await client.aclose()
 
 
-async def enqueue(client, keys: Keys, request_id: str, *, text: str = "Hi",
-                  stream: str | None = None) -> WorkItem:  # fmt: skip
+async def enqueue(
+    client, keys: Keys, request_id: str, *, text: str = "Hi", stream: str | None = None
+) -> WorkItem:
     """A request submitted straight onto a work stream, as the dispatcher hands it over."""
-    item = WorkItem(id=request_id, user_id="7", conversation_id="3", max_tokens=5,
-                    messages=[{"role": "user", "content": text}])  # fmt: skip
+    item = WorkItem(
+        id=request_id,
+        user_id="7",
+        conversation_id="3",
+        max_tokens=5,
+        messages=[{"role": "user", "content": text}],
+    )
     pipe = client.pipeline(transaction=False)
-    transitions.submitted(pipe, keys, item, citations=[], stream=stream or keys.work,
-                          submit_by_ms=protocol.now_ms() + 5000)  # fmt: skip
+    transitions.submitted(
+        pipe,
+        keys,
+        item,
+        citations=[],
+        stream=stream or keys.work,
+        submit_by_ms=protocol.now_ms() + 5000,
+    )
     await pipe.execute()
     return item
 

@@ -14,8 +14,9 @@ class RecordingEngine(SimulatedEngine):
     """The simulated engine, noting each generation it began and each abort."""
 
     def __init__(self, **options) -> None:
-        super().__init__(slots=1, first_token_ms=30, decode_ms_per_token=2, tokens=5,
-                         faults=True, **options)  # fmt: skip
+        super().__init__(
+            slots=1, first_token_ms=30, decode_ms_per_token=2, tokens=5, faults=True, **options
+        )
         self.begun: list[str] = []
         self.aborted: list[str] = []
 

@@ -19,8 +19,7 @@ async def test_concurrent_callers_share_pipelines_and_keep_their_order(redis_pre
     streams = [f"{redis_prefix}:out:{{{i}}}" for i in range(50)]
 
     async def writer(stream: str) -> list[str]:
-        return [await batcher.call(lambda p, n=n: p.xadd(stream, {"n": str(n)}))
-                for n in range(20)]  # fmt: skip
+        return [await batcher.call(lambda p, n=n: p.xadd(stream, {"n": str(n)})) for n in range(20)]
 
     ids = await asyncio.gather(*(writer(s) for s in streams))
     assert all(len(set(i)) == 20 for i in ids)  # each caller got its own entry ids
@@ -37,7 +36,10 @@ async def test_several_commands_in_one_call_return_their_replies_in_order(redis_
     batcher = CommandBatcher(client)
     key = f"{redis_prefix}:k"
     assert await batcher.call(lambda p: (p.set(key, "1"), p.incr(key), p.get(key))) == [
-        True, 2, "2"]  # fmt: skip
+        True,
+        2,
+        "2",
+    ]
     assert await batcher.call(lambda p: p.exists(key)) == 1
     await batcher.close()
     await client.aclose()

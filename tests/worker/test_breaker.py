@@ -16,16 +16,31 @@ from tests.conftest import wait_until
 from worker import protocol, transitions
 from worker.protocol import Keys, WorkItem
 
-FAST = ["--sim-faults", "--sim-first-token-ms", "5", "--sim-decode-ms", "20", "--sim-tokens",
-        "15", "--breaker-min-answers", "3"]  # fmt: skip
+FAST = [
+    "--sim-faults",
+    "--sim-first-token-ms",
+    "5",
+    "--sim-decode-ms",
+    "20",
+    "--sim-tokens",
+    "15",
+    "--breaker-min-answers",
+    "3",
+]
 
 
 def submit(keys: Keys, request_id: str, text: str) -> None:
-    item = WorkItem(id=request_id, user_id="7", conversation_id="3", max_tokens=15,
-                    messages=[{"role": "user", "content": text}])  # fmt: skip
+    item = WorkItem(
+        id=request_id,
+        user_id="7",
+        conversation_id="3",
+        max_tokens=15,
+        messages=[{"role": "user", "content": text}],
+    )
     pipe = get_redis().pipeline(transaction=False)
-    transitions.submitted(pipe, keys, item, citations=[], stream=keys.work,
-                          submit_by_ms=protocol.now_ms() + 5000)  # fmt: skip
+    transitions.submitted(
+        pipe, keys, item, citations=[], stream=keys.work, submit_by_ms=protocol.now_ms() + 5000
+    )
     pipe.execute()
 
 
@@ -52,10 +67,14 @@ def test_failing_answers_open_the_breaker_a_probe_at_a_time_until_one_succeeds(
     start_worker("wb", engine="simulated", slots=2, extra=[*FAST, "--breaker-cooldown", "3"])
     for n in range(3):
         submit(keys, f"bad{n}", "[[sim:fail]] please")
-    wait_until(lambda: all(ended(keys, f"bad{n}") == "failed" for n in range(3)), timeout=60,
-               what="three failed answers")  # fmt: skip
-    wait_until(lambda: breaker(keys, "wb").get("state") == "open", timeout=10,
-               what="the breaker to open")  # fmt: skip
+    wait_until(
+        lambda: all(ended(keys, f"bad{n}") == "failed" for n in range(3)),
+        timeout=60,
+        what="three failed answers",
+    )
+    wait_until(
+        lambda: breaker(keys, "wb").get("state") == "open", timeout=10, what="the breaker to open"
+    )
 
     # Open: the worker pulls nothing, though it has two free slots.
     submit(keys, "probe-bad", "[[sim:fail]] again")
@@ -73,22 +92,31 @@ def test_failing_answers_open_the_breaker_a_probe_at_a_time_until_one_succeeds(
     assert ended(keys, "good1") is None and ended(keys, "good2") is None
 
     # The next probe succeeds: closed, and only then does the second request start.
-    wait_until(lambda: ended(keys, "good1") and ended(keys, "good2"), timeout=30,
-               what="both good answers")  # fmt: skip
+    wait_until(
+        lambda: ended(keys, "good1") and ended(keys, "good2"), timeout=30, what="both good answers"
+    )
     assert (ended(keys, "good1"), ended(keys, "good2")) == ("done", "done")
     assert event_ms(keys, "good2", "start") >= event_ms(keys, "good1", "final")
-    wait_until(lambda: breaker(keys, "wb").get("state") == "closed", timeout=10,
-               what="the breaker to close")  # fmt: skip
+    wait_until(
+        lambda: breaker(keys, "wb").get("state") == "closed",
+        timeout=10,
+        what="the breaker to close",
+    )
 
 
 def test_the_simulated_engines_fault_rate_opens_the_breaker(start_worker, redis_prefix):
     keys = Keys(prefix=redis_prefix)
-    start_worker("wf", engine="simulated", slots=4,
-                 extra=[*FAST, "--sim-fail-rate", "1", "--breaker-cooldown", "60"])  # fmt: skip
+    start_worker(
+        "wf",
+        engine="simulated",
+        slots=4,
+        extra=[*FAST, "--sim-fail-rate", "1", "--breaker-cooldown", "60"],
+    )
     for n in range(6):
         submit(keys, f"r{n}", "hello")
-    wait_until(lambda: breaker(keys, "wf").get("state") == "open", timeout=60,
-               what="the breaker to open")  # fmt: skip
+    wait_until(
+        lambda: breaker(keys, "wf").get("state") == "open", timeout=60, what="the breaker to open"
+    )
     assert all(ended(keys, f"r{n}") in (None, "failed") for n in range(6))
     time.sleep(1)
     # Whatever it had not read when it opened waits on the shared stream for another worker.
@@ -101,8 +129,14 @@ def test_an_open_breaker_shows_on_the_ops_page_and_in_the_workers_metrics(redis_
     from apps.ops import dashboard
     from worker.metrics import BeatCollector
 
-    beat = {"worker_id": "wo", "slots": 4, "busy": 0, "healthy": True, "at_ms": protocol.now_ms(),
-            "breaker": {"state": "open", "error_rate": 0.4}}  # fmt: skip
+    beat = {
+        "worker_id": "wo",
+        "slots": 4,
+        "busy": 0,
+        "healthy": True,
+        "at_ms": protocol.now_ms(),
+        "breaker": {"state": "open", "error_rate": 0.4},
+    }
     keys = Keys(prefix=redis_prefix)
     get_redis().set(keys.heartbeat("wo"), json.dumps(beat), ex=60)
     get_redis().zadd(keys.workers, {"wo": time.time()})
@@ -115,8 +149,9 @@ def test_the_error_rate_is_over_the_window_and_needs_enough_answers():
     from worker.breaker import BreakerSettings, CircuitBreaker
 
     now = [0.0]
-    breaker = CircuitBreaker(BreakerSettings(error_rate=0.05, window_seconds=60, min_answers=10),
-                             clock=lambda: now[0])  # fmt: skip
+    breaker = CircuitBreaker(
+        BreakerSettings(error_rate=0.05, window_seconds=60, min_answers=10), clock=lambda: now[0]
+    )
     for n in range(9):
         breaker.record(f"f{n}", failed=True)
     assert breaker.state == "closed"  # nine answers are too few to judge

@@ -30,9 +30,12 @@ async def llama():
 
 @pytest.mark.slow
 async def test_llamacpp_streams_a_real_answer_with_token_counts(llama):
-    outputs = [o async for o in llama.generate(
-        GenerationRequest(id="a", messages=QUESTION, max_tokens=16, temperature=0.0)
-    )]  # fmt: skip
+    outputs = [
+        o
+        async for o in llama.generate(
+            GenerationRequest(id="a", messages=QUESTION, max_tokens=16, temperature=0.0)
+        )
+    ]
     text = "".join(o.text for o in outputs)
     assert text.strip()
     assert outputs[-1].completion_tokens == sum(1 for o in outputs if o.text)
@@ -42,8 +45,12 @@ async def test_llamacpp_streams_a_real_answer_with_token_counts(llama):
 
 @pytest.mark.slow
 async def test_llamacpp_abort_stops_the_sequence_early(llama):
-    request = GenerationRequest(id="b", messages=[{"role": "user", "content": "Count to 500."}],
-                                max_tokens=300, temperature=0.0)  # fmt: skip
+    request = GenerationRequest(
+        id="b",
+        messages=[{"role": "user", "content": "Count to 500."}],
+        max_tokens=300,
+        temperature=0.0,
+    )
     outputs = []
     async for output in llama.generate(request):
         outputs.append(output)
@@ -52,9 +59,12 @@ async def test_llamacpp_abort_stops_the_sequence_early(llama):
     assert outputs[-1].finish_reason == "abort"
     assert outputs[-1].completion_tokens < 50
     # The slot is back: another generation runs on the single model instance.
-    again = [o async for o in llama.generate(
-        GenerationRequest(id="c", messages=QUESTION, max_tokens=4, temperature=0.0)
-    )]  # fmt: skip
+    again = [
+        o
+        async for o in llama.generate(
+            GenerationRequest(id="c", messages=QUESTION, max_tokens=4, temperature=0.0)
+        )
+    ]
     assert any(o.text for o in again)
 
 
@@ -75,8 +85,10 @@ class FakeUpstream(BaseHTTPRequestHandler):
             chunk = {"choices": [{"delta": {"content": word}, "finish_reason": None}]}
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
         end = {"choices": [{"delta": {}, "finish_reason": "stop"}]}
-        usage = {"choices": [], "usage": {"prompt_tokens": len(body["messages"]) * 7,
-                                          "completion_tokens": 3}}  # fmt: skip
+        usage = {
+            "choices": [],
+            "usage": {"prompt_tokens": len(body["messages"]) * 7, "completion_tokens": 3},
+        }
         self.wfile.write(f"data: {json.dumps(end)}\n\ndata: {json.dumps(usage)}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")
 
@@ -200,8 +212,9 @@ async def test_a_cancelled_answer_leaves_the_others_on_the_step():
     messages = [{"role": "user", "content": "hi"}]
 
     async def read(request_id: str) -> list:
-        return [o async for o in engine.generate(GenerationRequest(id=request_id,
-                                                                   messages=messages))]  # fmt: skip
+        return [
+            o async for o in engine.generate(GenerationRequest(id=request_id, messages=messages))
+        ]
 
     doomed = asyncio.create_task(read("doomed"))
     kept = asyncio.create_task(read("kept"))

@@ -34,8 +34,9 @@ print("ok")
 
 
 def test_startup_objects_are_frozen_and_later_garbage_is_still_collected():
-    done = subprocess.run([sys.executable, "-c", PROBE], cwd=BASE_DIR, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=BASE_DIR, capture_output=True, text=True, timeout=60
+    )
     assert done.stdout.strip() == "ok", done.stderr
 
 
@@ -43,6 +44,12 @@ def test_a_web_server_freezes_its_startup_objects_and_a_test_run_does_not():
     probe = "import gc, chatsite.asgi; print(gc.get_freeze_count() > 0)"
     for process, frozen in (("web", "True"), ("", "False")):
         env = {"SLUICE_PROCESS": process, "RAG_WARM_UP": "false"}
-        done = subprocess.run([sys.executable, "-c", probe], cwd=BASE_DIR, capture_output=True,
-                              text=True, timeout=120, env={**os.environ, **env})  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            cwd=BASE_DIR,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **env},
+        )
         assert done.stdout.strip().splitlines()[-1:] == [frozen], done.stderr[-2000:]

@@ -33,8 +33,10 @@ def follow_up(first: list[dict], answer: str, question: str) -> list[dict]:
 @pytest.mark.slow
 async def test_a_follow_up_turn_reads_only_the_new_tokens(two_slots):
     first = [SYSTEM, {"role": "user", "content": "Name a large river in Europe."}]
-    other = [{"role": "system", "content": "You answer in one word."},
-             {"role": "user", "content": "What colour is grass?"}]  # fmt: skip
+    other = [
+        {"role": "system", "content": "You answer in one word."},
+        {"role": "user", "content": "What colour is grass?"},
+    ]
     answer, (prompt, cached) = await ask(two_slots, "a1", first)
     assert prompt > 100 and cached == 0
     # Another conversation in between takes the other slot, not this conversation's cache.

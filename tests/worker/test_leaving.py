@@ -16,11 +16,17 @@ from .conftest import enqueue, final_of
 
 
 def submit(keys: Keys, request_id: str, stream: str) -> None:
-    item = WorkItem(id=request_id, user_id="7", conversation_id="3", max_tokens=200,
-                    messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+    item = WorkItem(
+        id=request_id,
+        user_id="7",
+        conversation_id="3",
+        max_tokens=200,
+        messages=[{"role": "user", "content": "hi"}],
+    )
     pipe = get_redis().pipeline(transaction=False)
-    transitions.submitted(pipe, keys, item, citations=[], stream=stream,
-                          submit_by_ms=protocol.now_ms() + 5000)  # fmt: skip
+    transitions.submitted(
+        pipe, keys, item, citations=[], stream=stream, submit_by_ms=protocol.now_ms() + 5000
+    )
     pipe.execute()
 
 
@@ -39,11 +45,17 @@ def test_a_stopping_worker_hands_back_its_backlog_before_its_answers_drain(
     wait_until(lambda: get_redis().exists(keys.heartbeat("wl")), timeout=60, what="a heartbeat")
     for n in range(4):
         submit(keys, f"r{n}", private)
-    wait_until(lambda: get_redis().hget(keys.request("r0"), "state") == "streaming", timeout=30,
-               what="the first answer to start")  # fmt: skip
+    wait_until(
+        lambda: get_redis().hget(keys.request("r0"), "state") == "streaming",
+        timeout=30,
+        what="the first answer to start",
+    )
     process.send_signal(signal.SIGTERM)
-    wait_until(lambda: ids_on(keys.work) == ["r1", "r2", "r3"], timeout=5,
-               what="the backlog on the shared stream")  # fmt: skip
+    wait_until(
+        lambda: ids_on(keys.work) == ["r1", "r2", "r3"],
+        timeout=5,
+        what="the backlog on the shared stream",
+    )
     assert get_redis().hget(keys.request("r0"), "state") == "streaming"  # still draining
     assert ids_on(private) == ["r0"]
 

@@ -48,8 +48,10 @@ def test_a_loop_stays_reported_and_needs_no_more_text():
     assert detector.feed("something else entirely")
 
 
-@given(st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "eps"]), min_size=1,
-                max_size=6), st.integers(min_value=1, max_value=5))  # fmt: skip
+@given(
+    st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "eps"]), min_size=1, max_size=6),
+    st.integers(min_value=1, max_value=5),
+)
 def test_any_unit_repeated_long_enough_is_found(unit, piece):
     repeats = max(3, -(-30 // len(unit))) + 1
     text = "start " + " ".join(unit * repeats) + " "
@@ -67,11 +69,15 @@ def tail_repeats(words: list[str], *, min_words=30, min_repeats=3, max_period=40
     return 0
 
 
-@given(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=120),
-       st.integers(min_value=2, max_value=12), st.integers(min_value=2, max_value=4),
-       st.integers(min_value=1, max_value=8))  # fmt: skip
-def test_the_detector_stops_where_the_definition_first_holds(words, min_words, min_repeats,
-                                                             max_period):  # fmt: skip
+@given(
+    st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=120),
+    st.integers(min_value=2, max_value=12),
+    st.integers(min_value=2, max_value=4),
+    st.integers(min_value=1, max_value=8),
+)
+def test_the_detector_stops_where_the_definition_first_holds(
+    words, min_words, min_repeats, max_period
+):
     options = dict(min_words=min_words, min_repeats=min_repeats, max_period=max_period)
     expected_at, expected_period = None, 0
     for n in range(1, len(words) + 1):

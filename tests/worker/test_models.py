@@ -16,15 +16,34 @@ from worker.protocol import WorkItem
 from .conftest import eventually, final_of
 
 
-async def submit(client, keys, request_id: str, *, model: str, stream: str | None = None,
-                 stop: list[str] | None = None) -> None:  # fmt: skip
-    item = WorkItem(id=request_id, user_id="7", conversation_id="", max_tokens=5, kind="api",
-                    messages=[{"role": "user", "content": "Hi"}], model=model,
-                    stop=stop or [])  # fmt: skip
+async def submit(
+    client,
+    keys,
+    request_id: str,
+    *,
+    model: str,
+    stream: str | None = None,
+    stop: list[str] | None = None,
+) -> None:
+    item = WorkItem(
+        id=request_id,
+        user_id="7",
+        conversation_id="",
+        max_tokens=5,
+        kind="api",
+        messages=[{"role": "user", "content": "Hi"}],
+        model=model,
+        stop=stop or [],
+    )
     pipe = client.pipeline(transaction=False)
-    transitions.submitted(pipe, keys, item, citations=[],
-                          stream=stream or keys.work_for_model(model),
-                          submit_by_ms=protocol.now_ms() + 5000)  # fmt: skip
+    transitions.submitted(
+        pipe,
+        keys,
+        item,
+        citations=[],
+        stream=stream or keys.work_for_model(model),
+        submit_by_ms=protocol.now_ms() + 5000,
+    )
     await pipe.execute()
 
 

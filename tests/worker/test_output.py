@@ -34,8 +34,9 @@ async def make_writer(redis_prefix, counting):
 
 async def open_started(writer: OutputWriter, request_id: str, token: str = "t"):
     """A buffer for an attempt that owns its request, as the worker opens one."""
-    await writer.batcher.call(lambda p: transitions.start(
-        p, writer.keys, request_id, token=token, worker_id="w"))  # fmt: skip
+    await writer.batcher.call(
+        lambda p: transitions.start(p, writer.keys, request_id, token=token, worker_id="w")
+    )
     return writer.open(request_id, token)
 
 
@@ -81,9 +82,10 @@ async def test_the_end_of_an_answer_comes_after_its_last_delta(make_writer, coun
     await writer.batcher.call(lambda p: p.xadd(out_key, {"type": protocol.EventType.FINAL}))
     entries = [f for _, f in await counting.client.xrange(out_key)]
     assert [(f["type"], f.get("text")) for f in entries if f["type"] != "start"] == [
-        (protocol.EventType.DELTA, "a"), (protocol.EventType.DELTA, "bc"),
+        (protocol.EventType.DELTA, "a"),
+        (protocol.EventType.DELTA, "bc"),
         (protocol.EventType.FINAL, None),
-    ]  # fmt: skip
+    ]
     assert "r1" not in writer.buffers
 
 
@@ -114,8 +116,9 @@ async def test_an_attempt_replaced_by_another_learns_it_and_writes_no_more(make_
     writer = make_writer(interval=0.01, check_interval=0.05)
     old = await open_started(writer, "r1", token="old")
     await writer.add(old, "tok0 ")
-    await writer.batcher.call(lambda p: transitions.start(
-        p, writer.keys, "r1", token="new", worker_id="w2"))  # fmt: skip
+    await writer.batcher.call(
+        lambda p: transitions.start(p, writer.keys, "r1", token="new", worker_id="w2")
+    )
     for _ in range(100):  # the owner check on the clock notices, even without new text
         if old.lost:
             break

@@ -35,19 +35,29 @@ async def test_a_paused_workers_answer_runs_again_and_its_late_writes_are_refuse
     await enqueue(redis_async, keys, "r1")
     await _as_consumer(redis_async, keys, "paused", keys.work)
     # The paused worker had started and written some text, then stopped beating.
-    await _write(redis_async, lambda p: transitions.start(p, keys, "r1", token="paused/1",
-                                                          worker_id="paused"))  # fmt: skip
-    await _write(redis_async, lambda p: transitions.delta(p, keys, "r1", token="paused/1",
-                                                          text="old ", batch=1))  # fmt: skip
+    await _write(
+        redis_async,
+        lambda p: transitions.start(p, keys, "r1", token="paused/1", worker_id="paused"),
+    )
+    await _write(
+        redis_async,
+        lambda p: transitions.delta(p, keys, "r1", token="paused/1", text="old ", batch=1),
+    )
     await run_worker("live", claim_idle_ms=100)
     final = await final_of(redis_async, keys, "r1")
     assert (final["state"], final["attempt"]) == ("done", "2")
     # The paused worker resumes: every write it tries is refused, so readers see one answer.
-    assert await _write(redis_async, lambda p: transitions.delta(
-        p, keys, "r1", token="paused/1", text="late ", batch=2)) == 0  # fmt: skip
+    assert (
+        await _write(
+            redis_async,
+            lambda p: transitions.delta(p, keys, "r1", token="paused/1", text="late ", batch=2),
+        )
+        == 0
+    )
     answer = protocol.Answer(id="r1", user_id="7", conversation_id="3", state=protocol.State.DONE)
-    reply = await _write(redis_async, lambda p: transitions.finish(p, keys, answer,
-                                                                   token="paused/1"))  # fmt: skip
+    reply = await _write(
+        redis_async, lambda p: transitions.finish(p, keys, answer, token="paused/1")
+    )
     assert transitions.finish_result(reply) == transitions.ALREADY_ENDED
     kinds = [e["type"] for e in await events(redis_async, keys, "r1")]
     assert kinds.count("final") == 1 and kinds.count("start") == 2
@@ -67,8 +77,9 @@ async def test_a_dead_workers_routed_work_moves_back_and_its_stream_survives(
     for request_id in ("read", "unread"):
         assert (await final_of(redis_async, keys, request_id))["state"] == "done"
     # The stream and its group are kept: a worker that was only paused reads on, no NOGROUP.
-    assert await redis_async.xreadgroup(protocol.WORKER_GROUP, "gone", {private: ">"},
-                                        count=1) == []  # fmt: skip
+    assert (
+        await redis_async.xreadgroup(protocol.WORKER_GROUP, "gone", {private: ">"}, count=1) == []
+    )
     assert await redis_async.xlen(private) == 0
 
 
@@ -78,8 +89,10 @@ async def test_work_that_keeps_killing_its_workers_is_dead_lettered_while_others
     await enqueue(redis_async, keys, "poison")
     await _as_consumer(redis_async, keys, "third-victim", keys.work)
     for victim in ("first", "second", "third"):  # three workers died running it
-        await _write(redis_async, lambda p, v=victim: transitions.start(
-            p, keys, "poison", token=f"{v}/1", worker_id=v))  # fmt: skip
+        await _write(
+            redis_async,
+            lambda p, v=victim: transitions.start(p, keys, "poison", token=f"{v}/1", worker_id=v),
+        )
     await enqueue(redis_async, keys, "fine")
     await run_worker("live", claim_idle_ms=100, max_attempts=3)
     assert (await final_of(redis_async, keys, "fine"))["state"] == "done"
@@ -100,8 +113,10 @@ async def test_work_delivered_to_a_worker_that_forgot_it_runs_again(run_worker, 
 
 async def test_entries_with_one_id_on_two_streams_each_run_once(run_worker, keys, redis_async):
     # The dispatcher's MULTI often gives entries on two streams the same id (one millisecond).
-    for request_id, stream, text in (("mine", keys.work_for("w1"), "five tokens"),
-                                     ("shared", keys.work, "one [[sim:tokens=1]]")):  # fmt: skip
+    for request_id, stream, text in (
+        ("mine", keys.work_for("w1"), "five tokens"),
+        ("shared", keys.work, "one [[sim:tokens=1]]"),
+    ):
         await enqueue(redis_async, keys, request_id, text=text, stream=f"{keys.prefix}:staging")
         [(staged, fields)] = await redis_async.xrange(f"{keys.prefix}:staging")
         await redis_async.xdel(f"{keys.prefix}:staging", staged)

@@ -47,8 +47,9 @@ async def test_a_malformed_work_item_is_dead_lettered_while_others_flow(
 async def test_an_answer_past_its_time_limit_fails_and_frees_its_slot(
     run_worker, keys, redis_async
 ):
-    engine = SimulatedEngine(slots=1, first_token_ms=5, decode_ms_per_token=2, tokens=5,
-                             faults=True)  # fmt: skip
+    engine = SimulatedEngine(
+        slots=1, first_token_ms=5, decode_ms_per_token=2, tokens=5, faults=True
+    )
     await run_worker(engine=engine, answer_timeout=0.5)
     await enqueue(redis_async, keys, "hung", text="[[sim:stall]]")
     await enqueue(redis_async, keys, "next")

@@ -22,28 +22,39 @@ def run(queue) -> list:
 
 
 def submit(keys: Keys, request_id: str = "r1") -> WorkItem:
-    item = WorkItem(id=request_id, user_id="7", conversation_id="3",
-                    messages=[{"role": "user", "content": "Hi"}])  # fmt: skip
-    run(lambda p: transitions.submitted(p, keys, item, citations=[], stream=keys.admit,
-                                        submit_by_ms=protocol.now_ms() + 5000))  # fmt: skip
+    item = WorkItem(
+        id=request_id,
+        user_id="7",
+        conversation_id="3",
+        messages=[{"role": "user", "content": "Hi"}],
+    )
+    run(
+        lambda p: transitions.submitted(
+            p, keys, item, citations=[], stream=keys.admit, submit_by_ms=protocol.now_ms() + 5000
+        )
+    )
     return item
 
 
 def start(keys: Keys, token: str, *, request_id: str = "r1", most: int = 0):
-    reply = run(lambda p: transitions.start(p, keys, request_id, token=token, worker_id=token,
-                                            max_attempts=most))[0]  # fmt: skip
+    reply = run(
+        lambda p: transitions.start(
+            p, keys, request_id, token=token, worker_id=token, max_attempts=most
+        )
+    )[0]
     return transitions.start_result(reply)
 
 
 def delta(keys: Keys, token: str, text: str, batch: int) -> int:
-    return run(lambda p: transitions.delta(p, keys, "r1", token=token, text=text,
-                                           batch=batch))[0]  # fmt: skip
+    return run(lambda p: transitions.delta(p, keys, "r1", token=token, text=text, batch=batch))[0]
 
 
-def finish(keys: Keys, token: str, state: State = State.DONE, text: str = "",
-           attempt: int = 0) -> int:  # fmt: skip
-    answer = Answer(id="r1", user_id="7", conversation_id="3", state=state, text=text,
-                    attempt=attempt)  # fmt: skip
+def finish(
+    keys: Keys, token: str, state: State = State.DONE, text: str = "", attempt: int = 0
+) -> int:
+    answer = Answer(
+        id="r1", user_id="7", conversation_id="3", state=state, text=text, attempt=attempt
+    )
     return transitions.finish_result(
         run(lambda p: transitions.finish(p, keys, answer, token=token))[0]
     )
@@ -66,9 +77,13 @@ def test_a_replaced_attempt_can_no_longer_write(keys):
     assert finish(keys, "b", text="tok0 ", attempt=2) == transitions.ENDED_NOW
     kinds = [(e["type"], e.get("attempt"), e.get("text")) for e in events(keys)]
     assert kinds == [
-        ("status", None, None), ("start", "1", None), ("delta", None, "tok0 "),
-        ("start", "2", None), ("delta", None, "tok0 "), ("final", "2", "tok0 "),
-    ]  # fmt: skip
+        ("status", None, None),
+        ("start", "1", None),
+        ("delta", None, "tok0 "),
+        ("start", "2", None),
+        ("delta", None, "tok0 "),
+        ("final", "2", "tok0 "),
+    ]
 
 
 def test_a_request_ends_once(keys):

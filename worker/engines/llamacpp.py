@@ -126,9 +126,13 @@ class LlamaCppEngine:
         return EngineHealth(
             ok=not self._error,
             detail=self._error or f"{self.model_path.name}, {self.slots} slots",
-            metrics={"idle_slots": len(self._idle), "running": self.slots - len(self._idle),
-                     "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens},
-        )  # fmt: skip
+            metrics={
+                "idle_slots": len(self._idle),
+                "running": self.slots - len(self._idle),
+                "prompt_tokens": self.prompt_tokens,
+                "cached_tokens": self.cached_tokens,
+            },
+        )
 
     def _take_slot(self, messages: list[dict[str, str]]) -> Slot:
         """The free slot whose cache holds the most of this conversation (any when none)."""
@@ -179,8 +183,9 @@ class LlamaCppEngine:
                         prompt_tokens = model.n_tokens - completion_tokens
                         prompt = model.input_ids[:prompt_tokens].tolist()
                         reused = self._count_prompt(cached, prompt)
-                    output = EngineOutput(text, prompt_tokens, completion_tokens,
-                                          choice.get("finish_reason"), reused)  # fmt: skip
+                    output = EngineOutput(
+                        text, prompt_tokens, completion_tokens, choice.get("finish_reason"), reused
+                    )
                     loop.call_soon_threadsafe(queue.put_nowait, output)
             except BaseException as exc:  # reported to the awaiting coroutine
                 loop.call_soon_threadsafe(queue.put_nowait, exc)

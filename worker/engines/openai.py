@@ -107,8 +107,9 @@ class OpenAIEngine:
                             completion_tokens += 1
                         finish = choice.get("finish_reason") or finish
                         if text or choice.get("finish_reason"):
-                            yield EngineOutput(text, prompt_tokens, completion_tokens,
-                                               choice.get("finish_reason"))  # fmt: skip
+                            yield EngineOutput(
+                                text, prompt_tokens, completion_tokens, choice.get("finish_reason")
+                            )
             yield EngineOutput("", prompt_tokens, completion_tokens, finish or "stop")
 
 

@@ -107,13 +107,21 @@ class SimulatedEngine:
         rate = self.cache_hits / self.cache_lookups if self.cache_lookups else 0.0
         share = self.prompt_tokens_cached / self.prompt_tokens if self.prompt_tokens else 0.0
         busy = self.busy_seconds + (time.perf_counter() - self._busy_since if self.running else 0)
-        return EngineHealth(ok=True, detail="simulated", metrics={
-            "running": self.running, "waiting": 0, "kv_cache_usage": self.running / self.slots,
-            "prefix_cache_hit_rate": round(rate, 3),
-            "prefix_cache_token_share": round(share, 4),
-            "prompt_tokens": self.prompt_tokens, "prompt_tokens_cached": self.prompt_tokens_cached,
-            "busy_seconds": round(busy, 3), "slot_seconds": round(self._slot_seconds(), 3),
-        })  # fmt: skip
+        return EngineHealth(
+            ok=True,
+            detail="simulated",
+            metrics={
+                "running": self.running,
+                "waiting": 0,
+                "kv_cache_usage": self.running / self.slots,
+                "prefix_cache_hit_rate": round(rate, 3),
+                "prefix_cache_token_share": round(share, 4),
+                "prompt_tokens": self.prompt_tokens,
+                "prompt_tokens_cached": self.prompt_tokens_cached,
+                "busy_seconds": round(busy, 3),
+                "slot_seconds": round(self._slot_seconds(), 3),
+            },
+        )
 
     def _slot_seconds(self) -> float:
         now = time.perf_counter()
@@ -255,18 +263,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = sim.add_argument
     add("--sim-first-token-ms", type=float, default=50.0)
     add("--sim-decode-ms", type=float, default=10.0)
-    add("--sim-prefill-ms-per-token", type=float, default=0.0,
-        help="prefill cost per prompt token the prefix cache does not hold")  # fmt: skip
-    add("--sim-batch-slowdown", type=float, default=0.0,
-        help="each extra running sequence slows prefill and decode by this share")  # fmt: skip
+    add(
+        "--sim-prefill-ms-per-token",
+        type=float,
+        default=0.0,
+        help="prefill cost per prompt token the prefix cache does not hold",
+    )
+    add(
+        "--sim-batch-slowdown",
+        type=float,
+        default=0.0,
+        help="each extra running sequence slows prefill and decode by this share",
+    )
     add(
         "--sim-kv-tokens",
         type=int,
         default=0,
         help="prefix-cache capacity in tokens, least recently used evicted (0: unbounded)",
     )
-    add("--sim-speed", type=float, default=1.0,
-        help="relative speed of this GPU (0.5: every step takes twice as long)")  # fmt: skip
+    add(
+        "--sim-speed",
+        type=float,
+        default=1.0,
+        help="relative speed of this GPU (0.5: every step takes twice as long)",
+    )
     add(
         "--sim-faults",
         action="store_true",
@@ -280,16 +300,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="share of answers that never produce a token (the answer timeout ends them)",
     )
     add("--sim-seed", type=int, default=None, help="seed of the fail/stall draws")
-    add("--sim-tokens", type=int, default=None,
-        help="fixed answer length (default: the request's max_tokens)")  # fmt: skip
+    add(
+        "--sim-tokens",
+        type=int,
+        default=None,
+        help="fixed answer length (default: the request's max_tokens)",
+    )
 
 
 def options_from_args(args: argparse.Namespace, slots: int | None) -> dict:
     return {
-        "slots": slots or 64, "first_token_ms": args.sim_first_token_ms,
+        "slots": slots or 64,
+        "first_token_ms": args.sim_first_token_ms,
         "decode_ms_per_token": args.sim_decode_ms,
         "prefill_ms_per_token": args.sim_prefill_ms_per_token,
-        "batch_slowdown": args.sim_batch_slowdown, "kv_capacity_tokens": args.sim_kv_tokens,
-        "speed": args.sim_speed, "tokens": args.sim_tokens, "faults": args.sim_faults,
-        "fail_rate": args.sim_fail_rate, "stall_rate": args.sim_stall_rate, "seed": args.sim_seed,
-    }  # fmt: skip
+        "batch_slowdown": args.sim_batch_slowdown,
+        "kv_capacity_tokens": args.sim_kv_tokens,
+        "speed": args.sim_speed,
+        "tokens": args.sim_tokens,
+        "faults": args.sim_faults,
+        "fail_rate": args.sim_fail_rate,
+        "stall_rate": args.sim_stall_rate,
+        "seed": args.sim_seed,
+    }

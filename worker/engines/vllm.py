@@ -204,8 +204,12 @@ class VLLMEngine:
             for key, value in self._llm.model_config.get_diff_sampling_param().items()
             if key not in {"temperature", "max_tokens", "max_new_tokens"}
         }
-        log.info("vLLM engine ready in %.1fs: %s, %d sequences at once", time.monotonic() - started,
-                 self.model, self.capacity)  # fmt: skip
+        log.info(
+            "vLLM engine ready in %.1fs: %s, %d sequences at once",
+            time.monotonic() - started,
+            self.model,
+            self.capacity,
+        )
 
     async def stop(self) -> None:
         if self._llm is not None:
@@ -221,8 +225,9 @@ class VLLMEngine:
             return EngineHealth(ok=False, detail="vLLM engine not started")
         if self._llm.errored:
             self._engine_died()
-        return EngineHealth(ok=not self._error, detail=self._error or self.model,
-                            metrics=self.metrics())  # fmt: skip
+        return EngineHealth(
+            ok=not self._error, detail=self._error or self.model, metrics=self.metrics()
+        )
 
     def _engine_died(self) -> None:
         if self._error:

@@ -19,7 +19,7 @@ def create(apps, schema_editor):
             tokens_per_minute=tpm, burst_tokens=btok, tokens_per_day=tpd, max_concurrent=conc,
             max_queue_wait_seconds=wait, max_tokens_cap=cap, priority_weight=weight,
             cost_weights={"chat": 1, "report": 5},
-        ))  # fmt: skip
+        ))
     if not DegradationSettings.objects.exists():
         DegradationSettings.objects.create()
 

@@ -16,8 +16,10 @@ register = template.Library()
 def user_files(context) -> dict:
     user = context["request"].user
     entries = list(user_file_list_for_user(user=user)) if user.is_authenticated else []
-    return {"files": [(entry, user_file_state(entry)) for entry in entries],
-            "csrf_token": context.get("csrf_token")}  # fmt: skip
+    return {
+        "files": [(entry, user_file_state(entry)) for entry in entries],
+        "csrf_token": context.get("csrf_token"),
+    }
 
 
 @register.simple_tag

@@ -29,6 +29,8 @@ class Command(BaseCommand):
         for account in DEMO_ACCOUNTS:
             if not User.objects.filter(username=account["username"]).exists():
                 user_create(**account)
-        lines = [f"    {a['username']} / {a['password']}" + ("  (admin)" if a["is_staff"] else "")
-                 for a in DEMO_ACCOUNTS]  # fmt: skip
+        lines = [
+            f"    {a['username']} / {a['password']}" + ("  (admin)" if a["is_staff"] else "")
+            for a in DEMO_ACCOUNTS
+        ]
         self.stdout.write("[sluice] demo logins:\n" + "\n".join(lines))

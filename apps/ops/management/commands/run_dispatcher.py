@@ -46,9 +46,11 @@ class RecorderPass:
         recover = dispatcher.loads != self._loads_seen
         self._loads_seen = None  # until this pass has stored what it read
         handled = recorder.record_pending(
-            consumer=ACTIVE_CONSUMER, block_ms=None, pending=recover,
+            consumer=ACTIVE_CONSUMER,
+            block_ms=None,
+            pending=recover,
             on_recorded=dispatcher.settle,
-        )  # fmt: skip
+        )
         self._loads_seen = dispatcher.loads
         return handled
 
@@ -77,8 +79,9 @@ class Command(BaseCommand):
             recorder_pass=RecorderPass(),
         )
         if settings.DISPATCHER_METRICS_PORT:
-            dispatcher_metrics.serve(dispatcher, settings.DISPATCHER_METRICS_PORT,
-                                     addr=settings.DISPATCHER_METRICS_ADDR)  # fmt: skip
+            dispatcher_metrics.serve(
+                dispatcher, settings.DISPATCHER_METRICS_PORT, addr=settings.DISPATCHER_METRICS_ADDR
+            )
         self.stdout.write("[sluice] dispatcher running (active when it holds the lease)")
         freeze_startup_objects()
         grouped = False

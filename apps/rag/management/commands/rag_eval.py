@@ -35,9 +35,12 @@ class Command(BaseCommand):
             action="store_true",
             help="set the corpus's relevance gate from these questions",
         )
-        parser.add_argument("--off-topic", default=None,
-                            help="off-topic questions for --calibrate, one a line "
-                                 "(default: a built-in list of general questions)")  # fmt: skip
+        parser.add_argument(
+            "--off-topic",
+            default=None,
+            help="off-topic questions for --calibrate, one a line "
+            "(default: a built-in list of general questions)",
+        )
 
     def handle(self, *args, corpus: str, questions: str, k: int, **options):
         try:
