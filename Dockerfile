@@ -1,5 +1,5 @@
 # One image for every role; the command picks it (see compose.yaml and docs/deploy.md):
-#   web:        python -m chatsite.serve -b 0.0.0.0 -p 8000 chatsite.asgi:application
+#   web:        python -m core.serve -b 0.0.0.0 -p 8000 chatsite.asgi:application
 #   dispatcher: python manage.py run_dispatcher
 #   worker:     python -m worker --engine llamacpp
 FROM python:3.11-slim-bookworm
@@ -28,4 +28,4 @@ RUN pip install --no-deps . \
 RUN useradd --system --home /srv sluice && chown -R sluice /srv
 USER sluice
 EXPOSE 8000
-CMD ["python", "-m", "chatsite.serve", "-b", "0.0.0.0", "-p", "8000", "chatsite.asgi:application"]
+CMD ["python", "-m", "core.serve", "-b", "0.0.0.0", "-p", "8000", "chatsite.asgi:application"]

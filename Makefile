@@ -19,20 +19,20 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m chatsite.stack run
+	$(BIN)/python -m devstack.stack run
 
 # docs/deploy.md's topology on one box: a 3-master Redis Cluster, 3 web processes behind a
 # round-robin proxy on SLUICE_PORT (8000), 2 dispatchers, a worker on each of two "machines".
 run-fleet: $(STAMP)
-	$(BIN)/python -m chatsite.fleet
+	$(BIN)/python -m devstack.fleet
 
 test: $(STAMP)
-	$(BIN)/python -m chatsite.stack test --ignore=tests/faults $(PYTEST_ARGS)
+	$(BIN)/python -m devstack.stack test --ignore=tests/faults $(PYTEST_ARGS)
 
 # Faults injected into real processes (workers killed, paused and stopped, Redis killed and
 # frozen, PostgreSQL frozen and stopped, floods): every accepted request must still end once.
 test-faults: $(STAMP)
-	$(BIN)/python -m chatsite.stack test $(or $(PYTEST_ARGS),tests/faults)
+	$(BIN)/python -m devstack.stack test $(or $(PYTEST_ARGS),tests/faults)
 
 # The same code on a Redis Cluster: three masters with a replica each, started from the bundled
 # redis-server on loopback ports under var/test/, torn down afterwards. The request path, admission,
@@ -45,9 +45,9 @@ CLUSTER_TESTS ?= tests/admission tests/chat/test_request_path.py \
 CLUSTER_FAULT_TESTS ?= tests/cluster/test_faults.py
 CLUSTER_FLEET_TESTS ?= tests/cluster/test_fleet.py
 test-cluster: $(STAMP)
-	$(BIN)/python -m chatsite.cluster test -q -p no:cacheprovider $(or $(PYTEST_ARGS),$(CLUSTER_TESTS))
-	$(BIN)/python -m chatsite.cluster test -q -p no:cacheprovider $(CLUSTER_FAULT_TESTS) $(CLUSTER_FLEET_TESTS)
-	$(BIN)/python -m chatsite.cluster test -q -p no:cacheprovider tests/cluster/test_failover.py
+	$(BIN)/python -m devstack.cluster test -q -p no:cacheprovider $(or $(PYTEST_ARGS),$(CLUSTER_TESTS))
+	$(BIN)/python -m devstack.cluster test -q -p no:cacheprovider $(CLUSTER_FAULT_TESTS) $(CLUSTER_FLEET_TESTS)
+	$(BIN)/python -m devstack.cluster test -q -p no:cacheprovider tests/cluster/test_failover.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -100,7 +100,7 @@ install-vllm: $(VLLM_STAMP)
 # web side they drive) in .venv.
 test-vllm: $(STAMP) $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m worker prepare-model
-	SLUICE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(BIN)/python -m chatsite.stack test tests_vllm/ $(PYTEST_ARGS)
+	SLUICE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(BIN)/python -m devstack.stack test tests_vllm/ $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) var/test

@@ -5,7 +5,7 @@ ceiling Redis itself reaches with the same Lua bucket script, measured in the sa
     .venv/bin/python bench/admission.py --requests 20000
     .venv/bin/python bench/admission.py --cluster       # a local 3-master cluster, then one node
 
-With --cluster the dispatcher runs against a local 3-master Redis Cluster (chatsite/cluster.py):
+With --cluster the dispatcher runs against a local 3-master Redis Cluster (devstack/cluster.py):
 its keys share one slot, so every decision lands on one master, and the ceiling is that
 master's. The same run then repeats on one embedded Redis, and both figures print side by side.
 
@@ -40,7 +40,7 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(BASE_DIR)]
 
-from chatsite.stack import VAR_DIR, backing_services  # noqa: E402
+from devstack.stack import VAR_DIR, backing_services  # noqa: E402
 
 
 def encode(*args) -> bytes:
@@ -141,7 +141,7 @@ def compare_with_cluster(args) -> None:
     import subprocess
     import sys
 
-    from chatsite.cluster import local_cluster
+    from devstack.cluster import local_cluster
 
     argv = [
         sys.executable,

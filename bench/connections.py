@@ -9,7 +9,7 @@ and the most seen then is printed too: "constant" means at no moment more.
     .venv/bin/python bench/connections.py [--streams 500]
     .venv/bin/python bench/connections.py --cluster --streams 500 --streams 5000
 
-With --cluster the same runs on a local 3-master Redis Cluster (chatsite/cluster.py): the web
+With --cluster the same runs on a local 3-master Redis Cluster (devstack/cluster.py): the web
 process's connections are counted on each master, for each number of streams.
 
 Thousands of clients on one box: the open-files limit is raised to its hard limit (sockets are
@@ -183,14 +183,14 @@ def main() -> None:
     if max(counts) * 2 + 500 > limit:
         say(f"open-files limit {limit}: too low for {max(counts)} streams (2 sockets each)")
     with contextlib.ExitStack() as stack:
-        from chatsite.stack import VAR_DIR, embedded_postgres
+        from devstack.stack import VAR_DIR, embedded_postgres
 
         root = VAR_DIR / "bench" / f"connections-{os.getpid()}"
         stack.callback(shutil.rmtree, root, ignore_errors=True)  # last, once all is stopped
         if not os.environ.get("DATABASE_URL"):  # one database for every run: Django's settings
             os.environ["DATABASE_URL"] = stack.enter_context(embedded_postgres(root / "pg"))
         if args.cluster:
-            from chatsite.cluster import local_cluster
+            from devstack.cluster import local_cluster
 
             os.environ["REDIS_URL"] = stack.enter_context(local_cluster(root / "redis")).url
         where = "on each of 3 masters" if args.cluster else "on one Redis"

@@ -42,7 +42,7 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
 
-from chatsite.stack import (  # noqa: E402
+from devstack.stack import (  # noqa: E402
     VAR_DIR,
     Supervisor,
     app_processes,
@@ -238,7 +238,7 @@ def rebuilt_prompts(user, phases: Phases) -> list[tuple[Asked, list[dict]]]:
     """The prompt each question had, rebuilt from the stored conversation with the web's own
     code: the system prompt (with the same passages), then the turns up to the question."""
     from apps.chat.models import Conversation
-    from apps.chat.prompting import prompt_build
+    from apps.chat.prompt.prompting import prompt_build
     from apps.chat.submission import passages_for
     from apps.rag.prompting import passages_block
 
@@ -291,7 +291,7 @@ async def direct_engine(prompts: list[tuple[Asked, list[dict]]], *, slots: int) 
 def worker_cache() -> tuple[int, int]:
     """(prompt tokens, of them found in the KV cache) over the worker's life, from its
     heartbeat (the engine's own counts)."""
-    from chatsite.redis_client import get_redis, keys
+    from core.redis_client import get_redis, keys
 
     client, k = get_redis(), keys()
     totals = [0, 0]

@@ -47,7 +47,7 @@ from fleet_sim import (  # noqa: E402
 )
 from harness import median, percentile, setup_django  # noqa: E402
 
-from chatsite.stack import Supervisor, backing_services, manage, say  # noqa: E402
+from devstack.stack import Supervisor, backing_services, manage, say  # noqa: E402
 
 POLICIES = ("round-robin", "least-loaded", "pull", "affinity")
 

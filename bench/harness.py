@@ -19,14 +19,7 @@ from urllib.parse import urlsplit
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
 
-from chatsite.stack import (  # noqa: E402
-    Supervisor,
-    backing_services,
-    free_port,
-    manage,
-    say,
-    web_command,
-)
+from devstack.stack import Supervisor, backing_services, free_port, manage, say, web_command  # noqa: E402
 
 
 @dataclass

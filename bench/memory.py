@@ -47,8 +47,8 @@ import django  # noqa: E402
 
 django.setup()
 
-from apps.chat import memory  # noqa: E402
-from apps.chat.prompting import BASE_SYSTEM_PROMPT  # noqa: E402
+from apps.chat.prompt import memory  # noqa: E402
+from apps.chat.prompt.prompting import BASE_SYSTEM_PROMPT  # noqa: E402
 from apps.chat.selectors import PromptSources, Turn  # noqa: E402
 from worker.engines import GenerationRequest  # noqa: E402
 from worker.engines.llamacpp import LlamaCppEngine  # noqa: E402

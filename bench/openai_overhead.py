@@ -38,7 +38,7 @@ from harness import (
     wait_for_port,
 )
 
-from chatsite.stack import free_port
+from devstack.stack import free_port
 
 FIRST_TOKEN_MS, DECODE_MS, TOKENS = 50, 10, 100
 MODEL = "mock-model"

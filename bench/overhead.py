@@ -50,7 +50,7 @@ from harness import (
     wait_for_port,
 )
 
-from chatsite.stack import free_port
+from devstack.stack import free_port
 
 ENGINE = {"first_token_ms": 50, "decode_ms": 10, "tokens": 100}
 

@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import rag_text  # noqa: E402
 from rag_cache import cached_embeddings  # noqa: E402
 
-from chatsite.stack import VAR_DIR, backing_services, free_port  # noqa: E402
+from devstack.stack import VAR_DIR, backing_services, free_port  # noqa: E402
 
 PER_DOCUMENT = 100
 # The HNSW index and the table of 100,000 chunks take ~500 MB; PostgreSQL's default 128 MB of

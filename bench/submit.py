@@ -23,7 +23,7 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(BASE_DIR), str(BASE_DIR / "bench")]
 
-from chatsite.stack import VAR_DIR, backing_services  # noqa: E402
+from devstack.stack import VAR_DIR, backing_services  # noqa: E402
 
 
 def timed(label: str, step: Callable[[], object], count: int) -> tuple[float, float]:
@@ -80,10 +80,10 @@ def run(count: int) -> None:
 
     from apps.chat import submission
     from apps.chat.models import Conversation
-    from apps.chat.prompting import prompt_build
+    from apps.chat.prompt.prompting import prompt_build
     from apps.chat.services import message_create
     from apps.rag.services import retrieve_for_prompt
-    from chatsite.redis_client import get_redis, keys
+    from core.redis_client import get_redis, keys
 
     client = get_redis()
     question = "How do rivers form?"

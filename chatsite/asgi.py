@@ -1,4 +1,4 @@
-"""HTTP and websocket entry point, served by daphne (chatsite.stack.web_command)."""
+"""HTTP and websocket entry point, served by daphne (devstack.stack.web_command)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (after Django setup)
 
-from chatsite.api_handler import ApiHandler, route_api  # noqa: E402
-from chatsite.daphne_tuning import (  # noqa: E402
+from apps.api.handler import ApiHandler, route_api  # noqa: E402
+from apps.streams.ws_auth import SessionAuthMiddleware  # noqa: E402
+from chatsite.routing import websocket_urlpatterns  # noqa: E402
+from core.daphne_tuning import (  # noqa: E402
     direct_messages,
     no_form_parsing,
     plain_websocket_debug_arguments,
     write_through,
 )
-from chatsite.origin import SameOriginValidator  # noqa: E402
-from chatsite.request_threads import ReusedThreads, with_reused_threads  # noqa: E402
-from chatsite.routing import websocket_urlpatterns  # noqa: E402
-from chatsite.ws_auth import SessionAuthMiddleware  # noqa: E402
+from core.origin import SameOriginValidator  # noqa: E402
+from core.request_threads import ReusedThreads, with_reused_threads  # noqa: E402
 from worker.gc_tuning import freeze_startup_objects  # noqa: E402
 
 plain_websocket_debug_arguments()
@@ -62,5 +62,5 @@ def _warm_up_retrieval() -> None:
 
 
 _warm_up_retrieval()
-if os.environ.get("SLUICE_PROCESS") == "web":  # a web server (chatsite/serve.py), not a test
+if os.environ.get("SLUICE_PROCESS") == "web":  # a web server (core/serve.py), not a test
     freeze_startup_objects()  # the whole application is built

@@ -10,11 +10,11 @@ from apps.ops import views as ops_views
 admin.site.site_header = "Sluice admin"
 admin.site.site_title = "Sluice"
 
-# JSON under /api/, a page elsewhere; never Django's debug pages (chatsite/errors.py).
-handler400 = "chatsite.errors.bad_request"
-handler403 = "chatsite.errors.permission_denied"
-handler404 = "chatsite.errors.not_found"
-handler500 = "chatsite.errors.server_error"
+# JSON under /api/, a page elsewhere; never Django's debug pages (core/errors.py).
+handler400 = "core.errors.bad_request"
+handler403 = "core.errors.permission_denied"
+handler404 = "core.errors.not_found"
+handler500 = "core.errors.server_error"
 
 urlpatterns = [
     # Ahead of the admin's own: its login answers 429 when throttled, like the site's.
@@ -24,8 +24,8 @@ urlpatterns = [
     path("accounts/", include("apps.accounts.urls")),
     path("health/", ops_views.health, name="health"),
     path("metrics", ops_metrics.metrics, name="metrics"),
-    path("api/v1/", include("apps.chat.api_urls")),
-    path("v1/", include("apps.chat.openai_urls")),  # the OpenAI-compatible API
+    path("api/v1/", include("apps.api.rest_urls")),
+    path("v1/", include("apps.api.openai_urls")),  # the OpenAI-compatible API
     path("rag/", include("apps.rag.urls")),
     path("", include("apps.chat.urls")),
 ]

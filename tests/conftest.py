@@ -19,11 +19,10 @@ from django.conf import settings as django_settings
 from django.test import Client
 
 from apps.accounts.services import user_create
-from apps.chat import offload
-from chatsite.redis_client import get_redis
-from chatsite.stack import free_port, socket_database_url, web_command
-
-from . import loop_watch
+from apps.streams import offload
+from core.redis_client import get_redis
+from devstack.stack import free_port, socket_database_url, web_command
+from tests import loop_watch
 
 loop_watch.install()  # a test stuck in its event loop's close names the task that holds it
 

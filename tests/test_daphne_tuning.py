@@ -10,13 +10,13 @@ import sys
 from autobahn.twisted import websocket
 from autobahn.websocket import protocol
 
-from chatsite.daphne_tuning import (
+from core.daphne_tuning import (
     direct_messages,
     no_form_parsing,
     plain_websocket_debug_arguments,
     write_through,
 )
-from chatsite.stack import web_command
+from devstack.stack import web_command
 from tests.conftest import BASE_DIR
 
 
@@ -73,9 +73,9 @@ def test_twisted_leaves_a_posted_form_to_django(monkeypatch):
 
 
 def test_the_web_command_runs_daphne_on_uvloop():
-    assert web_command("127.0.0.1", 8000)[1:3] == ["-m", "chatsite.serve"]
+    assert web_command("127.0.0.1", 8000)[1:3] == ["-m", "core.serve"]
     probe = (
-        "import chatsite.serve, daphne.server, uvloop; "
+        "import core.serve, daphne.server, uvloop; "
         "print(isinstance(daphne.server.twisted_loop, uvloop.Loop))"
     )
     done = subprocess.run(

@@ -9,18 +9,23 @@ from pathlib import Path
 
 from tests.conftest import BASE_DIR
 
-PACKAGES = ("apps", "worker", "chatsite")
+PACKAGES = ("apps", "worker", "chatsite", "core", "devstack")
 MAX_LINES = 400
+MAX_MODULES_PER_APP = 30  # migrations and management commands aside
 # The map, bottom first: each layer may import the layers before it, never those after.
 LAYERS = [
     ("worker",),
-    ("chatsite.settings", "chatsite.redis_client", "chatsite.prepared"),
+    ("core", "chatsite.settings"),  # settings are read by everything, and read nothing back
     ("apps.accounts",),
+    ("apps.streams",),
     ("apps.admission",),
     ("apps.rag",),
+    ("apps.inbox",),
     ("apps.chat",),
+    ("apps.api",),
     ("apps.ops",),
-    ("chatsite",),  # the entry points that compose everything: urls, asgi, routing, stack
+    ("chatsite",),  # the roof: urls, asgi and routing compose everything
+    ("devstack",),  # development tooling that starts the whole service
 ]
 
 
@@ -83,6 +88,26 @@ def test_no_module_is_too_long_to_read_in_one_sitting():
         if (n := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert not long, long
+
+
+def test_no_app_is_a_warehouse():
+    counts: dict[str, int] = {}
+    for name, path in project_modules().items():
+        if name.startswith("apps.") and "management" not in path.parts:
+            app = name.split(".")[1]
+            counts[app] = counts.get(app, 0) + (path.name != "__init__.py")
+    crowded = {app: n for app, n in counts.items() if n > MAX_MODULES_PER_APP}
+    assert not crowded, crowded
+
+
+def test_chatsite_is_only_the_roof():
+    roof = {"__init__", "urls", "asgi", "routing", "settings"}
+    extra = sorted(
+        path.name
+        for path in (BASE_DIR / "chatsite").iterdir()
+        if path.suffix == ".py" and path.stem not in roof
+    )
+    assert not extra, extra
 
 
 def test_no_import_circles():

@@ -8,7 +8,7 @@ from django.db import DataError, connection
 
 from apps.chat import services
 from apps.chat.models import Message
-from chatsite.prepared import prepared_cursor
+from core.prepared import prepared_cursor
 
 pytestmark = pytest.mark.django_db
 

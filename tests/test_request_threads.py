@@ -13,8 +13,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.asgi import get_asgi_application
 
-from chatsite.api_handler import ApiHandler
-from chatsite.request_threads import ReusedThreads, with_reused_threads
+from apps.api.handler import ApiHandler
+from core.request_threads import ReusedThreads, with_reused_threads
 
 
 async def get(app, path: str) -> tuple[int, bytes]:

@@ -19,11 +19,11 @@ from typing import Any
 
 import uvloop
 
-from . import breaker, logs, metrics, redis_connection
-from .engines import ENGINES, Engine, create_engine, simulated
-from .gc_tuning import freeze_startup_objects
-from .protocol import Keys
-from .runner import Worker, default_worker_id
+from worker import breaker, logs, metrics, redis_connection
+from worker.engines import ENGINES, Engine, create_engine, simulated
+from worker.gc_tuning import freeze_startup_objects
+from worker.protocol import Keys
+from worker.runner import Worker, default_worker_id
 
 log = logging.getLogger("sluice.worker")
 
@@ -241,7 +241,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
             "slots": slots or 16,
         }
     if args.engine == "vllm":
-        from .engines.vllm import options_from_args
+        from worker.engines.vllm import options_from_args
 
         return options_from_args(args)
     raise SystemExit(f"unknown engine {args.engine}")
@@ -257,11 +257,11 @@ def served_model_name(args: argparse.Namespace) -> str:
         return args.model  # the upstream's own name for it
     model = args.model
     if not model and args.engine == "llamacpp":
-        from .engines.llamacpp import bundled_model_path
+        from worker.engines.llamacpp import bundled_model_path
 
         model = str(bundled_model_path())
     if not model and args.engine == "vllm":
-        from .prepare_model import default_model_dir
+        from worker.prepare_model import default_model_dir
 
         model = str(default_model_dir())
     return model_name_from(model or args.engine)
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     # LOG_FORMAT=json: one JSON object per line, with the request id (worker/logs.py).
     logs.configure(level=os.environ.get("LOG_LEVEL", "INFO"), process="worker")
     if argv[:1] == ["prepare-model"]:
-        from .prepare_model import main as prepare_model_main
+        from worker.prepare_model import main as prepare_model_main
 
         return prepare_model_main(argv[1:])
     args = build_parser().parse_args(argv)

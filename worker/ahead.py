@@ -21,7 +21,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from .engines import Engine, EngineOutput, GenerationRequest
+from worker.engines import Engine, EngineOutput, GenerationRequest
 
 
 class EngineAhead:

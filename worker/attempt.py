@@ -21,14 +21,14 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from . import metrics, transitions
-from .ahead import EngineAhead
-from .batching import CommandBatcher
-from .engines import Engine, GenerationRequest
-from .heartbeat import WorkerStats
-from .loops import LoopDetector
-from .output import OutputBuffer, OutputWriter
-from .protocol import Answer, Keys, State, WorkItem
+from worker import metrics, transitions
+from worker.ahead import EngineAhead
+from worker.batching import CommandBatcher
+from worker.engines import Engine, GenerationRequest
+from worker.heartbeat import WorkerStats
+from worker.loops import LoopDetector
+from worker.output import OutputBuffer, OutputWriter
+from worker.protocol import Answer, Keys, State, WorkItem
 
 log = logging.getLogger("sluice.worker")
 

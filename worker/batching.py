@@ -19,8 +19,8 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from .cancelling import cancel_and_wait, raise_if_cancelled
-from .redis_connection import after_write
+from worker.cancelling import cancel_and_wait, raise_if_cancelled
+from worker.redis_connection import after_write
 
 # Queues commands on the pipeline, e.g. `lambda p: p.get(key)`.
 Queue = Callable[[Pipeline], Any]

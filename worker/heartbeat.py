@@ -10,10 +10,10 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from . import protocol
-from .breaker import CircuitBreaker
-from .engines import Engine
-from .protocol import Keys
+from worker import protocol
+from worker.breaker import CircuitBreaker
+from worker.engines import Engine
+from worker.protocol import Keys
 
 
 @dataclass

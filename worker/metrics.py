@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .logs import request_id_var
-from .protocol import Answer, State
+from worker.logs import request_id_var
+from worker.protocol import Answer, State
 
 log = logging.getLogger("sluice.worker")
 

@@ -24,10 +24,10 @@ import time
 
 from redis.exceptions import RedisError
 
-from . import transitions
-from .batching import CommandBatcher
-from .cancelling import cancel_and_wait
-from .protocol import Keys
+from worker import transitions
+from worker.batching import CommandBatcher
+from worker.cancelling import cancel_and_wait
+from worker.protocol import Keys
 
 log = logging.getLogger("sluice.worker")
 

@@ -25,8 +25,8 @@ import time
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from . import protocol, transitions
-from .protocol import Keys
+from worker import protocol, transitions
+from worker.protocol import Keys
 
 log = logging.getLogger("sluice.worker.recovery")
 

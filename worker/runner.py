@@ -19,16 +19,16 @@ import socket
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from . import heartbeat, protocol, transitions
-from .attempt import TRANSIENT, Attempts
-from .batching import CommandBatcher
-from .breaker import BreakerSettings, CircuitBreaker
-from .cancelling import cancel_and_wait, raise_if_cancelled
-from .engines import Engine
-from .heartbeat import WorkerStats
-from .output import OutputWriter
-from .protocol import Keys
-from .recovery import Reclaimer
+from worker import heartbeat, protocol, transitions
+from worker.attempt import TRANSIENT, Attempts
+from worker.batching import CommandBatcher
+from worker.breaker import BreakerSettings, CircuitBreaker
+from worker.cancelling import cancel_and_wait, raise_if_cancelled
+from worker.engines import Engine
+from worker.heartbeat import WorkerStats
+from worker.output import OutputWriter
+from worker.protocol import Keys
+from worker.recovery import Reclaimer
 
 log = logging.getLogger("sluice.worker")
 

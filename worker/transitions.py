@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 
 from redis.exceptions import ResponseError
 
-from . import protocol
-from .protocol import Answer, EventType, Keys, State, WorkItem
+from worker import protocol
+from worker.protocol import Answer, EventType, Keys, State, WorkItem
 
 _ENDED = (
     "local s = redis.call('HGET', KEYS[1], 'state') "

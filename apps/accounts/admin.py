@@ -4,8 +4,8 @@ from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.db.models import Count, Q
 
-from .forms import ThrottledAdminAuthenticationForm
-from .models import ApiKey, Profile, Tag, TagProposal, User
+from apps.accounts.forms import ThrottledAdminAuthenticationForm
+from apps.accounts.models import ApiKey, Profile, Tag, TagProposal, User
 
 # The admin's login counts failures with the site login's throttle (same helpers, same limits).
 admin.site.login_form = ThrottledAdminAuthenticationForm

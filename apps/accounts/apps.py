@@ -8,4 +8,4 @@ class AccountsConfig(AppConfig):
     label = "accounts"
 
     def ready(self) -> None:
-        from . import signals  # noqa: F401  (connects the receivers)
+        from apps.accounts import signals  # noqa: F401  (connects the receivers)

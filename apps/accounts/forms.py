@@ -5,8 +5,8 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 from django.core.exceptions import ValidationError
 
-from . import services
-from .models import Profile, Tag, User
+from apps.accounts import services
+from apps.accounts.models import Profile, Tag, User
 
 
 class SignupForm(UserCreationForm):

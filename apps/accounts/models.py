@@ -4,7 +4,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from django.db import models
 
-from .querysets import NotifyingManager
+from core.querysets import NotifyingManager
 
 
 class User(AbstractUser):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from .models import Tag, TagProposal, User
+from apps.accounts.models import Tag, TagProposal, User
 
 
 def tag_list_active() -> QuerySet[Tag]:

@@ -11,9 +11,8 @@ from django.db import connection, transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
-from chatsite.redis_client import get_redis, keys
-
-from .models import ApiKey, Profile, Tag, TagProposal, User
+from apps.accounts.models import ApiKey, Profile, Tag, TagProposal, User
+from core.redis_client import get_redis, keys
 
 
 @transaction.atomic

@@ -3,7 +3,7 @@
 A websocket is authenticated once, when it opens; Django re-checks a session only on each HTTP
 request. So an open socket would outlive a logout, a password change or a deactivation. Each of
 those publishes an event on the account-events stream (keys().account_events), which every web
-process follows once for all its open sockets (apps/chat/account_watch.py); a socket of that
+process follows once for all its open sockets (apps/streams/account_watch.py); a socket of that
 user then re-checks its own session here and closes if it no longer stands. Every frame
 re-checks it too, so a socket that missed an event (Redis was down when it was published) still
 cannot act for a dead session.
@@ -26,7 +26,7 @@ from django.db import connection
 from django.utils.crypto import constant_time_compare, salted_hmac
 from redis.exceptions import RedisError
 
-from chatsite.redis_client import get_redis, keys
+from core.redis_client import get_redis, keys
 
 log = logging.getLogger("sluice.accounts.sessions")
 

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_init, post_save
 from django.dispatch import receiver
 
-from .sessions import AccountEvent, account_event_publish
+from apps.accounts.sessions import AccountEvent, account_event_publish
 
 
 def _credentials(user) -> tuple:

@@ -27,7 +27,7 @@ from django.contrib.sessions.models import Session
 from django.db import connection
 from redis.exceptions import RedisError
 
-from .sessions import DATABASE_SESSION_ENGINES, SessionCheck, events_last_id
+from apps.accounts.sessions import DATABASE_SESSION_ENGINES, SessionCheck, events_last_id
 
 MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
 

@@ -9,8 +9,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse_lazy
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import selectors, services
-from .forms import ProfileForm, SignupForm, ThrottledAuthenticationForm
+from apps.accounts import selectors, services
+from apps.accounts.forms import ProfileForm, SignupForm, ThrottledAuthenticationForm
 
 
 def throttled_status(response: HttpResponse) -> HttpResponse:

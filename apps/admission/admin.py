@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from .models import DegradationSettings, Plan, UserPlan
-from .selectors import degradation_get, model_fleet, queue_depth
-from .services import plan_make_default
+from apps.admission.models import DegradationSettings, Plan, UserPlan
+from apps.admission.selectors import degradation_get, model_fleet, queue_depth
+from apps.admission.services import plan_make_default
 
 
 @admin.register(Plan)

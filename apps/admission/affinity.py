@@ -26,9 +26,8 @@ from dataclasses import dataclass
 
 import redis
 
+from apps.admission.line import QueuedRequest
 from worker.protocol import Answer, Keys
-
-from .line import QueuedRequest
 
 REMEMBERED_ROUTES = 100_000  # request → its fingerprint, until its answer arrives
 

@@ -8,6 +8,6 @@ class AdmissionConfig(AppConfig):
     label = "admission"
 
     def ready(self) -> None:
-        from . import callers
+        from apps.admission import callers
 
         callers.connect()  # the API callers' cache follows keys, users and plans

@@ -31,12 +31,11 @@ from django.db import DEFAULT_DB_ALIAS
 from django.db.models.signals import post_delete, post_save
 from redis.exceptions import RedisError
 
-from apps.accounts.commits import after_commit_collect
 from apps.accounts.models import ApiKey, User
-from apps.accounts.querysets import post_bulk_create, pre_update
-from chatsite.redis_client import get_redis, keys
-
-from .models import Plan, UserPlan
+from apps.admission.models import Plan, UserPlan
+from core.commits import after_commit_collect
+from core.querysets import post_bulk_create, pre_update
+from core.redis_client import get_redis, keys
 
 log = logging.getLogger("sluice.admission.callers")
 

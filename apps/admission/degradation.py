@@ -19,9 +19,8 @@ from dataclasses import asdict, dataclass, field
 
 import redis
 
+from apps.admission.models import DegradationSettings
 from worker.protocol import METRICS_TTL_SECONDS, Keys
-
-from .models import DegradationSettings
 
 PUBLISHED_TTL_SECONDS = 30  # a dispatcher that stops publishing stops degrading the service
 

@@ -28,24 +28,23 @@ from dataclasses import dataclass
 
 import redis
 
+from apps.admission.buckets import BucketStore
+from apps.admission.degradation import Degradation, degradation_publish
+from apps.admission.endings import fail_unreadable
+from apps.admission.estimates import Estimator
+from apps.admission.intake import Intake
+from apps.admission.lease import Lease
+from apps.admission.line import Line
+from apps.admission.plans import PlanBook
+from apps.admission.positions import Positions
+from apps.admission.reconcile import Reconcile
+from apps.admission.release import FleetView, Release
+from apps.admission.running import Running
+from apps.admission.servicetimes import ServiceTimes
+from apps.admission.sweep import Sweep
+from apps.admission.timeseries import Samples
 from worker import protocol, transitions
 from worker.protocol import Answer, Keys
-
-from .buckets import BucketStore
-from .degradation import Degradation, degradation_publish
-from .endings import fail_unreadable
-from .estimates import Estimator
-from .intake import Intake
-from .lease import Lease
-from .line import Line
-from .plans import PlanBook
-from .positions import Positions
-from .reconcile import Reconcile
-from .release import FleetView, Release
-from .running import Running
-from .servicetimes import ServiceTimes
-from .sweep import Sweep
-from .timeseries import Samples
 
 log = logging.getLogger("sluice.dispatcher")
 

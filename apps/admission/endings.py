@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import redis
 
+from apps.admission import outcomes
 from worker import transitions
 from worker.protocol import Answer, Keys, State
-
-from . import outcomes
 
 
 class Endings:

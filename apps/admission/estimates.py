@@ -35,9 +35,8 @@ from dataclasses import dataclass
 
 import redis
 
+from apps.admission.kinds import BACKGROUND, LONG, RAG
 from worker.protocol import ADMISSION_STATE_TTL_SECONDS, Keys
-
-from .kinds import BACKGROUND, LONG, RAG
 
 FEATURES = (
     "bias",

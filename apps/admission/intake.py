@@ -24,18 +24,17 @@ from typing import Any
 
 import redis
 
+from apps.admission import outcomes
+from apps.admission.buckets import NEVER, TAKEN, Bucket, BucketStore, plan_buckets
+from apps.admission.degradation import Degradation
+from apps.admission.endings import Endings, fail_unreadable
+from apps.admission.estimates import Estimator, question_of
+from apps.admission.kinds import STATELESS, is_background, kind_decide
+from apps.admission.line import Line, QueuedRequest
+from apps.admission.metrics import MetricsBatch
+from apps.admission.plans import PlanBook
 from worker import protocol, transitions
 from worker.protocol import DISPATCHER_GROUP, Keys, State
-
-from . import outcomes
-from .buckets import NEVER, TAKEN, Bucket, BucketStore, plan_buckets
-from .degradation import Degradation
-from .endings import Endings, fail_unreadable
-from .estimates import Estimator, question_of
-from .kinds import STATELESS, is_background, kind_decide
-from .line import Line, QueuedRequest
-from .metrics import MetricsBatch
-from .plans import PlanBook
 
 log = logging.getLogger("sluice.dispatcher")
 

@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 import orjson
 import redis
 
+from apps.admission.fairqueue import BACKGROUND, PEOPLE, Entry, FairQueue
+from apps.admission.kinds import is_background
+from apps.admission.watch import CancelWatch, DeadlineHeap
 from worker import protocol, transitions
 from worker.protocol import Answer, Keys, State
-
-from .fairqueue import BACKGROUND, PEOPLE, Entry, FairQueue
-from .kinds import is_background
-from .watch import CancelWatch, DeadlineHeap
 
 log = logging.getLogger("sluice.dispatcher")
 

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
-from apps.accounts.querysets import NotifyingManager
+from core.querysets import NotifyingManager
 
 positive = [MinValueValidator(1, "Must be at least 1.")]
 

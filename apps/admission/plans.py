@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .models import DegradationSettings, Plan, UserPlan
+from apps.admission.models import DegradationSettings, Plan, UserPlan
 
 # Used when the database holds no default plan (a fresh or flushed database).
 FALLBACK_PLAN = Plan(slug="default", name="Default", is_default=True)

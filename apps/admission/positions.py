@@ -18,15 +18,14 @@ from collections.abc import Callable, Iterable
 
 import redis
 
+from apps.admission import outcomes
+from apps.admission.line import Line, QueuedRequest
+from apps.admission.metrics import MetricsBatch
+from apps.admission.plans import PlanBook
+from apps.admission.release import FleetView
+from apps.admission.servicetimes import ServiceTimes
 from worker import transitions
 from worker.protocol import Keys
-
-from . import outcomes
-from .line import Line, QueuedRequest
-from .metrics import MetricsBatch
-from .plans import PlanBook
-from .release import FleetView
-from .servicetimes import ServiceTimes
 
 HEAD = 20  # places told at every change
 RETELL_MS = 5000  # further back: at most this often

@@ -32,19 +32,18 @@ from collections.abc import Callable
 
 import redis
 
+from apps.admission import outcomes
+from apps.admission.buckets import BucketStore, plan_buckets
+from apps.admission.endings import Endings
+from apps.admission.estimates import Estimator, Sample
+from apps.admission.metrics import MetricsBatch
+from apps.admission.plans import PlanBook
+from apps.admission.release import FleetView, parsed_heartbeats
+from apps.admission.running import Running
+from apps.admission.servicetimes import ServiceTimes
+from apps.admission.timeseries import Samples
 from worker import protocol, transitions
 from worker.protocol import Answer, EventType, Keys, State
-
-from . import outcomes
-from .buckets import BucketStore, plan_buckets
-from .endings import Endings
-from .estimates import Estimator, Sample
-from .metrics import MetricsBatch
-from .plans import PlanBook
-from .release import FleetView, parsed_heartbeats
-from .running import Running
-from .servicetimes import ServiceTimes
-from .timeseries import Samples
 
 log = logging.getLogger("sluice.dispatcher")
 

@@ -23,15 +23,14 @@ from dataclasses import dataclass, field
 import redis
 from django.conf import settings
 
+from apps.admission.affinity import AffinityStore
+from apps.admission.line import Flow, Line, QueuedRequest
+from apps.admission.models import Plan
+from apps.admission.plans import PlanBook, model_choose
+from apps.admission.routing import AFFINITY, Router
+from apps.admission.running import Running
 from worker import protocol, transitions
 from worker.protocol import Answer, Keys, State
-
-from .affinity import AffinityStore
-from .line import Flow, Line, QueuedRequest
-from .models import Plan
-from .plans import PlanBook, model_choose
-from .routing import AFFINITY, Router
-from .running import Running
 
 log = logging.getLogger("sluice.dispatcher")
 

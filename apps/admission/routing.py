@@ -39,10 +39,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from apps.admission.affinity import AffinityStore
+from apps.admission.line import QueuedRequest
 from worker.protocol import Keys
-
-from .affinity import AffinityStore
-from .line import QueuedRequest
 
 AFFINITY, PULL, ROUND_ROBIN, LEAST_LOADED = "affinity", "pull", "round-robin", "least-loaded"
 POLICIES = (AFFINITY, PULL, ROUND_ROBIN, LEAST_LOADED)

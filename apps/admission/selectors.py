@@ -19,14 +19,13 @@ from django.conf import settings
 
 from apps.accounts.models import User
 from apps.accounts.services import API_KEY_PREFIX, api_key_authenticate, api_key_hash
-from chatsite.redis_client import get_redis, keys
+from apps.admission import callers
+from apps.admission.degradation import Degradation
+from apps.admission.models import Plan, UserPlan
+from apps.admission.plans import model_choose, plan_decide
+from apps.admission.release import LIVE_SECONDS, beat_model, parsed_heartbeats
+from core.redis_client import get_redis, keys
 from worker import protocol
-
-from . import callers
-from .degradation import Degradation
-from .models import Plan, UserPlan
-from .plans import model_choose, plan_decide
-from .release import LIVE_SECONDS, beat_model, parsed_heartbeats
 
 # How long a process trusts what it read of the fleet; a model it did not see is read again at
 # once (a worker that has just started is served without waiting for this).

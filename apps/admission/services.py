@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from .models import Plan, UserPlan
+from apps.admission.models import Plan, UserPlan
 
 
 @transaction.atomic

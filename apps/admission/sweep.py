@@ -13,15 +13,14 @@ from collections.abc import Callable
 
 import redis
 
+from apps.admission import outcomes
+from apps.admission.degradation import Degradation
+from apps.admission.endings import Endings
+from apps.admission.fairqueue import BACKGROUND
+from apps.admission.kinds import is_background
+from apps.admission.line import Line
+from apps.admission.metrics import MetricsBatch
 from worker.protocol import Keys, State
-
-from . import outcomes
-from .degradation import Degradation
-from .endings import Endings
-from .fairqueue import BACKGROUND
-from .kinds import is_background
-from .line import Line
-from .metrics import MetricsBatch
 
 NO_WORKER_RETRY_AFTER = 60  # seconds: a busy service needs a while to drain
 

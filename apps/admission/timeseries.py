@@ -25,9 +25,8 @@ from dataclasses import dataclass
 
 import redis
 
+from apps.admission import metrics
 from worker.protocol import Answer, Keys, State
-
-from . import metrics
 
 log = logging.getLogger("sluice.dispatcher")
 

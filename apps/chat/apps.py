@@ -8,6 +8,6 @@ class ChatConfig(AppConfig):
     label = "chat"
 
     def ready(self) -> None:
-        from . import hot_signals
+        from apps.chat.prompt import hot_signals
 
         hot_signals.connect()  # the Redis hot tier follows ORM writes

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET, require_POST
 
+from apps.chat import selectors
 from apps.rag.models import UserFile
 from apps.rag.user_files import (
     FileRejected,
@@ -17,8 +18,6 @@ from apps.rag.user_files import (
     user_file_state,
 )
 from apps.rag.user_files_runner import ingest_soon
-
-from . import selectors
 
 # Room for the multipart envelope around the file itself.
 ENVELOPE_BYTES = 64 * 1024

@@ -22,13 +22,15 @@ import logging
 from django.conf import settings
 from redis.exceptions import RedisError
 
-from chatsite.redis_client import get_redis, keys
+from apps.chat import suggestions, titles
+from apps.chat.models import Conversation
+from apps.chat.prompt import memory
+from apps.chat.prompt.prompting import Prompt
+from apps.inbox import services as inbox
+from apps.inbox.models import InboxMessage
+from core.redis_client import get_redis, keys
 from worker import protocol, transitions
 from worker.protocol import Answer, State, WorkItem
-
-from . import inbox, memory, suggestions, titles
-from .models import Conversation, InboxMessage
-from .prompting import Prompt
 
 log = logging.getLogger("sluice.chat.background")
 

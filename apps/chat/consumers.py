@@ -34,25 +34,24 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from apps.accounts.sessions import SessionEnded, session_digest
 from apps.accounts.socket_login import SocketLogin
-from chatsite.redis_client import keys
+from apps.chat import continuation, live, selectors, submission, turns
+from apps.chat.frames import EVENT_ID, frames_for_batch
+from apps.chat.models import Conversation
+from apps.streams.account_watch import get_account_watch
+from apps.streams.hub import get_hub
+from apps.streams.hub_base import Entry
+from apps.streams.offload import db_call
+from apps.streams.pooled_consumer import PooledConsumer
+from core.redis_client import keys
 from worker import protocol
 from worker.cancelling import cancel_and_wait
-
-from . import continuation, live, selectors, submission, turns
-from .account_watch import get_account_watch
-from .frames import EVENT_ID, frames_for_batch
-from .hub import get_hub
-from .hub_base import Entry
-from .models import Conversation
-from .offload import db_call
-from .pooled_consumer import PooledConsumer
 
 log = logging.getLogger("sluice.chat.ws")
 
 MAX_FRAME_BYTES = 64 * 1024
 SESSION_ENDED_CODE = 4401
 # A frame that fails because PostgreSQL or Redis cannot be reached gets an error reply and the
-# socket stays open, as an HTTP request gets a 503 (chatsite/errors.py).
+# socket stays open, as an HTTP request gets a 503 (core/errors.py).
 OUTAGES = (OperationalError, InterfaceError, RedisConnectionError, RedisTimeoutError)
 OUTAGE_MESSAGE = "Sluice cannot reach its database or queue right now. Please try again shortly."
 

@@ -11,9 +11,13 @@ conversation's KV cache reads only the instruction.
 from __future__ import annotations
 
 from apps.accounts.models import User
-
-from .models import Conversation, Message
-from .submission import ConversationBusy, Submitted, ensure_conversation_free, request_submit
+from apps.chat.models import Conversation, Message
+from apps.chat.submission import (
+    ConversationBusy,
+    Submitted,
+    ensure_conversation_free,
+    request_submit,
+)
 
 CONTINUE_INSTRUCTION = (
     "Your previous answer was cut off. Continue it from exactly where it stopped, without "

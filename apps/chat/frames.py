@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+from apps.chat.markdown import render_markdown
 from worker.protocol import EventType
-
-from .markdown import render_markdown
 
 STATUS_FIELDS = ("position", "eta_seconds", "reason", "retry_after")
 # An output-stream entry id, as a reader that resumes names the last one it saw.

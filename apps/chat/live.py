@@ -16,9 +16,8 @@ from django.utils.html import escape, linebreaks
 from redis.exceptions import RedisError
 
 from apps.accounts.sessions import EVENTS_MAXLEN
-from chatsite.redis_client import get_redis, keys
-
-from .models import Conversation, Message
+from apps.chat.models import Conversation, Message
+from core.redis_client import get_redis, keys
 
 log = logging.getLogger("sluice.chat.live")
 

@@ -7,7 +7,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from . import memory, selectors
+from apps.chat import selectors
+from apps.chat.prompt import memory
 
 
 @login_required

@@ -11,12 +11,11 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 from apps.admission.kinds import web_kind
-from chatsite.redis_client import get_redis, keys
+from apps.chat.prompt.ahead import WritesAhead
+from apps.streams.hub_base import Entry
+from core.redis_client import get_redis, keys
 from worker import protocol, transitions
 from worker.protocol import Keys, WorkItem
-
-from .hub_base import Entry
-from .prompt_ahead import WritesAhead
 
 log = logging.getLogger("sluice.chat.submission")
 

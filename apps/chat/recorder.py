@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from django.db import DataError, IntegrityError, connection, transaction
 from redis.exceptions import RedisError
 
+from apps.chat import answer_ready, background, services
+from apps.chat.models import Conversation, Message
+from apps.chat.prompt import hot
 from apps.rag.prompting import citations_used
-from chatsite.redis_client import get_redis, keys
+from core.redis_client import get_redis, keys
 from worker import protocol, transitions
 from worker.protocol import Answer, EventType, State
-
-from . import background, hot, inbox, services
-from .models import Conversation, Message
 
 log = logging.getLogger("sluice.recorder")
 
@@ -288,7 +288,7 @@ def _record_batch(
             if fields["stored"] != "1"
         ]
         rejected += _store([(i, m) for i, m in messages if m is not None])
-        inbox.answers_ready_post(answers, requests=requests)
+        answer_ready.answers_ready_post(answers, requests=requests)
         # Background answers go to their task instead of the conversation; chat answers may
         # ask for follow-ups.
         background.answers_recorded(answers, requests=requests)

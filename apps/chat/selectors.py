@@ -12,8 +12,7 @@ from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 
 from apps.accounts.models import Profile, Tag, User
-
-from .models import Conversation, ConversationSummary, Message
+from apps.chat.models import Conversation, ConversationSummary, Message
 
 
 def conversation_list_for_user(*, user: User, archived: bool = False) -> QuerySet[Conversation]:

@@ -11,10 +11,10 @@ from django.core.exceptions import ValidationError
 
 from apps.accounts.models import User
 from apps.accounts.sessions import SqlCondition
-from chatsite.prepared import prepared_cursor
-
-from . import erase, hot
-from .models import Conversation, Message
+from apps.chat.data import erase
+from apps.chat.models import Conversation, Message
+from apps.chat.prompt import hot
+from core.prepared import prepared_cursor
 
 
 def clean_message_text(text: str) -> str:

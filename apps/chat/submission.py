@@ -23,19 +23,20 @@ from apps.accounts.models import User
 from apps.accounts.sessions import SqlCondition
 from apps.admission.kinds import web_kind
 from apps.admission.selectors import model_fleet
+from apps.chat import background, live, recorder, services
+from apps.chat.models import Conversation, Message
+from apps.chat.prompt import ahead as prompt_ahead
+from apps.chat.prompt import hot
+from apps.chat.prompt.ahead import PromptRead
+from apps.chat.prompt.prompting import HISTORY_TURNS_MAX, prompt_build
+from apps.chat.publish import request_publish
 from apps.rag import corpora_cache
 from apps.rag.prompting import citations_from, passages_block
 from apps.rag.services import retrieve_for_prompt
-from chatsite.redis_client import get_redis, keys
+from apps.streams.hub_base import Entry
+from core.redis_client import get_redis, keys
 from worker import protocol, transitions
 from worker.protocol import WorkItem
-
-from . import background, hot, live, prompt_ahead, recorder, services
-from .hub_base import Entry
-from .models import Conversation, Message
-from .prompt_ahead import PromptRead
-from .prompting import HISTORY_TURNS_MAX, prompt_build
-from .publish import request_publish
 
 log = logging.getLogger("sluice.chat.submission")
 

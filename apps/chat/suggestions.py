@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 
 from apps.accounts.models import Profile, Tag, TagProposal
-
-from .models import Conversation, Message
+from apps.chat.models import Conversation, Message
 
 FOLLOWUPS_MAX = 3
 FOLLOWUP_MAX_CHARS = 160

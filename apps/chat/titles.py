@@ -13,8 +13,8 @@ import re
 
 from django.db import connection
 
-from . import live
-from .models import Conversation
+from apps.chat import live
+from apps.chat.models import Conversation
 
 TASK = "title"
 MAX_TOKENS = 16

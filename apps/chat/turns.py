@@ -22,9 +22,8 @@ from django.http import Http404
 from redis.exceptions import RedisError
 
 from apps.accounts.models import User
-
-from . import background, live, services, submission, titles
-from .models import Conversation, ConversationSummary, Message
+from apps.chat import background, live, services, submission, titles
+from apps.chat.models import Conversation, ConversationSummary, Message
 
 log = logging.getLogger("sluice.chat.turns")
 

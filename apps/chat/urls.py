@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import attachments, data_views, memory_views, views
+from apps.chat import attachments, memory_views, views
+from apps.chat.data import views as data_views
 
 app_name = "chat"
 

@@ -12,9 +12,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from redis.exceptions import RedisError
 
 from apps.admission import selectors as admission_selectors
-
-from . import live, selectors, services, submission, turns
-from .models import Conversation
+from apps.chat import live, selectors, services, submission, turns
+from apps.chat.models import Conversation
 
 
 @dataclass

@@ -17,9 +17,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from apps.admission.selectors import estimate_figures
-from chatsite.redis_client import get_redis, keys
-
-from . import dashboard, inspector
+from apps.ops import dashboard, inspector
+from core.redis_client import get_redis, keys
 
 REQUEST_ID_MAX = 64
 

@@ -17,7 +17,7 @@ from apps.accounts.models import User
 from apps.admission.degradation import Degradation
 from apps.admission.models import Plan
 from apps.admission.timeseries import SERIES_MAXLEN
-from chatsite.redis_client import get_redis, keys
+from core.redis_client import get_redis, keys
 
 DEAD_SHOWN = 20
 LIVE_MS = 15_000  # as the dispatcher counts a worker live (release.LIVE_SECONDS)

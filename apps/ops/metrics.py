@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 from apps.admission.degradation import Degradation
 from apps.admission.metrics import LATENCY_BUCKETS_MS, REASONS, STATUSES
 from apps.admission.selectors import estimate_figures
-from chatsite.redis_client import get_redis, keys
+from core.redis_client import get_redis, keys
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -56,7 +56,7 @@ STREAMS_OPEN = Gauge(
 
 
 def _streams_open() -> float:
-    from apps.chat import hub
+    from apps.streams import hub
 
     # The output hubs' watched streams (one hub per event loop): every relayed answer, on a
     # websocket or over SSE, reads through one.

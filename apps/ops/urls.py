@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import admin_views
+from apps.ops import admin_views
 
 app_name = "ops"
 

@@ -11,18 +11,18 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from . import caches, retrieval
-from .forms import TryQueryForm, UploadForm
-from .models import Chunk, Corpus, Document, UserFile
-from .selectors import corpora_for_user
-from .services import (
+from apps.rag import caches, retrieval
+from apps.rag.forms import TryQueryForm, UploadForm
+from apps.rag.models import Chunk, Corpus, Document, UserFile
+from apps.rag.selectors import corpora_for_user
+from apps.rag.services import (
     corpus_bump_version,
     corpus_ingest_uploads,
     corpus_reindex,
     document_delete,
     documents_reindex,
 )
-from .user_files import user_file_delete
+from apps.rag.user_files import user_file_delete
 
 
 class _DeletesChunks:

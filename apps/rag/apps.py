@@ -8,6 +8,6 @@ class RagConfig(AppConfig):
     label = "rag"
 
     def ready(self) -> None:
-        from . import signals
+        from apps.rag import signals
 
         signals.connect()  # the searchable-corpora cache follows every write it depends on

@@ -21,9 +21,8 @@ import numpy as np
 import redis
 from django.conf import settings
 
-from chatsite.redis_client import get_redis, keys
-
-from .embeddings import DIMENSIONS, MODEL_NAME, embed_texts
+from apps.rag.embeddings import DIMENSIONS, MODEL_NAME, embed_texts
+from core.redis_client import get_redis, keys
 
 logger = logging.getLogger(__name__)
 

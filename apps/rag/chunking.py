@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .embeddings import get_tokenizer
+from apps.rag.embeddings import get_tokenizer
 
 HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 FENCE = re.compile(r"^(```|~~~)", re.MULTILINE)

@@ -35,10 +35,9 @@ from functools import cache
 from django.conf import settings
 from redis.exceptions import RedisError
 
-from apps.accounts.commits import after_commit_collect, batch_pending
-from chatsite.redis_client import get_redis, keys
-
-from .models import Corpus
+from apps.rag.models import Corpus
+from core.commits import after_commit_collect, batch_pending
+from core.redis_client import get_redis, keys
 
 log = logging.getLogger("sluice.rag.corpora_cache")
 

@@ -5,7 +5,7 @@ import json
 from django import forms
 from django.contrib.auth import get_user_model
 
-from .models import Corpus
+from apps.rag.models import Corpus
 
 
 class MultipleFileInput(forms.ClearableFileInput):

@@ -26,10 +26,10 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import chunking
-from .embeddings import MODEL_NAME, embed_texts
-from .extraction import SUPPORTED, Extracted, ExtractionError, extract
-from .models import Chunk, Corpus, Document
+from apps.rag import chunking
+from apps.rag.embeddings import MODEL_NAME, embed_texts
+from apps.rag.extraction import SUPPORTED, Extracted, ExtractionError, extract
+from apps.rag.models import Chunk, Corpus, Document
 
 logger = logging.getLogger(__name__)
 

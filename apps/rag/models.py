@@ -18,9 +18,8 @@ from django.db import models
 from django.urls import reverse
 from pgvector.django import HnswIndex, VectorField
 
-from apps.accounts.querysets import NotifyingManager
-
-from .embeddings import DIMENSIONS
+from apps.rag.embeddings import DIMENSIONS
+from core.querysets import NotifyingManager
 
 
 class Corpus(models.Model):
@@ -83,7 +82,7 @@ class Corpus(models.Model):
     updated = models.DateTimeField(auto_now=True)
 
     # Its services write with QuerySet.update() (counts, versions): the searchable-corpora
-    # cache hears those through this manager (apps/accounts/querysets.py).
+    # cache hears those through this manager (core/querysets.py).
     objects = NotifyingManager()
 
     class Meta:

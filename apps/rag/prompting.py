@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import replace
 
-from .retrieval import Passage
+from apps.rag.retrieval import Passage
 
 # A passage's words that can show an answer used it: five letters or more (short words are
 # shared by any two texts), not the question's own (an answer repeats those anyway).

@@ -17,8 +17,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from . import caches, retrieval
-from .models import Corpus
+from apps.rag import caches, retrieval
+from apps.rag.models import Corpus
 
 # Questions no operator's corpus is about: what the gate must turn away.
 OFF_TOPIC_QUESTIONS = (

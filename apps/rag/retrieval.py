@@ -23,8 +23,8 @@ from psycopg.adapt import Dumper
 from psycopg.pq import Format
 from psycopg.types import TypeInfo
 
-from .chunking import HEADING_SEPARATOR
-from .models import Corpus
+from apps.rag.chunking import HEADING_SEPARATOR
+from apps.rag.models import Corpus
 
 RRF_K = 60  # the usual constant of reciprocal rank fusion: dampens the head of each list
 

@@ -15,9 +15,8 @@ from django.http import Http404
 
 from apps.admission.plans import FALLBACK_PLAN, plan_slug_sql
 from apps.admission.selectors import plan_for_user
-
-from . import corpora_cache
-from .models import Chunk, Corpus, Document
+from apps.rag import corpora_cache
+from apps.rag.models import Chunk, Corpus, Document
 
 
 def user_plan_slugs(*, user) -> list[str]:

@@ -13,12 +13,12 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from . import caches, corpora_cache, retrieval
-from .ingestion import Ingestor, IngestReport, corpus_refresh_counts, extracted_from
-from .models import Corpus, Document
-from .prompting import passages_within
-from .retrieval import Passage
-from .selectors import searchable_corpora_for_user
+from apps.rag import caches, corpora_cache, retrieval
+from apps.rag.ingestion import Ingestor, IngestReport, corpus_refresh_counts, extracted_from
+from apps.rag.models import Corpus, Document
+from apps.rag.prompting import passages_within
+from apps.rag.retrieval import Passage
+from apps.rag.selectors import searchable_corpora_for_user
 
 __all__ = [
     "Passage",

@@ -11,7 +11,7 @@ What the answer depends on, and who hears it:
   the transaction commits, and a corpus left with none is searched no more.
 
 `QuerySet.update()` and `bulk_create()` send no model signal; Corpus, Plan and UserPlan use
-the NotifyingManager (apps/accounts/querysets.py) so those are heard too. Chunks are not
+the NotifyingManager (core/querysets.py) so those are heard too. Chunks are not
 watched: a receiver on Chunk would make every cascade load each chunk (and its embedding) to
 signal it; the corpus's counts speak for them.
 """
@@ -22,13 +22,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
-from apps.accounts.commits import after_commit_collect
-from apps.accounts.querysets import post_bulk_create, pre_update
 from apps.admission.models import Plan, UserPlan
-
-from . import corpora_cache
-from .ingestion import corpus_refresh_counts
-from .models import Corpus, Document
+from apps.rag import corpora_cache
+from apps.rag.ingestion import corpus_refresh_counts
+from apps.rag.models import Corpus, Document
+from core.commits import after_commit_collect
+from core.querysets import post_bulk_create, pre_update
 
 # A plan's other fields (rates, quotas) do not choose corpora.
 PLAN_FIELDS = {"slug", "is_default"}

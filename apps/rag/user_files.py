@@ -22,9 +22,9 @@ from django.db.models import Q, Sum
 from django.http import Http404
 from django.utils import timezone
 
-from .ingestion import Ingestor
-from .models import Corpus, Document, UserFile
-from .services import document_delete
+from apps.rag.ingestion import Ingestor
+from apps.rag.models import Corpus, Document, UserFile
+from apps.rag.services import document_delete
 
 log = logging.getLogger("sluice.rag.user_files")
 

@@ -13,7 +13,7 @@ import threading
 
 from django.db import connections
 
-from .user_files import user_files_ingest_pending
+from apps.rag.user_files import user_files_ingest_pending
 
 log = logging.getLogger("sluice.rag.user_files")
 

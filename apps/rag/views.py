@@ -7,8 +7,8 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from .selectors import chunk_get_for_user, document_get_for_user
-from .user_files import user_file_delete, user_file_get_for_user
+from apps.rag.selectors import chunk_get_for_user, document_get_for_user
+from apps.rag.user_files import user_file_delete, user_file_get_for_user
 
 
 @login_required

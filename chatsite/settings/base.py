@@ -6,7 +6,7 @@ from pathlib import Path
 
 import environ
 
-from . import process
+from chatsite.settings import process
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -32,9 +32,12 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "apps.accounts",
-    "apps.chat",
+    "apps.streams",
     "apps.admission",
     "apps.rag",
+    "apps.inbox",
+    "apps.chat",
+    "apps.api",
     "apps.ops",
 ]
 
@@ -51,7 +54,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "chatsite.middleware.BackendOutageMiddleware",
+    "core.middleware.BackendOutageMiddleware",
 ]
 
 ROOT_URLCONF = "chatsite.urls"
@@ -83,7 +86,7 @@ DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
     "connect_timeout", env.int("DATABASE_CONNECT_TIMEOUT", default=5)
 )
 # The statements every answer runs are prepared on their 5th use on a connection (see
-# chatsite/prepared.py); 0 prepares nothing, for a pooler that cannot keep prepared statements.
+# core/prepared.py); 0 prepares nothing, for a pooler that cannot keep prepared statements.
 DATABASE_PREPARE_THRESHOLD = env.int("DATABASE_PREPARE_THRESHOLD", default=5)
 DATABASES["default"]["OPTIONS"].setdefault("prepare_threshold", DATABASE_PREPARE_THRESHOLD or None)
 # Web processes serve each HTTP request on a thread of its own, so with one connection per
@@ -136,7 +139,7 @@ if REDIS_URL.split("://", 1)[0] in ("redis+cluster", "rediss+cluster"):
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # No channel layer: answers reach websockets through each web process's output hub
-# (apps/chat/hub.py), which reads the output streams directly. A layer would give every socket
+# (apps/streams/hub.py), which reads the output streams directly. A layer would give every socket
 # a channel of its own to poll, for messages nobody sends.
 
 AUTH_USER_MODEL = "accounts.User"

@@ -8,4 +8,4 @@ cookies are production's).
 
 from __future__ import annotations
 
-from .base import *  # noqa: F403
+from chatsite.settings.base import *  # noqa: F403

@@ -3,8 +3,8 @@ environment."""
 
 from __future__ import annotations
 
-from .base import *  # noqa: F403
-from .base import env
+from chatsite.settings.base import *  # noqa: F403
+from chatsite.settings.base import env
 
 DEBUG = False
 SECRET_KEY = env.str("SECRET_KEY")

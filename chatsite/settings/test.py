@@ -6,7 +6,7 @@ import os
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .base import *  # noqa: F403
+from chatsite.settings.base import *  # noqa: F403
 
 if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
     raise ImproperlyConfigured(

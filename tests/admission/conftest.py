@@ -10,7 +10,7 @@ from django.conf import settings
 from apps.admission.dispatcher import Dispatcher, Options
 from apps.chat.submission import request_publish
 from apps.ops.management.commands.run_dispatcher import RecorderPass
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from worker.protocol import Keys, WorkItem, new_request_id
 
 

@@ -23,7 +23,7 @@ from apps.admission.buckets import (
     BucketStore,
     plan_buckets,
 )
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.bucket_model import BucketModel
 from tests.conftest import BASE_DIR, process_env
 from worker.protocol import Keys

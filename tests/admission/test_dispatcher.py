@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from apps.admission.models import Plan
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.conftest import (
     events,
     give_the_fleet_slots,

@@ -12,7 +12,7 @@ import pytest
 from apps.admission.estimates import MIN_SAMPLES, Estimator, question_of
 from apps.admission.models import Plan
 from apps.chat.submission import request_publish
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.conftest import give_the_fleet_slots, keys, roomy_plan, worker_answers
 from worker.protocol import WorkItem, new_request_id
 

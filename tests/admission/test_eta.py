@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.conftest import events, keys, roomy_plan, worker_answers
 
 pytestmark = pytest.mark.django_db

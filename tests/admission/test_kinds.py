@@ -8,7 +8,7 @@ import json
 import pytest
 
 from apps.admission.models import Plan
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.conftest import (
     counters,
     events,

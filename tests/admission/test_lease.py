@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.conftest import keys, publish
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apps.admission.line import QueuedRequest
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.conftest import final, keys, publish, roomy_plan
 
 text = st.text(max_size=20)

@@ -13,7 +13,7 @@ import pytest
 from apps.admission.models import Plan
 from apps.chat.models import Message
 from apps.chat.submission import request_publish
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.conftest import final, keys, publish, roomy_plan, state, work_item_ids
 from worker import transitions
 from worker.protocol import Answer, State, Usage, WorkItem, new_request_id

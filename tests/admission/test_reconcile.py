@@ -8,7 +8,7 @@ import pytest
 from apps.admission.models import Plan
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.conftest import (
     counters,
     final,

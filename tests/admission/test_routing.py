@@ -11,7 +11,7 @@ import time
 import pytest
 
 from apps.chat.submission import request_publish
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.conftest import (
     give_the_fleet_slots,
     keys,

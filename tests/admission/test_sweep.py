@@ -7,7 +7,7 @@ import pytest
 
 from apps.admission.models import Plan
 from apps.admission.services import plan_assign
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.conftest import counters, final, keys, publish, queue_many, roomy_plan
 from worker import transitions
 

@@ -8,8 +8,8 @@ import pytest
 from playwright.sync_api import expect
 
 from apps.accounts.services import user_create
-from apps.chat import inbox
 from apps.chat.services import conversation_create, message_create
+from apps.inbox import services as inbox
 
 pytestmark = pytest.mark.browser
 

@@ -8,10 +8,11 @@ import pytest
 
 from apps.accounts.models import Profile, Tag, TagProposal
 from apps.chat import background
-from apps.chat.models import InboxMessage, Message
+from apps.chat.models import Message
 from apps.chat.recorder import ensure_group, record_pending
 from apps.chat.services import conversation_create, message_create
-from chatsite.redis_client import get_redis, keys
+from apps.inbox.models import InboxMessage
+from core.redis_client import get_redis, keys
 from tests.admission.conftest import (  # noqa: F401  (fixtures)
     admission,
     clock,

@@ -10,14 +10,15 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from apps.chat import inbox
-from apps.chat.export import conversation_export_data, conversation_import
-from apps.chat.memory import summary_store
-from apps.chat.models import Conversation, InboxMessage, Message, RetentionPolicy
-from apps.chat.retention import retention_apply
-from apps.chat.search import conversation_search_for_user, highlight
+from apps.chat.data.export import conversation_export_data, conversation_import
+from apps.chat.data.retention import retention_apply
+from apps.chat.data.search import conversation_search_for_user, highlight
+from apps.chat.models import Conversation, Message, RetentionPolicy
+from apps.chat.prompt.memory import summary_store
 from apps.chat.services import conversation_create, message_create
-from chatsite.redis_client import get_redis, keys
+from apps.inbox import services as inbox
+from apps.inbox.models import InboxMessage
+from core.redis_client import get_redis, keys
 
 pytestmark = pytest.mark.django_db
 

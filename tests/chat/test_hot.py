@@ -8,16 +8,17 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from apps.accounts.models import Profile, Tag
-from apps.chat import hot, memory, selectors
+from apps.chat import selectors
 from apps.chat.models import Conversation
-from apps.chat.prompting import HISTORY_TURNS_MAX, system_prompt, system_prompt_for
+from apps.chat.prompt import hot, memory
+from apps.chat.prompt.prompting import HISTORY_TURNS_MAX, system_prompt, system_prompt_for
 from apps.chat.services import (
     NewMessage,
     conversation_delete,
     message_create,
     messages_store,
 )
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

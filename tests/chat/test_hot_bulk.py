@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from apps.accounts.models import Profile, Tag
-from apps.chat import hot
 from apps.chat.models import ConversationSummary, Message
-from apps.chat.prompting import HISTORY_TURNS_MAX, system_prompt_for
+from apps.chat.prompt import hot
+from apps.chat.prompt.prompting import HISTORY_TURNS_MAX, system_prompt_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

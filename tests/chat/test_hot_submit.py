@@ -20,8 +20,8 @@ from apps.rag import corpora_cache, services
 from apps.rag.embeddings import DIMENSIONS
 from apps.rag.ingestion import corpus_refresh_counts
 from apps.rag.models import Chunk, Corpus, Document
-from chatsite.redis_client import get_redis, keys
-from chatsite.stack import free_port
+from core.redis_client import get_redis, keys
+from devstack.stack import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,7 +7,7 @@ import asyncio
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from apps.chat.hub import OutputHub
+from apps.streams.hub import OutputHub
 from worker.cancelling import cancel_and_wait
 
 
@@ -72,7 +72,7 @@ async def test_resuming_after_an_event_id_skips_what_was_seen(redis_prefix):
 def test_the_pre_encoded_xread_is_what_redis_py_would_send():
     from redis.connection import Connection
 
-    from apps.chat.hub import XreadPacker
+    from apps.streams.hub import XreadPacker
 
     streams = {f"sluice:out:{{{i:032x}}}": f"1764430000000-{i}" for i in range(30)}
     streams["sluice:out:{é}"] = "0"  # a name beyond ASCII keeps its byte length right
@@ -87,7 +87,7 @@ def test_the_pre_encoded_xread_is_what_redis_py_would_send():
 
 
 def test_the_pause_between_busy_reads_grows_with_the_streams_up_to_a_bound():
-    from apps.chat.hub import BUSY_STREAMS, PAUSE_MOST_SECONDS, busy_pause
+    from apps.streams.hub import BUSY_STREAMS, PAUSE_MOST_SECONDS, busy_pause
 
     assert busy_pause(1) == busy_pause(BUSY_STREAMS - 1) == 0.0  # few chats: read at once
     assert 0 < busy_pause(BUSY_STREAMS) < busy_pause(50) < busy_pause(100)

@@ -15,10 +15,11 @@ from django.urls import reverse
 
 from apps.accounts.services import user_create
 from apps.admission.models import Plan, UserPlan
-from apps.chat import inbox, recorder
-from apps.chat.models import Announcement, InboxMessage
+from apps.chat import recorder
 from apps.chat.services import conversation_create
-from chatsite.redis_client import get_redis, keys
+from apps.inbox import services as inbox
+from apps.inbox.models import Announcement, InboxMessage
+from core.redis_client import get_redis, keys
 from tests.chat.conftest import session_cookie
 from worker.protocol import Answer, State
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from apps.chat import background, memory
+from apps.chat import background
 from apps.chat.models import ConversationSummary, Message
-from apps.chat.prompting import prompt_build
+from apps.chat.prompt import memory
+from apps.chat.prompt.prompting import prompt_build
 from apps.chat.recorder import ensure_group, record_pending
 from apps.chat.services import conversation_create, message_create
 from apps.chat.submission import request_submit
-from chatsite.redis_client import get_redis, keys
+from core.redis_client import get_redis, keys
 from worker.protocol import Answer, State, WorkItem
 
 pytestmark = pytest.mark.django_db

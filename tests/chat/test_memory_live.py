@@ -9,9 +9,9 @@ import pytest
 
 from apps.admission.models import DegradationSettings
 from apps.chat.models import ConversationSummary, Message
-from apps.chat.prompting import prompt_build
+from apps.chat.prompt.prompting import prompt_build
 from apps.chat.submission import request_submit
-from chatsite.redis_client import get_redis, keys
+from core.redis_client import get_redis, keys
 from tests.chat.test_memory import long_chat
 from tests.conftest import wait_until
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import connections
 
-from apps.chat.offload import HEALTH_CHECK_SECONDS, tidy_connections
+from apps.streams.offload import HEALTH_CHECK_SECONDS, tidy_connections
 
 
 def test_a_health_check_runs_at_most_once_a_second_per_connection(transactional_db, monkeypatch):

@@ -13,7 +13,7 @@ import pytest
 from apps.accounts.services import api_key_create
 from apps.admission.models import Plan
 from apps.chat.models import Message
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.conftest import force_level
 from tests.conftest import wait_until
 from worker.protocol import Keys

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from apps.chat.openai_shapes import ApiError, Chunks, body_of, completion
+from apps.api.openai_shapes import ApiError, Chunks, body_of, completion
 
 
 @pytest.mark.parametrize(

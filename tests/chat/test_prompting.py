@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from apps.accounts.models import Profile, Tag
 from apps.chat.models import Message
-from apps.chat.prompting import BASE_SYSTEM_PROMPT, prompt_build, system_prompt_for
+from apps.chat.prompt.prompting import BASE_SYSTEM_PROMPT, prompt_build, system_prompt_for
 from apps.chat.services import conversation_create, message_create
 
 

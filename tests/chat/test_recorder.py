@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from apps.chat import recorder, submission
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
-from chatsite.redis_client import get_redis, keys
+from core.redis_client import get_redis, keys
 from worker import protocol, transitions
 from worker.protocol import Answer, State, Usage, WorkItem
 
@@ -160,7 +160,7 @@ def ended_request(conversation, request_id: str, text: str = "Blue.") -> Answer:
 def warm_chat_with_an_ended_answer(user, request_id: str):
     """A conversation whose answer has ended (its record on the done stream, not yet read),
     with the hot tier and the user's corpora cached, as a busy chat has them."""
-    from apps.chat import hot
+    from apps.chat.prompt import hot
     from apps.rag.selectors import searchable_corpora_for_user
 
     conversation = conversation_create(owner=user)
@@ -238,7 +238,7 @@ def test_the_next_question_carries_the_settled_answers_writes_in_its_prompts_rea
     """The prompt's sources are read with the conversation's state, and the settled answer's
     skip mark, hot-tier turn and release ride with the publication, with the question's turn:
     two round trips, and the prompt still holds the answer before the question."""
-    from apps.chat import hot
+    from apps.chat.prompt import hot
 
     conversation = warm_chat_with_an_ended_answer(user, "r7")
 
@@ -277,7 +277,8 @@ def test_a_prompt_read_ahead_is_not_used_when_the_recorder_stored_the_answer_mea
 ):
     """The read ahead cannot hold an answer the recorder stored and pushed after it: the
     question's insert finds the answer stored, and the prompt is read again, after it."""
-    from apps.chat import hot, services
+    from apps.chat import services
+    from apps.chat.prompt import hot
 
     conversation = warm_chat_with_an_ended_answer(user, "r9")
     insert = services.question_create_after
@@ -303,7 +304,7 @@ def test_a_prompt_read_ahead_is_not_used_when_the_recorder_stored_the_answer_mea
 def test_a_prompt_read_ahead_holds_the_turns_the_recorder_stored_before(user, redis_round_trips):
     """A question to a conversation whose last answer was recorded already: two round trips,
     and the prompt holds every turn once, in order."""
-    from apps.chat import hot
+    from apps.chat.prompt import hot
 
     conversation = warm_chat_with_an_ended_answer(user, "r10")
     assert recorder.record_pending(consumer="c1", block_ms=10) == 1
@@ -324,7 +325,7 @@ def test_a_question_refused_after_settling_still_writes_the_settled_answer(
 ):
     """A submit that stops between settling the previous answer and its prompt's read (here:
     no worker serves the conversation's model) still writes what the settling owes Redis."""
-    from apps.chat import hot
+    from apps.chat.prompt import hot
 
     conversation = conversation_create(owner=user)
     answer = ended_request(conversation, "r8")

@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.chat.conftest import answer_text, chat_socket, receive_until, wait_for
 from worker.protocol import Keys
 

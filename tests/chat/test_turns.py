@@ -16,7 +16,7 @@ from apps.chat import titles, turns
 from apps.chat.models import Conversation, ConversationSummary
 from apps.chat.services import conversation_create, message_create
 from apps.chat.submission import ConversationBusy
-from chatsite.redis_client import get_redis, keys
+from core.redis_client import get_redis, keys
 from tests.chat.conftest import chat_socket, receive_until
 from tests.conftest import wait_until
 

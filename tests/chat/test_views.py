@@ -5,7 +5,7 @@ from django.urls import reverse
 
 from apps.chat.models import Conversation, Message
 from apps.chat.services import conversation_create, message_create
-from chatsite.redis_client import get_redis, keys
+from core.redis_client import get_redis, keys
 
 pytestmark = pytest.mark.django_db
 

@@ -100,7 +100,7 @@ async def test_when_redis_is_unreachable_sending_fails_closed_and_keeps_the_draf
     import redis as redis_lib
 
     from apps.chat import submission
-    from chatsite.stack import free_port
+    from devstack.stack import free_port
 
     conversation = await sync_to_async(conversation_create)(owner=user)
     unreachable = redis_lib.Redis(port=free_port(), socket_connect_timeout=0.5)

@@ -1,4 +1,4 @@
-"""`make run-fleet` (chatsite/fleet.py): its proxy passes streams unbuffered and skips a web
+"""`make run-fleet` (devstack/fleet.py): its proxy passes streams unbuffered and skips a web
 process that is gone; the whole fleet starts, answers through the proxy, keeps the workers'
 "machines" free of the database, and stops every process on Ctrl-C."""
 
@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from apps.chat.models import Message
-from chatsite.fleet import serve_proxy
-from chatsite.stack import free_port
+from devstack.fleet import serve_proxy
+from devstack.stack import free_port
 from tests.conftest import BASE_DIR, process_env, read_sse, wait_until
 from tests.faults.conftest import pid_alive
 
@@ -88,7 +88,7 @@ def test_the_fleet_starts_answers_through_its_proxy_and_stops_on_ctrl_c(
             [
                 sys.executable,
                 "-m",
-                "chatsite.fleet",
+                "devstack.fleet",
                 "--port",
                 str(port),
                 "--engine",

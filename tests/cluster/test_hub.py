@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 
-from apps.chat.cluster_hub import ClusterOutputHub
-from apps.chat.hub import get_hub
-from chatsite.redis_client import get_redis
+from apps.streams.cluster_hub import ClusterOutputHub
+from apps.streams.hub import get_hub
+from core.redis_client import get_redis
 from worker import cluster
 
 

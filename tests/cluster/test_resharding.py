@@ -11,9 +11,9 @@ import time
 
 from django.conf import settings
 
-from apps.chat.cluster_hub import ClusterOutputHub
-from chatsite.cluster import SlotMove
-from chatsite.redis_client import keys
+from apps.streams.cluster_hub import ClusterOutputHub
+from core.redis_client import keys
+from devstack.cluster import SlotMove
 from tests.faults.conftest import assert_every_request_ended
 from worker import cluster
 from worker.protocol import Keys

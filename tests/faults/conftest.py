@@ -24,7 +24,7 @@ import redis
 from apps.accounts.services import api_key_create, user_create
 from apps.admission.models import Plan
 from apps.chat.models import Message
-from chatsite.stack import free_port, redis_server_binary, web_command
+from devstack.stack import free_port, redis_server_binary, web_command
 from tests.conftest import (
     BASE_DIR,
     process_env,

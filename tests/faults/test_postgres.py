@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from .conftest import Postgres, assert_every_request_ended, wait_until
+from tests.faults.conftest import Postgres, assert_every_request_ended, wait_until
 
 
 @pytest.fixture

@@ -7,9 +7,8 @@ import time
 import httpx
 
 from apps.chat.models import Conversation, Message
+from tests.faults.conftest import assert_every_request_ended, wait_until
 from worker.protocol import Keys
-
-from .conftest import assert_every_request_ended, wait_until
 
 
 def _streaming(stack, request_ids: list[str]) -> int:

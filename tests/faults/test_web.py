@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from .conftest import assert_every_request_ended, sse_events
+from tests.faults.conftest import assert_every_request_ended, sse_events
 
 
 def test_readers_of_a_killed_web_process_resume_elsewhere_without_gap_or_repeat(

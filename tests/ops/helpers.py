@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from apps.chat.services import conversation_create
 from apps.chat.submission import request_publish
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.conftest import keys
 from tests.conftest import wait_until
 from worker.protocol import WorkItem, new_request_id

@@ -13,7 +13,7 @@ import pytest
 import redis
 from django.db import connection
 
-from chatsite.stack import embedded_redis, free_port
+from devstack.stack import embedded_redis, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,7 @@ import pytest
 
 from apps.admission.models import Plan
 from apps.ops import dashboard
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.admission.conftest import give_the_fleet_slots, keys, roomy_plan
 from tests.ops.helpers import CountingRedis, submit, until
 from worker import transitions

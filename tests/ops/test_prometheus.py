@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from apps.accounts.services import user_create
-from chatsite.stack import free_port
+from devstack.stack import free_port
 from tests.conftest import BASE_DIR, process_env, stop_process
 from tests.ops.helpers import final_event, submit, until
 

@@ -29,7 +29,7 @@ def start_services(var_dir) -> tuple[subprocess.Popen, dict[str, str]]:
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "chatsite.stack", "services"],
+        [sys.executable, "-m", "devstack.stack", "services"],
         cwd=BASE_DIR,
         env=env,
         stdout=subprocess.PIPE,

@@ -9,8 +9,7 @@ from django.urls import reverse
 from apps.rag.models import Chunk, Corpus
 from apps.rag.selectors import corpora_for_user
 from apps.rag.services import retrieve_for_prompt
-
-from .conftest import FIXTURES
+from tests.rag.conftest import FIXTURES
 
 QUERY = "what to do when the coffee machine shows error E42"
 

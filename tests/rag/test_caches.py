@@ -8,7 +8,7 @@ import numpy as np
 from apps.rag import caches
 from apps.rag.models import Corpus, Document
 from apps.rag.services import corpus_ingest_paths, document_delete, retrieve_for_prompt
-from chatsite.redis_client import get_redis, keys
+from core.redis_client import get_redis, keys
 
 QUERY = "Which day is the billing release cut?"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from apps.admission.degradation import Degradation
 from apps.rag.services import candidate_pool
-from chatsite.redis_client import get_redis, keys
+from core.redis_client import get_redis, keys
 
 
 def publish(degradation: Degradation) -> None:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from apps.rag import caches, retrieval
 from apps.rag.models import Corpus
-
-from .conftest import FIXTURES
+from tests.rag.conftest import FIXTURES
 
 
 def test_the_exact_scan_finds_a_small_corpus_passages(make_corpus, monkeypatch):

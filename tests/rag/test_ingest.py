@@ -11,8 +11,7 @@ from django.core.management import CommandError, call_command
 
 from apps.rag import ingestion
 from apps.rag.models import Chunk, Corpus, Document
-
-from .conftest import FIXTURES
+from tests.rag.conftest import FIXTURES
 
 
 def ingest(*args: str) -> str:
@@ -60,7 +59,7 @@ def test_globs_and_missing_paths(db, embedding_model, folder):
 
 
 def test_bad_files_are_reported_and_never_stop_the_rest(db, embedding_model, tmp_path):
-    from .test_extraction import blank_pdf
+    from tests.rag.test_extraction import blank_pdf
 
     (tmp_path / "good.md").write_text("# Good\n\nThe only readable file here.\n")
     (tmp_path / "empty.md").write_text("")

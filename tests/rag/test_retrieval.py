@@ -7,8 +7,7 @@ import pytest
 from apps.rag import caches, retrieval
 from apps.rag.models import Corpus
 from apps.rag.services import retrieve_for_prompt
-
-from .conftest import FIXTURES
+from tests.rag.conftest import FIXTURES
 
 
 @pytest.mark.parametrize(

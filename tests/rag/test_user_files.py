@@ -19,8 +19,7 @@ from apps.rag.user_files import (
     user_file_delete,
     user_files_ingest_pending,
 )
-
-from .test_extraction import pdf_with_text
+from tests.rag.test_extraction import pdf_with_text
 
 NOTES = b"""# Greenhouse notes
 

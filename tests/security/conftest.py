@@ -17,7 +17,7 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.accounts.models import User
-from chatsite.stack import free_port, web_command
+from devstack.stack import free_port, web_command
 from tests.conftest import BASE_DIR, process_env, stop_process, wait_for_http
 
 

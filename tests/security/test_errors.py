@@ -10,9 +10,8 @@ from django.urls import reverse
 
 from apps.accounts.services import api_key_create
 from apps.chat.services import conversation_create
-from chatsite.stack import free_port
-
-from .conftest import logged_in
+from devstack.stack import free_port
+from tests.security.conftest import logged_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

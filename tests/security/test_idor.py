@@ -22,10 +22,9 @@ from apps.chat.models import Conversation
 from apps.chat.services import conversation_create, message_create
 from apps.rag.embeddings import DIMENSIONS
 from apps.rag.models import Chunk, Corpus, Document
-from chatsite.redis_client import get_redis, keys
 from chatsite.routing import websocket_urlpatterns
-
-from .conftest import logged_in, websocket
+from core.redis_client import get_redis, keys
+from tests.security.conftest import logged_in, websocket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

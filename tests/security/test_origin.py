@@ -10,8 +10,7 @@ import websockets
 from asgiref.sync import sync_to_async
 
 from apps.chat.services import conversation_create
-
-from .conftest import logged_in, websocket
+from tests.security.conftest import logged_in, websocket
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -18,8 +18,14 @@ from apps.accounts.services import user_create
 from apps.accounts.sessions import SessionCheck
 from apps.chat.models import Message
 from apps.chat.services import conversation_create, message_create
-
-from .conftest import NEW_PASSWORD, closed_with, end_without_event, form_data, logged_in, websocket
+from tests.security.conftest import (
+    NEW_PASSWORD,
+    closed_with,
+    end_without_event,
+    form_data,
+    logged_in,
+    websocket,
+)
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -15,8 +15,7 @@ from apps.accounts.sessions import account_event_publish, events_last_id
 from apps.accounts.socket_login import socket_login
 from apps.chat.models import Message
 from apps.chat.services import conversation_create, message_create
-
-from .conftest import end_without_event, logged_in, websocket
+from tests.security.conftest import end_without_event, logged_in, websocket
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from tests.conftest import wait_until
 from worker import protocol, transitions
 from worker.protocol import Keys, WorkItem

@@ -8,12 +8,11 @@ import json
 import time
 from argparse import Namespace
 
-from chatsite.stack import app_processes
+from devstack.stack import app_processes
+from tests.worker.conftest import eventually, final_of
 from worker import protocol, transitions
 from worker.__main__ import build_parser, model_name_from, served_model_name
 from worker.protocol import WorkItem
-
-from .conftest import eventually, final_of
 
 
 async def submit(

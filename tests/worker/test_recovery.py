@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import time
 
+from tests.worker.conftest import answer_records, enqueue, events, eventually, final_of
 from worker import protocol, transitions
 from worker.engines.simulated import SimulatedEngine
-
-from .conftest import answer_records, enqueue, events, eventually, final_of
 
 
 async def _as_consumer(client, keys, consumer: str, stream: str) -> tuple[str, dict]:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+from tests.worker.conftest import answer_records, enqueue, events, eventually, final_of
 from worker import protocol
 from worker.engines.simulated import SimulatedEngine
-
-from .conftest import answer_records, enqueue, events, eventually, final_of
 
 
 async def test_a_work_item_is_answered_recorded_and_removed(run_worker, keys, redis_async):

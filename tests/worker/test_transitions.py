@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from chatsite.redis_client import get_redis
+from core.redis_client import get_redis
 from worker import protocol, transitions
 from worker.protocol import Answer, Keys, State, WorkItem
 

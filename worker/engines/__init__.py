@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .base import Engine, EngineHealth, EngineOutput, GenerationRequest
+from worker.engines.base import Engine, EngineHealth, EngineOutput, GenerationRequest
 
 ENGINES = {
     "llamacpp": "worker.engines.llamacpp:LlamaCppEngine",

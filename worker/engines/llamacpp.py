@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import AbortFlags, EngineHealth, EngineOutput, GenerationRequest
+from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, GenerationRequest
 
 _DONE = object()
 # The penalty on tokens of the last 64 (llama.cpp's window): 1.0 is none. Higher stops loops

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from .base import AbortFlags, EngineHealth, EngineOutput, GenerationRequest
+from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, GenerationRequest
 
 
 class OpenAIEngine:

@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 
-from .base import AbortFlags, EngineHealth, EngineOutput, GenerationRequest
+from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, GenerationRequest
 
 LENGTH_MARKER = re.compile(r"\[\[sim:tokens=(\d+)\]\]")
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .base import EngineHealth, EngineOutput, GenerationRequest
+from worker.engines.base import EngineHealth, EngineOutput, GenerationRequest
 
 log = logging.getLogger("sluice.worker")
 
@@ -297,7 +297,7 @@ class VLLMEngine:
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """VLLMEngine's constructor arguments from `python -m worker --engine vllm ...`."""
-    from ..prepare_model import default_model_dir, is_prepared, prepared_dtype
+    from worker.prepare_model import default_model_dir, is_prepared, prepared_dtype
 
     model = args.model
     if not model:

@@ -1,4 +1,4 @@
-"""Full-text indexes for searching one's own conversations (apps/chat/search.py): the same
+"""Full-text indexes for searching one's own conversations (apps/chat/data/search.py): the same
 expressions as the search query, so PostgreSQL uses them."""
 
 from __future__ import annotations

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django import template
 
-from apps.chat.memory import summary_for
 from apps.chat.models import Conversation
+from apps.chat.prompt.memory import summary_for
 
 register = template.Library()
 

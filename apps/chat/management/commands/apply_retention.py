@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from apps.chat.retention import retention_apply
+from apps.chat.data.retention import retention_apply
 
 
 class Command(BaseCommand):

@@ -1,0 +1,225 @@
+"""A chat completion's answer, followed on its output stream through the process's hub and told
+to the client as OpenAI does: one `chat.completion`, or `chat.completion.chunk`s over SSE.
+
+Admission is asynchronous (the dispatcher decides), so the view first waits for the event that
+decides the request's fate: a refusal is then still a plain HTTP error (429, 4xx, 503), and
+anything else is a 200. A streamed request waiting in line sends SSE comments with its position,
+so proxies keep the connection and the caller can see where it stands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from apps.api.openai_shapes import ApiError, Chunks, queued_comment
+from apps.streams.hub import get_hub
+from apps.streams.hub_base import Entry
+from core.redis_client import keys
+from worker.cancelling import cancel_and_wait
+from worker.protocol import EventType, State
+
+# A streamed request not decided by then (the dispatcher is slow to say) starts its stream
+# anyway; a refusal after that arrives in the stream as an error.
+DECISION_WAIT_SECONDS = 10.0
+# While nothing runs yet (waiting in line, held by the plan's rate), a comment this often keeps
+# idle-timeout proxies from closing the stream.
+KEEPALIVE_SECONDS = 15.0
+
+
+class Follow:
+    """One request's output events as the hub delivers them, in batches, readable with a
+    timeout that leaves the reading intact (the next call continues where it stopped)."""
+
+    def __init__(self, request_id: str, *, written: Entry | None = None) -> None:
+        """`written`: the request's first event, as its caller published it (hub_base)."""
+        self._batches = get_hub().batches(keys().output(request_id), after="0", written=written)
+        self._next: asyncio.Task | None = None
+
+    async def next(self, timeout: float | None = None) -> list[Entry] | None:
+        """The next batch, or None when `timeout` passes first."""
+        if self._next is None:
+            if timeout is None:  # the common case costs no task
+                return await anext(self._batches)
+            self._next = asyncio.ensure_future(anext(self._batches))
+        done, _ = await asyncio.wait((self._next,), timeout=timeout)
+        if not done:
+            return None
+        task, self._next = self._next, None
+        return task.result()
+
+    async def close(self) -> None:
+        if self._next is not None:
+            with contextlib.suppress(Exception):  # the batch's own failure: nobody reads it
+                await cancel_and_wait(self._next)
+            self._next = None
+        await self._batches.aclose()
+
+
+def decisive(fields: dict[str, str]) -> bool:
+    """Whether this event settles admission: queued with a position or dispatched (admitted),
+    running, or ended."""
+    kind = fields.get("type")
+    if kind == EventType.STATUS:
+        return "position" in fields or fields.get("state") == State.DISPATCHED
+    return kind in (EventType.START, EventType.DELTA, EventType.FINAL)
+
+
+async def await_decision(follow: Follow, *, wait: float | None) -> tuple[list[Entry], bool]:
+    """The events up to and including the batch with the first decisive one, and whether it
+    came (False: `wait` seconds passed first)."""
+    seen: list[Entry] = []
+    loop = asyncio.get_running_loop()
+    deadline = None if wait is None else loop.time() + wait
+    while True:
+        left = None if deadline is None else max(0.0, deadline - loop.time())
+        batch = await follow.next(timeout=left)
+        if batch is None:
+            return seen, False
+        seen += batch
+        if any(decisive(fields) for _, fields in batch):
+            return seen, True
+
+
+def final_of(entries: list[Entry]) -> dict[str, str] | None:
+    return next((f for _, f in entries if f.get("type") == EventType.FINAL), None)
+
+
+async def wait_final(follow: Follow, seen: list[Entry]) -> dict[str, str]:
+    """The final event (for a completion returned whole)."""
+    final = final_of(seen)
+    while final is None:
+        final = final_of(await follow.next())
+    return final
+
+
+def final_usage(final: dict[str, str]) -> dict:
+    return json.loads(final.get("usage") or "{}")
+
+
+class Diverged(Exception):
+    """A re-run of the answer (its worker died) wrote other text than the client has."""
+
+
+class StreamRelay:
+    """Turns output events into SSE text: comments while in line, the role chunk when an
+    attempt starts, one text chunk per batch of deltas, the finish (or an error) at the end.
+
+    If the worker dies mid-answer another runs it again from the start: its text is matched
+    against what the client already has and only what is new is sent; a re-run that writes
+    other text ends the stream with an error (the text sent cannot be taken back)."""
+
+    def __init__(self, chunks: Chunks, *, error_of: Callable[[dict], ApiError]) -> None:
+        self.chunks = chunks
+        self.error_of = error_of
+        self.parts: list[str] = []  # the text sent
+        self.replay: str | None = None  # a re-run's text still to match against `parts`
+        self.replay_at = 0
+        self.role_sent = False
+        self.running = False  # an attempt has started: deltas follow without a long wait
+        self.ended = False  # the client has its last chunk
+        self.diverged = False
+
+    def feed(self, batch: list[Entry]) -> str:
+        out: list[str] = []
+        text: list[str] = []
+        for _, fields in batch:
+            kind = fields.get("type")
+            if kind == EventType.DELTA:
+                try:
+                    new = self._new_text(fields.get("text", ""))
+                except Diverged:
+                    self._flush(out, text)
+                    self.diverged = self.ended = True
+                    out.append(
+                        Chunks.error(
+                            ApiError(
+                                500,
+                                "The worker running this answer stopped, and the answer it "
+                                "restarted differs from the text already sent. Please retry.",
+                                type="server_error",
+                                code="answer_restarted",
+                            )
+                        )
+                    )
+                    return "".join(out)
+                if new:
+                    text.append(new)
+                continue
+            self._flush(out, text)
+            if kind == EventType.STATUS and "position" in fields and not self.running:
+                out.append(queued_comment(fields))
+            elif kind == EventType.START:
+                self.running = True
+                if self.parts and int(fields.get("attempt") or 1) > 1:
+                    self.replay, self.replay_at = "".join(self.parts), 0
+                self._role(out)
+            elif kind == EventType.FINAL:
+                self._end(out, fields)
+                break
+        self._flush(out, text)
+        return "".join(out)
+
+    def _role(self, out: list[str]) -> None:
+        if not self.role_sent:
+            self.role_sent = True
+            out.append(self.chunks.role())
+
+    def _flush(self, out: list[str], text: list[str]) -> None:
+        if text:
+            self._role(out)
+            out.append(self.chunks.text("".join(text)))
+            text.clear()
+
+    def _new_text(self, text: str) -> str:
+        """The part of a delta the client does not have yet."""
+        if self.replay is not None:
+            overlap = min(len(text), len(self.replay) - self.replay_at)
+            if text[:overlap] != self.replay[self.replay_at : self.replay_at + overlap]:
+                raise Diverged
+            self.replay_at += overlap
+            if self.replay_at >= len(self.replay):
+                self.replay = None
+            text = text[overlap:]
+        if text:
+            self.parts.append(text)
+        return text
+
+    def _end(self, out: list[str], final: dict[str, str]) -> None:
+        self.ended = True
+        if final.get("state") != State.DONE:
+            out.append(Chunks.error(self.error_of(final)))
+            return
+        sent = "".join(self.parts)
+        whole = final.get("text", "")
+        if self.replay is None and whole.startswith(sent) and len(whole) > len(sent):
+            self._role(out)  # text the deltas did not carry (trimmed): the final has it all
+            out.append(self.chunks.text(whole[len(sent) :]))
+        self._role(out)
+        out.append(self.chunks.finish(final.get("finish_reason") or "stop", final_usage(final)))
+
+
+async def sse(
+    follow: Follow, seen: list[Entry], relay: StreamRelay, cancel: Callable[[], Awaitable[None]]
+) -> AsyncIterator[bytes]:
+    """The response body of a streamed completion, as bytes (Django would look the charset up
+    for every str chunk). However it stops (the client went away, the server is stopping), a
+    request that has not ended is cancelled: its engine slot is freed at once."""
+    try:
+        out = relay.feed(seen)
+        if out:
+            yield out.encode()
+        while not relay.ended:
+            batch = await follow.next(timeout=None if relay.running else KEEPALIVE_SECONDS)
+            if batch is None:
+                yield b": keep-alive\n\n"
+                continue
+            out = relay.feed(batch)
+            if out:
+                yield out.encode()
+    finally:
+        await follow.close()
+        if not relay.ended or relay.diverged:
+            await asyncio.shield(cancel())

@@ -1,0 +1,429 @@
+"""OpenAI's request and response shapes for /v1/chat/completions: what a request may ask (and a
+400 naming the parameter for what Sluice does not do, never a silent ignore), errors as
+`{"error": {message, type, param, code}}`, and the completion and its stream's chunks.
+
+Pure functions and small classes: no database, no Redis. docs/api.md lists what is supported.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import orjson
+from django.http import JsonResponse
+
+from apps.chat.prompt.prompting import estimate_tokens
+
+
+class ApiError(Exception):
+    """An error as OpenAI's API reports it; `response()` is what the client receives."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type = status, message, type
+        self.param, self.code, self.headers = param, code, headers or {}
+
+    def body(self) -> dict:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def response(self) -> JsonResponse:
+        response = JsonResponse(self.body(), status=self.status)
+        for name, value in self.headers.items():
+            response[name] = value
+        return response
+
+
+def invalid(param: str, message: str, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def unsupported(param: str, what: str) -> ApiError:
+    return invalid(param, f"Sluice does not support {what}.", code="unsupported_parameter")
+
+
+def bad_key() -> ApiError:
+    return ApiError(
+        401,
+        "Incorrect API key provided. Send `Authorization: Bearer <key>` with a "
+        "Sluice API key (from your profile page).",
+        code="invalid_api_key",
+    )
+
+
+def model_not_found(model: str) -> ApiError:
+    # The same answer for a model that exists nowhere and one the plan does not include.
+    return ApiError(
+        404,
+        f"The model `{model}` does not exist or you do not have access to it.",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def no_worker(model: str, *, retry_after: int = 30) -> ApiError:
+    return ApiError(
+        503,
+        f"No worker serves the model `{model}` right now. Please try again shortly.",
+        type="server_error",
+        code="model_unavailable",
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
+def body_of(raw: bytes) -> dict:
+    """The request's JSON object. Strict JSON (orjson): NaN, infinities and a lone UTF-16
+    surrogate escape (text no database or model can take) are refused here, with the reason."""
+    try:
+        body = orjson.loads(raw or b"{}")
+    except orjson.JSONDecodeError as exc:
+        raise invalid("", f"The body must be JSON: {exc}.") from None
+    if not isinstance(body, dict):
+        raise invalid("", "The body must be a JSON object.")
+    return body
+
+
+# -- what a chat completion may ask ----------------------------------------------------------
+
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+# Accepted and without effect, as at OpenAI: `metadata` only labels stored completions, which
+# Sluice never stores; `user` names the caller's end user for abuse reports.
+HINTS = {"user", "metadata"}
+
+
+@dataclass
+class ChatRequest:
+    model: str
+    messages: list[dict[str, str]]
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: list[str] = field(default_factory=list)
+
+    @property
+    def prompt_tokens_estimate(self) -> int:
+        return sum(estimate_tokens(m["content"]) for m in self.messages)
+
+
+def chat_request(body: dict) -> ChatRequest:
+    """The request `body` asks for; ApiError (400, naming the parameter) for anything Sluice
+    does not do or cannot read."""
+    for name, value in body.items():
+        check = CHECKS.get(name)
+        if check is None:
+            raise invalid(name, f"Unrecognized request argument supplied: {name}")
+        check(name, value)
+    if "messages" not in body:
+        raise invalid("messages", "Missing required parameter: 'messages'.")
+    model = body.get("model")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise invalid("model", "`model` must be a model name (GET /v1/models lists them).")
+    stream = _bool(body, "stream")
+    options = body.get("stream_options")
+    if options is not None and not stream:
+        raise invalid(
+            "stream_options",
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+        )
+    limit = body.get("max_completion_tokens")
+    if limit is None:
+        limit = body.get("max_tokens")
+    stop = body.get("stop")
+    return ChatRequest(
+        model=(model or "").strip(),
+        messages=_messages(body["messages"]),
+        stream=stream,
+        include_usage=bool((options or {}).get("include_usage")),
+        max_tokens=limit,
+        temperature=body.get("temperature"),
+        top_p=body.get("top_p"),
+        stop=[stop] if isinstance(stop, str) else list(stop or []),
+    )
+
+
+def _bool(body: dict, name: str) -> bool:
+    return bool(body.get(name) or False)
+
+
+def _messages(messages) -> list[dict[str, str]]:
+    if not isinstance(messages, list) or not messages:
+        raise invalid("messages", "`messages` must be a non-empty list of messages.")
+    parsed = []
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise invalid(where, f"`{where}` must be an object with a role and content.")
+        role = message.get("role")
+        if role in ("tool", "function"):
+            raise unsupported(f"{where}.role", "tool and function messages (tools)")
+        if role not in ROLES:
+            raise invalid(
+                f"{where}.role",
+                f"`{where}.role` must be one of system, developer, user, assistant.",
+            )
+        for name, value in message.items():
+            if name in ("role", "content", "name"):
+                continue
+            if name in ("tool_calls", "function_call") and value:
+                raise unsupported(f"{where}.{name}", "tool calls")
+            if name == "audio" and value:
+                raise unsupported(f"{where}.audio", "audio")
+            if name not in ("tool_calls", "function_call", "audio", "refusal"):
+                raise invalid(f"{where}.{name}", f"Unrecognized message field: {name}")
+        parsed.append({"role": ROLES[role], "content": _content(message.get("content"), where)})
+    return parsed
+
+
+def _content(content, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if content is None:
+        raise invalid(f"{where}.content", f"`{where}.content` must be text.")
+    if not isinstance(content, list):
+        raise invalid(
+            f"{where}.content", f"`{where}.content` must be a string or a list of text parts."
+        )
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind in ("image_url", "input_image"):
+            raise unsupported(f"{where}.content", "images: the models answer text only")
+        elif kind in ("input_audio", "file"):
+            raise unsupported(f"{where}.content", f"{kind} content parts")
+        else:
+            raise invalid(
+                f"{where}.content",
+                f'`{where}.content` parts must be {{"type": "text", "text": ...}}.',
+            )
+    return "\n".join(texts)
+
+
+def _number(low: float, high: float):
+    def check(name: str, value) -> None:
+        if value is None:
+            return
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not low <= value <= high:
+            raise invalid(name, f"`{name}` must be a number from {low:g} to {high:g}.")
+
+    return check
+
+
+def _positive_int(name: str, value) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise invalid(name, f"`{name}` must be a whole number of tokens, at least 1.")
+
+
+def _stop(name: str, value) -> None:
+    stops = [value] if isinstance(value, str) else value
+    if value is None:
+        return
+    if (
+        not isinstance(stops, list)
+        or not 1 <= len(stops) <= 4
+        or not all(isinstance(s, str) and s for s in stops)
+    ):
+        raise invalid(name, "`stop` must be a non-empty string or a list of up to 4 of them.")
+
+
+def _typed(kind, what: str):
+    def check(name: str, value) -> None:
+        if value is not None and not isinstance(value, kind):
+            raise invalid(name, f"`{name}` must be {what}.")
+
+    return check
+
+
+def _refuse_unless(allowed, what: str):
+    """A parameter Sluice supports only at its neutral values (those in `allowed`)."""
+
+    def check(name: str, value) -> None:
+        if value not in allowed:
+            raise unsupported(name, what)
+
+    return check
+
+
+def _only_one(name: str, value) -> None:
+    if value is not None and value != 1:
+        raise unsupported(name, "more than one choice per request (n must be 1)")
+
+
+def _no_tools(name: str, value) -> None:
+    if value not in (None, [], "none"):
+        raise unsupported(name, "tools or function calling")
+
+
+def _text_format(name: str, value) -> None:
+    if value is not None and value != {"type": "text"}:
+        raise unsupported(name, "structured output (response_format other than text)")
+
+
+def _text_only(name: str, value) -> None:
+    if value is not None and value != ["text"]:
+        raise unsupported(name, "output other than text")
+
+
+def _absent(what: str):
+    def check(name: str, value) -> None:
+        if value is not None:
+            raise unsupported(name, what)
+
+    return check
+
+
+CHECKS = {
+    "model": lambda name, value: None,  # checked with the request as a whole
+    "messages": lambda name, value: None,
+    "stream": _typed(bool, "true or false"),
+    "stream_options": _typed(dict, 'an object such as {"include_usage": true}'),
+    "max_tokens": _positive_int,
+    "max_completion_tokens": _positive_int,
+    "temperature": _number(0, 2),
+    "top_p": _number(0, 1),
+    "stop": _stop,
+    "user": _typed(str, "a string"),
+    "metadata": _typed(dict, "an object"),
+    "n": _only_one,
+    "tools": _no_tools,
+    "tool_choice": _no_tools,
+    "functions": _no_tools,
+    "function_call": _no_tools,
+    "parallel_tool_calls": _absent("tools or function calling"),
+    "logprobs": _refuse_unless((None, False), "logprobs"),
+    "top_logprobs": _absent("logprobs"),
+    "response_format": _text_format,
+    "seed": _absent("seeded sampling"),
+    "presence_penalty": _refuse_unless((None, 0, 0.0), "presence_penalty"),
+    "frequency_penalty": _refuse_unless((None, 0, 0.0), "frequency_penalty"),
+    "logit_bias": _refuse_unless((None, {}), "logit_bias"),
+    "store": _refuse_unless((None, False), "storing completions (store)"),
+    "service_tier": _refuse_unless((None, "auto", "default"), "service tiers"),
+    "modalities": _text_only,
+    "audio": _absent("audio output"),
+    "prediction": _absent("predicted outputs"),
+    "reasoning_effort": _absent("reasoning_effort"),
+    "web_search_options": _absent("web search"),
+}
+
+
+# -- what the client receives ------------------------------------------------------------------
+
+
+def usage_of(usage: dict) -> dict:
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def openai_finish_reason(reason: str | None) -> str:
+    """OpenAI's word for why an answer ended. Sluice's own reasons that OpenAI has no word for
+    (`loop`: the worker cut a repeating answer) read as `stop`: the answer is over, and asking
+    for more of it would only repeat it."""
+    return "length" if reason == "length" else "stop"
+
+
+def completion(
+    *, request_id: str, model: str, created: int, text: str, finish_reason: str, usage: dict
+) -> dict:
+    """A `chat.completion`: the whole answer."""
+    return {
+        "id": f"chatcmpl-{request_id}",
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": openai_finish_reason(finish_reason),
+            }
+        ],
+        "usage": usage_of(usage),
+    }
+
+
+ROLE_DELTA = '{"role":"assistant","content":""}'
+
+
+class Chunks:
+    """`data: {chat.completion.chunk}` lines for one answer. The fixed part of every chunk is
+    encoded once: a chunk is a few string joins, not a json.dumps of a nested object."""
+
+    def __init__(self, *, request_id: str, model: str, created: int, include_usage: bool) -> None:
+        head = {
+            "id": f"chatcmpl-{request_id}",
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": None,
+        }
+        self._head = json.dumps(head)[:-1]  # without its closing brace
+        self._usage = ',"usage":null' if include_usage else ""
+        self.include_usage = include_usage
+
+    def _choice(self, delta: str, finish_reason: str | None) -> str:
+        reason = "null" if finish_reason is None else json.dumps(finish_reason)
+        return (
+            f'{self._head},"choices":[{{"index":0,"delta":{delta},"logprobs":null,'
+            f'"finish_reason":{reason}}}]{self._usage}}}'
+        )
+
+    def role(self) -> str:
+        return f"data: {self._choice(ROLE_DELTA, None)}\n\n"
+
+    def text(self, text: str) -> str:
+        return "data: " + self._choice('{"content":' + json.dumps(text) + "}", None) + "\n\n"
+
+    def finish(self, finish_reason: str, usage: dict) -> str:
+        """The last chunk (its finish_reason), the usage chunk when asked for, and [DONE]."""
+        parts = [f"data: {self._choice('{}', openai_finish_reason(finish_reason))}\n\n"]
+        if self.include_usage:
+            parts.append(
+                f'data: {self._head},"choices":[],"usage":{json.dumps(usage_of(usage))}}}\n\n'
+            )
+        parts.append("data: [DONE]\n\n")
+        return "".join(parts)
+
+    @staticmethod
+    def error(error: ApiError) -> str:
+        """An error after the stream began (the status line is sent by then): the SDKs raise
+        it as an APIError."""
+        return f"data: {json.dumps(error.body())}\n\ndata: [DONE]\n\n"
+
+
+def queued_comment(fields: dict[str, str]) -> str:
+    """An SSE comment for a position in line: clients ignore it, proxies see traffic, and a
+    person reading the raw stream sees where the request stands."""
+    line = f": queued, position {fields.get('position', '?')}"
+    if fields.get("eta_seconds"):
+        line += f", about {fields['eta_seconds']} s"
+    if fields.get("reason"):
+        line += f" ({fields['reason']})"
+    return line + "\n\n"

@@ -1,0 +1,287 @@
+"""The OpenAI-compatible API: `POST /v1/chat/completions` (streamed or not), `GET /v1/models`,
+`POST /v1/embeddings`. Any OpenAI client works against it with a Sluice API key.
+
+A chat completion is stateless, as at OpenAI: the caller sends the whole conversation and
+Sluice stores none. Otherwise it is an ordinary Sluice request (kind "api"): the plan's rates
+and models, the fair queue and its positions, affinity-free routing to a worker of the model,
+and Stop (a client that disconnects stops the answer and frees the engine's slot).
+
+The views are async because they follow the answer through the process's output hub; database
+and Redis commands run in the database pool's threads (`db_call`), never on the event loop.
+docs/api.md lists what is and is not supported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from redis.exceptions import RedisError
+
+from apps.admission import selectors as admission
+from apps.admission.models import Plan
+from apps.api import openai_shapes as shapes
+from apps.api.openai_embeddings import embeddings_create
+from apps.api.openai_limits import rate_limit_headers
+from apps.api.openai_relay import (
+    DECISION_WAIT_SECONDS,
+    Follow,
+    StreamRelay,
+    await_decision,
+    final_of,
+    final_usage,
+    sse,
+    wait_final,
+)
+from apps.api.openai_shapes import ApiError
+from apps.chat import submission
+from apps.streams.hub_base import Entry
+from apps.streams.offload import db_call
+from worker import protocol
+from worker.protocol import WorkItem
+
+log = logging.getLogger("sluice.chat.openai")
+
+KIND = "api"  # the request type plans weigh (cost_weights), set here, never by the caller
+RETRY_AFTER_SECONDS = 30
+
+
+@dataclass
+class Caller:
+    user: object
+    plan: Plan
+
+
+def bearer(request: HttpRequest) -> str | None:
+    header = request.headers.get("Authorization", "")
+    return header[7:].strip() if header[:7].lower() == "bearer " else None
+
+
+def caller_for(raw_key: str | None) -> Caller:
+    """The user behind the API key and their plan. In a pool thread."""
+    found = admission.api_key_caller(raw=raw_key) if raw_key else None
+    if found is None:
+        raise shapes.bad_key()
+    return Caller(*found)
+
+
+async def authenticated(request: HttpRequest) -> Caller:
+    raw = bearer(request)
+    if not raw:
+        raise shapes.bad_key()
+    return await db_call(caller_for)(raw)
+
+
+def api_view(view):
+    """CSRF-exempt (API keys, no cookies); ApiError raised anywhere becomes its response."""
+
+    async def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        try:
+            return await view(request, *args, **kwargs)
+        except ApiError as error:
+            return error.response()
+        except RedisError as exc:
+            log.warning("%s: Redis unavailable: %s", request.path, exc)
+            return ApiError(
+                503,
+                "Sluice cannot reach its queue right now. Please try again in a minute.",
+                type="server_error",
+                code="service_unavailable",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            ).response()
+
+    return csrf_exempt(wrapped)
+
+
+def method(request: HttpRequest, allowed: str) -> None:
+    if request.method != allowed:
+        raise ApiError(405, f"Use {allowed} for {request.path}.", code="method_not_allowed")
+
+
+# -- chat completions -------------------------------------------------------------------------
+
+
+@dataclass
+class Started:
+    request_id: str
+    model: str
+    created: int
+    first_event: Entry  # its output stream's first entry, as published
+
+
+def start_completion(
+    raw_key: str | None, body: bytes
+) -> tuple[Caller, shapes.ChatRequest, Started]:
+    """Authenticates, reads the request, picks the model and hands the request to admission,
+    in one trip through the pool. Raises ApiError."""
+    caller = caller_for(raw_key)  # a bad key is a 401 before anything else is looked at
+    asked = shapes.chat_request(shapes.body_of(body))
+    model = asked.model or admission.model_default(plan=caller.plan)
+    status = admission.model_status(model=model, plan=caller.plan) if model else None
+    if status == admission.MODEL_NOT_FOUND:
+        raise shapes.model_not_found(model)
+    if status != admission.MODEL_OK:
+        raise shapes.no_worker(model or "(default)")
+    prompt_tokens = asked.prompt_tokens_estimate
+    room = settings.MODEL_CONTEXT_TOKENS - prompt_tokens
+    if room < 1:
+        raise shapes.invalid(
+            "messages",
+            f"This model's context window is "
+            f"{settings.MODEL_CONTEXT_TOKENS} tokens; the messages need about "
+            f"{prompt_tokens}.",
+            code="context_length_exceeded",
+        )
+    item = WorkItem(
+        id=protocol.new_request_id(),
+        user_id=str(caller.user.pk),
+        conversation_id="",
+        messages=asked.messages,
+        max_tokens=min(asked.max_tokens or settings.MODEL_MAX_TOKENS, room),
+        temperature=settings.MODEL_TEMPERATURE
+        if asked.temperature is None
+        else float(asked.temperature),
+        prompt_tokens_estimate=prompt_tokens,
+        kind=KIND,
+        model=model,
+        top_p=None if asked.top_p is None else float(asked.top_p),
+        stop=asked.stop,
+    )
+    first_event = submission.request_publish(item=item, citations=[])
+    return caller, asked, Started(item.id, model, int(time.time()), first_event)
+
+
+def refusal(final: dict[str, str], caller: Caller, model: str, *, headers: bool = True) -> ApiError:
+    """The error a request that ended without an answer is to its client. With `headers`, in
+    a pool thread: a rate limit's headers read the user's buckets (an error inside a stream
+    has no headers)."""
+    code, message = final.get("code", ""), final.get("error") or "The request failed."
+    retry_after = final.get("retry_after")
+    if final.get("state") == protocol.State.CANCELLED:
+        return ApiError(
+            409, "The request was stopped before it finished.", code="request_cancelled"
+        )
+    if code == "rate_limited":
+        limits = rate_limit_headers(caller.user.pk, caller.plan) if headers else {}
+        limits["Retry-After"] = retry_after or "1"
+        kind = "requests" if limits.get("x-ratelimit-remaining-requests") == "0" else "tokens"
+        return ApiError(429, message, type=kind, code="rate_limit_exceeded", headers=limits)
+    if code == "too_large":
+        return ApiError(400, message, param="max_tokens", code="request_too_large")
+    if code == "model_not_allowed":
+        return shapes.model_not_found(model)
+    if code in ("shed", "no_worker"):
+        return ApiError(
+            503,
+            message,
+            type="server_error",
+            code="overloaded",
+            headers={"Retry-After": retry_after or str(RETRY_AFTER_SECONDS)},
+        )
+    return ApiError(500, message, type="server_error", code="answer_failed")
+
+
+@api_view
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    method(request, "POST")
+    caller, asked, started = await db_call(start_completion)(bearer(request), request.body)
+    request_id = started.request_id
+
+    async def cancel() -> None:
+        try:
+            await db_call(submission.request_cancel)(user=caller.user, request_id=request_id)
+        except Exception as exc:  # the answer then runs to its end, and is settled as usual
+            log.warning("could not stop request %s: %s", request_id, exc)
+
+    follow: Follow | None = Follow(request_id, written=started.first_event)
+    ended = False  # its final event is here: nothing to stop
+    try:
+        seen, _ = await await_decision(follow, wait=DECISION_WAIT_SECONDS if asked.stream else None)
+        final = final_of(seen)
+        ended = final is not None
+        if ended and final.get("state") != protocol.State.DONE:
+            raise await db_call(refusal)(final, caller, started.model)
+        if asked.stream:
+            chunks = shapes.Chunks(
+                request_id=request_id,
+                model=started.model,
+                created=started.created,
+                include_usage=asked.include_usage,
+            )
+            relay = StreamRelay(
+                chunks, error_of=lambda f: refusal(f, caller, started.model, headers=False)
+            )
+            body, follow = sse(follow, seen, relay, cancel), None  # the body owns it from here
+            response = StreamingHttpResponse(body, content_type="text/event-stream")
+            response["Cache-Control"] = "no-cache"
+            response["X-Accel-Buffering"] = "no"  # tell nginx not to buffer the stream
+            response["x-request-id"] = request_id
+            return response
+        final = await wait_final(follow, seen)
+        ended = True
+        if final.get("state") != protocol.State.DONE:
+            raise await db_call(refusal)(final, caller, started.model)
+        response = JsonResponse(
+            shapes.completion(
+                request_id=request_id,
+                model=started.model,
+                created=started.created,
+                text=final.get("text", ""),
+                finish_reason=final.get("finish_reason", ""),
+                usage=final_usage(final),
+            )
+        )
+        response["x-request-id"] = request_id
+        return response
+    finally:
+        if follow is not None:
+            await follow.close()
+            if not ended:  # the client went away (or the server is stopping) while it ran
+                await asyncio.shield(cancel())
+
+
+# -- models and embeddings --------------------------------------------------------------------
+
+
+def model_entry(name: str, seen_ms: int) -> dict:
+    return {"id": name, "object": "model", "created": seen_ms // 1000, "owned_by": "sluice"}
+
+
+def listed_models(caller: Caller) -> dict[str, int]:
+    """The models live workers serve that the caller's plan allows, with when each was last
+    announced (ms)."""
+    fleet = admission.model_fleet()
+    return {name: fleet.known.get(name, 0) for name in admission.models_for_plan(plan=caller.plan)}
+
+
+@api_view
+async def models_list(request: HttpRequest) -> HttpResponse:
+    method(request, "GET")
+    caller = await authenticated(request)
+    listed = await db_call(listed_models)(caller)
+    return JsonResponse(
+        {"object": "list", "data": [model_entry(n, at) for n, at in listed.items()]}
+    )
+
+
+@api_view
+async def model_detail(request: HttpRequest, model: str) -> HttpResponse:
+    method(request, "GET")
+    caller = await authenticated(request)
+    listed = await db_call(listed_models)(caller)
+    if model not in listed:
+        raise shapes.model_not_found(model)
+    return JsonResponse(model_entry(model, listed[model]))
+
+
+@api_view
+async def embeddings(request: HttpRequest) -> HttpResponse:
+    method(request, "POST")
+    caller = await authenticated(request)
+    body = shapes.body_of(request.body)
+    return JsonResponse(await embeddings_create(body, user=caller.user, plan=caller.plan))

@@ -1,0 +1,94 @@
+"""Builds the model's messages for a conversation: a system prompt personalised from the user's
+profile and tags, what the conversation remembers of older turns (see memory.py), then the most
+recent turns that fit the model's context window."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from apps.chat.models import Conversation
+from apps.chat.prompt import hot
+from apps.chat.prompt.hot import prompt_sources  # Redis when warm, else PostgreSQL
+from apps.chat.prompt.memory import Turn, estimate_tokens, plan_prompt
+from apps.chat.selectors import PromptProfile, PromptSources
+
+__all__ = ["Prompt", "estimate_tokens", "prompt_build", "system_prompt", "system_prompt_for"]
+
+# Turns read per prompt: far more than a small model's window holds, and one bounded query.
+HISTORY_TURNS_MAX = 100
+
+BASE_SYSTEM_PROMPT = (
+    "You are Sluice, a helpful, honest assistant. Answer clearly and concisely. "
+    "If you do not know, say so."
+)
+
+
+@dataclass
+class Prompt:
+    messages: list[dict[str, str]]
+    prompt_tokens_estimate: int
+    max_tokens: int
+    # Turns due to be folded into the conversation's summary (oldest first), and the summary
+    # they extend: the caller asks for that summary once the prompt's own request is sent.
+    to_summarise: list[Turn] = field(default_factory=list)
+    summary: str = ""
+    summary_upto: int = 0
+
+
+def system_prompt_for(user_id: int) -> str:
+    return hot.system_prompt_for(user_id, render=system_prompt)
+
+
+def system_prompt(profile: PromptProfile | None) -> str:
+    lines = [BASE_SYSTEM_PROMPT]
+    if profile:
+        if profile.display_name:
+            lines.append(f"The user's name is {profile.display_name}.")
+        if profile.language and profile.language.lower() != "english":
+            lines.append(f"Answer in {profile.language}.")
+        lines.append(f"The user's expertise level is {profile.expertise.lower()}.")
+        if profile.about:
+            # Quoted, as it is the user's own text, not an instruction to follow blindly.
+            lines.append(f'The user says about themselves: "{profile.about.strip()}"')
+        lines.extend(hint for hint in profile.hints if hint)
+    return "\n".join(lines)
+
+
+def prompt_build(
+    *,
+    conversation: Conversation,
+    extra_system: str = "",
+    max_tokens: int | None = None,
+    pushed: Turn | None = None,
+    also: Callable[[Any], None] | None = None,
+    sources: PromptSources | None = None,
+) -> Prompt:
+    """The system prompt, what the conversation remembers of older turns (summary, pinned and
+    key-fact turns), then as many of the latest turns as the context window holds. `pushed`:
+    the question just stored, for the hot tier to take in the read's own round trip; `also`
+    queues more writes on that round trip (see hot.prompt_sources). `sources`: read already
+    (prompt_ahead.py): no read, and nothing pushed."""
+    max_tokens = max_tokens or settings.MODEL_MAX_TOKENS
+    if sources is None:
+        sources = prompt_sources(
+            conversation=conversation, limit=HISTORY_TURNS_MAX, pushed=pushed, also=also
+        )
+    system = system_prompt(sources.profile)
+    if extra_system:
+        system = f"{system}\n\n{extra_system}"
+    budget = settings.MODEL_CONTEXT_TOKENS - max_tokens - estimate_tokens(system)
+    plan = plan_prompt(system=system, sources=sources, budget=budget)
+    messages = [{"role": "system", "content": plan.system}, *plan.turns]
+    used = sum(estimate_tokens(m["content"]) for m in messages)
+    return Prompt(
+        messages=messages,
+        prompt_tokens_estimate=used,
+        max_tokens=max_tokens,
+        to_summarise=plan.to_summarise,
+        summary=sources.summary,
+        summary_upto=sources.summary_upto,
+    )

@@ -1,0 +1,45 @@
+"""The websocket's login: the user of the session cookie, read once when the socket opens.
+
+Channels' AuthMiddlewareStack does the same, and also wraps the socket's `send` to save a
+session that changed, on every frame the socket sends; a chat socket never changes its session,
+so that wrapper is a cost on each of an answer's frames for nothing. The socket re-checks its
+session itself (apps/accounts/sessions.py), so none is kept stale.
+
+The login itself is apps/accounts/socket_login.py: two plain statements, leaving the socket's
+session check passed (`scope["login"]`). Channels would read the user in the one sync thread
+it shares with everything else in the process, tidying that thread's database connections
+before and after: when a web process restarts and every page reconnects at once, that is most
+of what a login costs. Logins run in a lane of the database pool of their own instead
+(apps/streams/offload.py): one thread, so that a crowd of logins never takes the threads that
+store the questions of the chats already open.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from django.conf import settings
+from django.http.cookie import parse_cookie
+
+from apps.accounts.socket_login import socket_login
+from apps.streams.offload import LOGINS, db_call
+
+
+class SessionAuthMiddleware:
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope, receive, send):
+        headers = dict(scope.get("headers") or ())
+        cookies = parse_cookie(headers.get(b"cookie", b"").decode("latin1"))
+        session_key = cookies.get(settings.SESSION_COOKIE_NAME)
+        login = await db_call(socket_login, lane=LOGINS)(session_key)
+        store = import_module(settings.SESSION_ENGINE).SessionStore
+        scope = {
+            **scope,
+            "cookies": cookies,
+            "session": store(session_key=session_key),
+            "user": login.user,
+            "login": login,
+        }
+        return await self.inner(scope, receive, send)
