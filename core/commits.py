@@ -28,7 +28,7 @@ def after_commit_collect(
     TestCase's (which never commits: Django's durable blocks make the same exception), it is
     applied at once."""
     conn = transaction.get_connection()
-    if not conn.in_atomic_block or conn.atomic_blocks[0]._from_testcase:
+    if not commit_pending():
         batch = empty()
         add(batch)
         apply(batch)
@@ -43,6 +43,24 @@ def after_commit_collect(
         # robust: a failure here is logged, and never reaches a caller whose write committed
         transaction.on_commit(batch["_flush"], robust=True)
     add(batch)
+
+
+def after_commit(func: Callable[[], None]) -> None:
+    """`func` once the current transaction commits (at once outside one, or in a Django
+    TestCase's, as for `after_commit_collect`)."""
+    if commit_pending():
+        transaction.on_commit(func)
+    else:
+        func()
+
+
+def commit_pending() -> bool:
+    """Whether a write made now waits for a transaction's commit. A Django TestCase wraps each
+    test in a transaction that never commits; Django marks it (`_from_testcase`, the mark its own
+    durable blocks read), and writes inside it count as committed at once. The one place that
+    reads the mark."""
+    conn = transaction.get_connection()
+    return conn.in_atomic_block and not conn.atomic_blocks[0]._from_testcase
 
 
 def batch_pending(name: str) -> bool:

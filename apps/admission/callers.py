@@ -66,8 +66,8 @@ class Lookup:
 
 
 def _names(digest: str) -> tuple[str, str]:
-    base = f"{keys().prefix}:{{api-callers}}"
-    return f"{base}:token", f"{base}:{digest}"
+    k = keys()
+    return k.api_callers_token, k.api_caller(digest)
 
 
 def lookup(digest: str) -> Lookup:

@@ -41,14 +41,6 @@ log = logging.getLogger("sluice.dispatcher")
 Entries = list[tuple[str, dict[str, str] | None]]
 # Queues reads on a pipeline, given the requests being charged; returns what takes the replies.
 ReadAlongside = Callable[[Any, list[QueuedRequest]], Callable[[list], None]]
-# Why a request was refused, for programs (the final event's `code`), by the metrics' reason.
-REJECTION_CODES = {
-    "rate": "rate_limited",
-    "too_large": "too_large",
-    "shed": "shed",
-    "model": "model_not_allowed",
-    "background": "shed",
-}
 
 
 class Intake:
@@ -235,7 +227,10 @@ class Intake:
         endings = Endings(self.keys)
         for request, error, retry_after, reason in rejected:
             endings.add(
-                pipe, request.ended(State.FAILED, error, retry_after, code=REJECTION_CODES[reason])
+                pipe,
+                request.ended(
+                    State.FAILED, error, retry_after, code=outcomes.REJECTION_CODES[reason]
+                ),
             )
             metrics.count("rejected", reason=reason)
         for request in withdrawn:

@@ -3,6 +3,15 @@ and when to try again."""
 
 from __future__ import annotations
 
+# Why a request was refused, for programs (the final event's `code`), by the metrics' reason.
+REJECTION_CODES = {
+    "rate": "rate_limited",
+    "too_large": "too_large",
+    "shed": "shed",
+    "model": "model_not_allowed",
+    "background": "shed",
+}
+
 
 def human_seconds(seconds: float) -> str:
     seconds = max(1, round(seconds))

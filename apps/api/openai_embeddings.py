@@ -15,9 +15,9 @@ from asgiref.sync import sync_to_async
 
 from apps.admission.buckets import TAKEN, BucketStore, plan_buckets
 from apps.admission.models import Plan
-from apps.api import openai_shapes as shapes
+from apps.api import openai_errors as errors
+from apps.api.openai_errors import ApiError
 from apps.api.openai_limits import rate_limit_headers
-from apps.api.openai_shapes import ApiError
 from apps.rag import embeddings as model
 from core.redis_client import get_redis, keys
 
@@ -29,22 +29,22 @@ NAMES = {model.MODEL_NAME, f"sentence-transformers/{model.MODEL_NAME}"}
 def inputs_of(body: dict) -> list[str]:
     for name in body:
         if name not in ("input", "model", "encoding_format", "dimensions", "user"):
-            raise shapes.invalid(name, f"Unrecognized request argument supplied: {name}")
+            raise errors.invalid(name, f"Unrecognized request argument supplied: {name}")
     given = body.get("input")
     texts = [given] if isinstance(given, str) else given
     if not isinstance(texts, list) or not texts:
-        raise shapes.invalid("input", "`input` must be a string or a non-empty list of strings.")
+        raise errors.invalid("input", "`input` must be a string or a non-empty list of strings.")
     if not all(isinstance(t, str) for t in texts):
-        raise shapes.unsupported("input", "token arrays as input: send text")
+        raise errors.unsupported("input", "token arrays as input: send text")
     if any(not t for t in texts):
-        raise shapes.invalid("input", "`input` must not contain empty strings.")
+        raise errors.invalid("input", "`input` must not contain empty strings.")
     if len(texts) > MAX_INPUTS:
-        raise shapes.invalid("input", f"At most {MAX_INPUTS} inputs per request.")
+        raise errors.invalid("input", f"At most {MAX_INPUTS} inputs per request.")
     if body.get("encoding_format", "float") not in ("float", "base64", None):
-        raise shapes.invalid("encoding_format", "`encoding_format` must be float or base64.")
+        raise errors.invalid("encoding_format", "`encoding_format` must be float or base64.")
     dimensions = body.get("dimensions")
     if dimensions is not None and dimensions != model.DIMENSIONS:
-        raise shapes.unsupported("dimensions", f"other sizes than {model.DIMENSIONS} dimensions")
+        raise errors.unsupported("dimensions", f"other sizes than {model.DIMENSIONS} dimensions")
     return texts
 
 
@@ -55,7 +55,7 @@ def charge(user_id: str, plan: Plan, tokens: int) -> None:
     if decision.code == TAKEN:
         return
     if decision.wait_ms == 0:  # larger than the plan allows at once: waiting will not help
-        raise shapes.invalid(
+        raise errors.invalid(
             "input",
             f"These inputs need {tokens} tokens, more than your plan allows at once.",
             code="request_too_large",
@@ -97,7 +97,7 @@ async def embeddings_create(body: dict, *, user, plan: Plan) -> dict:
     texts = inputs_of(body)
     name = body.get("model")
     if not isinstance(name, str) or name not in NAMES or not plan.allows(model.MODEL_NAME):
-        raise shapes.model_not_found(str(name))
+        raise errors.model_not_found(str(name))
     return await sync_to_async(embed, thread_sensitive=False)(
         texts, user_id=str(user.pk), plan=plan, encoding=body.get("encoding_format") or "float"
     )

@@ -14,7 +14,8 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from apps.api.openai_shapes import ApiError, Chunks, queued_comment
+from apps.api.openai_errors import ApiError
+from apps.api.openai_shapes import Chunks, queued_comment
 from apps.streams.hub import get_hub
 from apps.streams.hub_base import Entry
 from core.redis_client import keys

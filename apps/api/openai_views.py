@@ -25,8 +25,10 @@ from redis.exceptions import RedisError
 
 from apps.admission import selectors as admission
 from apps.admission.models import Plan
+from apps.api import openai_errors as errors
 from apps.api import openai_shapes as shapes
 from apps.api.openai_embeddings import embeddings_create
+from apps.api.openai_errors import ApiError
 from apps.api.openai_limits import rate_limit_headers
 from apps.api.openai_relay import (
     DECISION_WAIT_SECONDS,
@@ -38,8 +40,7 @@ from apps.api.openai_relay import (
     sse,
     wait_final,
 )
-from apps.api.openai_shapes import ApiError
-from apps.chat import submission
+from apps.chat import request_state, submission
 from apps.streams.hub_base import Entry
 from apps.streams.offload import db_call
 from worker import protocol
@@ -66,14 +67,14 @@ def caller_for(raw_key: str | None) -> Caller:
     """The user behind the API key and their plan. In a pool thread."""
     found = admission.api_key_caller(raw=raw_key) if raw_key else None
     if found is None:
-        raise shapes.bad_key()
+        raise errors.bad_key()
     return Caller(*found)
 
 
 async def authenticated(request: HttpRequest) -> Caller:
     raw = bearer(request)
     if not raw:
-        raise shapes.bad_key()
+        raise errors.bad_key()
     return await db_call(caller_for)(raw)
 
 
@@ -120,17 +121,17 @@ def start_completion(
     """Authenticates, reads the request, picks the model and hands the request to admission,
     in one trip through the pool. Raises ApiError."""
     caller = caller_for(raw_key)  # a bad key is a 401 before anything else is looked at
-    asked = shapes.chat_request(shapes.body_of(body))
+    asked = shapes.chat_request(errors.body_of(body))
     model = asked.model or admission.model_default(plan=caller.plan)
     status = admission.model_status(model=model, plan=caller.plan) if model else None
     if status == admission.MODEL_NOT_FOUND:
-        raise shapes.model_not_found(model)
+        raise errors.model_not_found(model)
     if status != admission.MODEL_OK:
-        raise shapes.no_worker(model or "(default)")
+        raise errors.no_worker(model or "(default)")
     prompt_tokens = asked.prompt_tokens_estimate
     room = settings.MODEL_CONTEXT_TOKENS - prompt_tokens
     if room < 1:
-        raise shapes.invalid(
+        raise errors.invalid(
             "messages",
             f"This model's context window is "
             f"{settings.MODEL_CONTEXT_TOKENS} tokens; the messages need about "
@@ -174,7 +175,7 @@ def refusal(final: dict[str, str], caller: Caller, model: str, *, headers: bool 
     if code == "too_large":
         return ApiError(400, message, param="max_tokens", code="request_too_large")
     if code == "model_not_allowed":
-        return shapes.model_not_found(model)
+        return errors.model_not_found(model)
     if code in ("shed", "no_worker"):
         return ApiError(
             503,
@@ -194,7 +195,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
 
     async def cancel() -> None:
         try:
-            await db_call(submission.request_cancel)(user=caller.user, request_id=request_id)
+            await db_call(request_state.request_cancel)(user=caller.user, request_id=request_id)
         except Exception as exc:  # the answer then runs to its end, and is settled as usual
             log.warning("could not stop request %s: %s", request_id, exc)
 
@@ -275,7 +276,7 @@ async def model_detail(request: HttpRequest, model: str) -> HttpResponse:
     caller = await authenticated(request)
     listed = await db_call(listed_models)(caller)
     if model not in listed:
-        raise shapes.model_not_found(model)
+        raise errors.model_not_found(model)
     return JsonResponse(model_entry(model, listed[model]))
 
 
@@ -283,5 +284,5 @@ async def model_detail(request: HttpRequest, model: str) -> HttpResponse:
 async def embeddings(request: HttpRequest) -> HttpResponse:
     method(request, "POST")
     caller = await authenticated(request)
-    body = shapes.body_of(request.body)
+    body = errors.body_of(request.body)
     return JsonResponse(await embeddings_create(body, user=caller.user, plan=caller.plan))

@@ -75,7 +75,7 @@ def background_submit(
 
 
 def _in_flight_key(task: str, owner: int) -> str:
-    return f"{keys().prefix}:bg:{{{task}:{owner}}}"
+    return keys().background_in_flight(task, owner)
 
 
 def _claim(task: str, owner: int) -> bool:

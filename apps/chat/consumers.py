@@ -34,7 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from apps.accounts.sessions import SessionEnded, session_digest
 from apps.accounts.socket_login import SocketLogin
-from apps.chat import continuation, live, selectors, submission, turns
+from apps.chat import continuation, live, request_state, selectors, submission, turns
 from apps.chat.frames import EVENT_ID, frames_for_batch
 from apps.chat.models import Conversation
 from apps.streams.account_watch import get_account_watch
@@ -238,7 +238,7 @@ class ChatConsumer(PooledConsumer):
             return
         try:
             info = await db_call(self._in_session)(
-                submission.request_get_for_user, user=self.user, request_id=request_id
+                request_state.request_get_for_user, user=self.user, request_id=request_id
             )
         except Http404:
             await self._error("That answer was not found.")
@@ -379,7 +379,7 @@ class ChatConsumer(PooledConsumer):
         request_id = requested or submission.active_request_id(conversation=self.conversation)
         if not isinstance(request_id, str) or not request_id:
             return False
-        submission.request_cancel(user=self.user, request_id=request_id)
+        request_state.request_cancel(user=self.user, request_id=request_id)
         return True
 
 

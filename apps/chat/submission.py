@@ -35,7 +35,7 @@ from apps.rag.prompting import citations_from, passages_block
 from apps.rag.services import retrieve_for_prompt
 from apps.streams.hub_base import Entry
 from core.redis_client import get_redis, keys
-from worker import protocol, transitions
+from worker import protocol
 from worker.protocol import WorkItem
 
 log = logging.getLogger("sluice.chat.submission")
@@ -366,38 +366,3 @@ def answer_regenerate(*, user: User, conversation: Conversation) -> Submitted:
     if last.role == Message.Role.ASSISTANT:
         last.delete()
     return request_submit(user=user, conversation=conversation, text=None)
-
-
-@dataclass
-class RequestInfo:
-    id: str
-    user_id: int
-    conversation_id: int | None  # None: a stateless API request (/v1/chat/completions)
-    state: str
-
-
-def request_get_for_user(*, user: User, request_id: str) -> RequestInfo:
-    """The request's live state; Http404 when it is unknown, expired or someone else's."""
-    if not request_id or len(request_id) > 64:
-        raise Http404
-    data = get_redis().hgetall(keys().request(request_id))
-    if not data or data.get("user_id") != str(user.id):
-        raise Http404
-    conversation_id = data.get("conversation_id")
-    return RequestInfo(
-        request_id,
-        int(data["user_id"]),
-        int(conversation_id) if conversation_id else None,
-        data.get("state", ""),
-    )
-
-
-def request_cancel(*, user: User, request_id: str) -> RequestInfo:
-    """Stops the request: a worker checks the flag between batches and frees its slot; the
-    dispatcher ends it at once if it is still waiting in line."""
-    info = request_get_for_user(user=user, request_id=request_id)
-    if info.state not in protocol.TERMINAL_STATES:
-        pipe = get_redis().pipeline(transaction=False)
-        transitions.stopped(pipe, keys(), request_id)
-        pipe.execute()
-    return info

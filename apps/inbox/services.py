@@ -70,7 +70,7 @@ def _publish(fields: dict) -> None:
 def inbox_events_key() -> str:
     """Stream: new inbox messages, each naming its user ("*": every user); every web process
     follows it once for all its open inbox sockets."""
-    return f"{keys().prefix}:inbox-events"
+    return keys().inbox_events
 
 
 def inbox_events_last_id() -> str:

@@ -178,7 +178,7 @@ def retry_target(k, fields: dict) -> str | None:
     stream = fields.get("stream") or ""
     if stream == k.admit:
         return stream
-    if stream == k.work or stream.startswith(f"{k.prefix}:model-work:"):
+    if stream == k.work or k.is_model_work(stream):
         return stream
     if stream.startswith(k.work + ":"):
         return k.work

@@ -68,11 +68,11 @@ def _names() -> list[str]:
 
 
 def user_key(user_id: int | str) -> str:
-    return f"{keys().prefix}:hot:{{u{user_id}}}:corpora"
+    return keys().hot_corpora(user_id)
 
 
 def shared_key() -> str:
-    return f"{keys().prefix}:hot:{{corpora}}:shared"
+    return keys().hot_corpora_shared
 
 
 def _ttl() -> int:

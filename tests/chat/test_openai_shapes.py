@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from apps.api.openai_shapes import ApiError, Chunks, body_of, completion
+from apps.api.openai_errors import ApiError, body_of
+from apps.api.openai_shapes import Chunks, completion
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 from apps.chat.models import Conversation, Message
 from apps.chat.prompt import hot
 from apps.inbox.models import InboxMessage
+from core.commits import after_commit
 from core.redis_client import get_redis, keys
 from worker import transitions
 
@@ -32,7 +33,7 @@ def conversation_erase(*, conversation: Conversation) -> None:
             f"DELETE FROM {Message._meta.db_table} WHERE conversation_id = %s", [conversation_id]
         )
     conversation.delete()
-    hot.after_commit(lambda: _redis_erase(conversation_id, request_ids))
+    after_commit(lambda: _redis_erase(conversation_id, request_ids))
 
 
 def _redis_erase(conversation_id: int, request_ids: list[str]) -> None:

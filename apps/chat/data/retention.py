@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from apps.chat.models import Conversation, Message, RetentionPolicy
 from apps.chat.prompt import hot
+from core.commits import after_commit
 
 
 @dataclass
@@ -67,5 +68,5 @@ def _drop_detail(*, cutoff: datetime, keep: int) -> dict[int, int]:
         for (conversation_id,) in cursor.fetchall():
             counts[conversation_id] = counts.get(conversation_id, 0) + 1
     # Raw SQL sends no signals: the hot tier is told here.
-    hot.after_commit(lambda: hot.conversations_forget(counts))
+    after_commit(lambda: hot.conversations_forget(counts))
     return counts

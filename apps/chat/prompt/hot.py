@@ -27,12 +27,13 @@ from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from redis.exceptions import RedisError
 
 from apps.chat import selectors
 from apps.chat.models import Conversation, Message
+from apps.chat.prompt.hot_scripts import FILL_CONVERSATION, FILL_PROFILE, FORGET, PUSH, READ
 from apps.chat.selectors import PromptProfile, PromptSources, Turn
+from core.commits import after_commit, commit_pending
 from core.redis_client import get_redis, keys
 
 log = logging.getLogger("sluice.chat.hot")
@@ -40,87 +41,21 @@ log = logging.getLogger("sluice.chat.hot")
 DONE = Message.Status.DONE
 ROLES = (Message.Role.USER, Message.Role.ASSISTANT)
 
-# KEYS: conversation hash, turns list. ARGV: ttl, last list index to read. Returns the hash's
-# generation and, when it is filled, its fields and the turns; refreshes both TTLs.
-READ = """
-local conv = redis.call('HMGET', KEYS[1], 'gen', 'filled', 'summary', 'upto', 'pinned')
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-if conv[2] ~= '1' then return {conv[1], false} end
-redis.call('EXPIRE', KEYS[2], ARGV[1])
-return {conv[1], conv[2], conv[3], conv[4], conv[5],
-        redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[2]))}
-"""
-# KEYS: conversation hash, turns list. ARGV: ttl, cap, entries (oldest first).
-PUSH = """
-redis.call('HINCRBY', KEYS[1], 'gen', 1)
-if redis.call('HGET', KEYS[1], 'filled') == '1' then
-  for i = 3, #ARGV do redis.call('LPUSH', KEYS[2], ARGV[i]) end
-  redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[2]) - 1)
-  redis.call('EXPIRE', KEYS[2], ARGV[1])
-end
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-"""
-# KEYS: a hash (and its list, if any). ARGV: ttl.
-FORGET = """
-redis.call('HINCRBY', KEYS[1], 'gen', 1)
-redis.call('HDEL', KEYS[1], 'filled', 'system')
-if KEYS[2] then redis.call('DEL', KEYS[2]) end
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-"""
-# KEYS: conversation hash, turns list. ARGV: ttl, generation seen, summary, upto, pinned,
-# entries (newest first).
-FILL_CONVERSATION = """
-local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
-if gen ~= ARGV[2] then return 0 end
-redis.call('DEL', KEYS[2])
-for i = 6, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
-redis.call('HSET', KEYS[1], 'gen', gen, 'filled', '1', 'summary', ARGV[3], 'upto', ARGV[4],
-           'pinned', ARGV[5])
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-redis.call('EXPIRE', KEYS[2], ARGV[1])
-return 1
-"""
-# KEYS: profile hash. ARGV: ttl, generation seen, profile JSON, system prompt (if made).
-FILL_PROFILE = """
-local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
-if gen ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'gen', gen, 'filled', '1', 'profile', ARGV[3])
-if ARGV[4] then redis.call('HSET', KEYS[1], 'system', ARGV[4]) end
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-return 1
-"""
-
 
 def conversation_key(conversation_id: int | str) -> str:
     """Hash: a conversation's summary, pinned turns, generation and whether it is filled. It
     shares its hash tag with the list, so the scripts touching both work in a Redis Cluster."""
-    return f"{keys().prefix}:hot:{{c{conversation_id}}}:conv"
+    return keys().hot_conversation(conversation_id)
 
 
 def turns_key(conversation_id: int | str) -> str:
     """List: a conversation's latest finished turns, newest first, capped."""
-    return f"{keys().prefix}:hot:{{c{conversation_id}}}:turns"
+    return keys().hot_turns(conversation_id)
 
 
 def profile_key(user_id: int | str) -> str:
     """Hash: a user's prompt profile and the system prompt made from it."""
-    return f"{keys().prefix}:hot:{{u{user_id}}}:profile"
-
-
-def after_commit(func: Callable[[], None]) -> None:
-    """`func` once the current transaction commits (at once outside one). Under the wrapping
-    transaction of a Django TestCase nothing ever commits: it runs at once, as if the test's
-    writes had committed (Django's durable atomic blocks make the same exception)."""
-    if _commit_pending():
-        transaction.on_commit(func)
-    else:
-        func()
-
-
-def _commit_pending() -> bool:
-    """Whether a write made now waits for a transaction's commit (see `after_commit`)."""
-    conn = transaction.get_connection()
-    return conn.in_atomic_block and not conn.atomic_blocks[0]._from_testcase
+    return keys().hot_profile(user_id)
 
 
 def enabled() -> bool:
@@ -368,7 +303,7 @@ def message_stored(message: Message) -> None:
 def pushes_now() -> bool:
     """Whether a message stored now counts as committed at once (as for `after_commit`), so
     that its caller may push it itself, in a round trip of its own choosing."""
-    return not _commit_pending()
+    return not commit_pending()
 
 
 def messages_stored(turns: list[tuple[int, Turn]]) -> None:

@@ -1,0 +1,213 @@
+"""Every Redis name Sluice uses, under one prefix: the contract's key names (worker/protocol.py
+re-exports `Keys`). Every per-request key carries the request id in a `{hash tag}`, so on a Redis
+Cluster all of a request's keys share one slot; the dispatcher's own keys share the `{adm}` tag.
+No module builds a key name by hand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The hash tag of the fleet's keys (work streams, heartbeats, dead letters). It hashes to the same
+# Redis Cluster slot as `{adm}` (CRC16 slot 5822), so a dispatcher transaction that takes a request
+# off its queue and puts it on a work stream, or a worker's one read over several work streams,
+# stays in one slot; the name keeps them apart from the dispatcher's own `{adm}` keys.
+FLEET_TAG = "fleet-7048"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Every Redis name Sluice uses, under one prefix (tests give each test its own)."""
+
+    prefix: str = "sluice"
+
+    # -- one request's keys: the request id is their hash tag ---------------------------------
+
+    def request(self, request_id: str) -> str:
+        """Hash: the request's state, owner, current attempt, citations (see transitions)."""
+        return f"{self.prefix}:req:{{{request_id}}}"
+
+    def output(self, request_id: str) -> str:
+        """Stream: the events readers follow (status, start, delta, final)."""
+        return f"{self.prefix}:out:{{{request_id}}}"
+
+    def cancel(self, request_id: str) -> str:
+        return f"{self.prefix}:cancel:{{{request_id}}}"
+
+    def conversation_active(self, conversation_id: int | str) -> str:
+        """The request currently answering in a conversation, so a new tab can resume it."""
+        return f"{self.prefix}:conv:{{{conversation_id}}}:active"
+
+    @property
+    def account_events(self) -> str:
+        """Stream: account changes that end sessions (logout, password change, deactivation),
+        each naming its user; every web process follows it once for all its open sockets."""
+        return f"{self.prefix}:account-events"
+
+    # -- work and workers: their tag hashes to the slot of `{adm}` (FLEET_TAG) ------------------
+
+    def _fleet(self, name: str) -> str:
+        return f"{self.prefix}:{{{FLEET_TAG}}}:{name}"
+
+    @property
+    def work(self) -> str:
+        """The shared work stream: any worker with a free slot takes from it."""
+        return self._fleet("work")
+
+    def work_for(self, worker_id: str) -> str:
+        """A worker's affinity stream: work routed to it because its KV cache holds the prefix."""
+        return self._fleet(f"work:{worker_id}")
+
+    def work_for_model(self, model: str) -> str:
+        """A model's shared stream: any worker serving `model` takes from it. Work that names
+        no model ("") goes to the shared stream, which every worker reads. Outside `work:`,
+        so no worker id can name the same stream."""
+        return self._fleet(f"model-work:{model}") if model else self.work
+
+    def is_model_work(self, stream: str) -> bool:
+        """Whether `stream` is a model's shared work stream (see work_for_model)."""
+        return stream.startswith(self._fleet("model-work:"))
+
+    @property
+    def models(self) -> str:
+        """Hash: model name → when a worker last said it serves it (ms), so a model with no
+        live worker right now is told apart from one that exists nowhere."""
+        return self._fleet("models")
+
+    @property
+    def dead(self) -> str:
+        """Stream: what could not be parsed, stored or run, each entry with its reason."""
+        return self._fleet("dead")
+
+    @property
+    def workers(self) -> str:
+        """Sorted set of worker ids by last heartbeat time (the heartbeat keys hold the detail)."""
+        return self._fleet("workers")
+
+    def heartbeat(self, worker_id: str) -> str:
+        return self._fleet(f"worker:{worker_id}")
+
+    def reclaim_lock(self, worker_id: str) -> str:
+        return self._fleet(f"reclaim:{worker_id}")
+
+    # -- the dispatcher's own keys: one hash tag, so its transactions stay in one slot ---------
+
+    def _adm(self, name: str) -> str:
+        return f"{self.prefix}:{{adm}}:{name}"
+
+    @property
+    def admit(self) -> str:
+        """Stream: new requests, read by the dispatcher."""
+        return self._adm("admit")
+
+    @property
+    def done(self) -> str:
+        """Stream: answer records, read by the recorder (stores them) and the dispatcher."""
+        return self._adm("done")
+
+    @property
+    def lease(self) -> str:
+        return self._adm("lease")
+
+    @property
+    def queue(self) -> str:
+        """Hash: request id → JSON of a queued request (the authoritative queue)."""
+        return self._adm("queue")
+
+    @property
+    def charges(self) -> str:
+        """Hash: request id → JSON of what its buckets were charged, until reconciled."""
+        return self._adm("charges")
+
+    @property
+    def running(self) -> str:
+        """Hash: request id → "user|dispatched ms" for requests on workers (max_concurrent)."""
+        return self._adm("running")
+
+    @property
+    def cancels(self) -> str:
+        """Set: ids of requests whose user pressed stop, emptied by the dispatcher's sweep. It
+        finds a waiting request's stop at once, wherever it is in a long queue."""
+        return self._adm("cancels")
+
+    @property
+    def degradation(self) -> str:
+        return self._adm("degradation")
+
+    @property
+    def metrics(self) -> str:
+        return self._adm("metrics")
+
+    @property
+    def series(self) -> str:
+        """Stream: one sample of throughput and latency every few seconds (the ops page)."""
+        return self._adm("series")
+
+    @property
+    def ops_state(self) -> str:
+        """JSON the dispatcher refreshes every few seconds for the ops page: the line's
+        summary, the workers it has seen, the heaviest users, rolling figures."""
+        return self._adm("ops")
+
+    def bucket(self, user_id: str) -> str:
+        return self._adm(f"bucket:{user_id}")
+
+    def affinity(self, kind: str, name: str) -> str:
+        """The worker whose KV cache holds a "conv" or a "prefix" (apps/admission/affinity)."""
+        return self._adm(f"affinity:{kind}:{name}")
+
+    def estimates(self, part: str) -> str:
+        """The dispatcher's learned state: answer lengths, leans, errors, service times."""
+        return self._adm(f"est:{part}")
+
+    # -- the web's prompt cache (apps/chat/prompt/hot.py, apps/rag/corpora_cache.py): a
+    # conversation's keys share its tag, so the scripts touching both work in a Redis Cluster --
+
+    def hot_conversation(self, conversation_id: int | str) -> str:
+        """Hash: a conversation's summary, pinned turns, generation and whether it is filled."""
+        return f"{self.prefix}:hot:{{c{conversation_id}}}:conv"
+
+    def hot_turns(self, conversation_id: int | str) -> str:
+        """List: a conversation's latest finished turns, newest first, capped."""
+        return f"{self.prefix}:hot:{{c{conversation_id}}}:turns"
+
+    def hot_profile(self, user_id: int | str) -> str:
+        """Hash: a user's prompt profile and the system prompt made from it."""
+        return f"{self.prefix}:hot:{{u{user_id}}}:profile"
+
+    def hot_corpora(self, user_id: int | str) -> str:
+        """The corpora a user may read."""
+        return f"{self.prefix}:hot:{{u{user_id}}}:corpora"
+
+    @property
+    def hot_corpora_shared(self) -> str:
+        """The corpora everyone may read."""
+        return f"{self.prefix}:hot:{{corpora}}:shared"
+
+    # -- the web's other keys ---------------------------------------------------------------------
+
+    def background_in_flight(self, task: str, owner: int | str) -> str:
+        """One background task of a kind in flight per conversation (or user)."""
+        return f"{self.prefix}:bg:{{{task}:{owner}}}"
+
+    @property
+    def inbox_events(self) -> str:
+        """Stream: new inbox messages, each naming its user ("*": every user); every web process
+        follows it once for all its open inbox sockets."""
+        return f"{self.prefix}:inbox-events"
+
+    @property
+    def api_callers_token(self) -> str:
+        """The API callers cache's generation: a key or plan change bumps it."""
+        return f"{self.prefix}:{{api-callers}}:token"
+
+    def api_caller(self, digest: str) -> str:
+        """The cached caller (user and plan rows) of the API key whose SHA-256 is `digest`."""
+        return f"{self.prefix}:{{api-callers}}:{digest}"
+
+    # -- login throttling and the retrieval cache --------------------------------------------------
+
+    def login_failures(self, digest: str) -> str:
+        return f"{self.prefix}:login-failures:{digest}"
+
+    def rag_cache(self, kind: str, digest: str) -> str:
+        return f"{self.prefix}:rag:{kind}:{digest}"
