@@ -14,26 +14,15 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (after Django setup)
 
-from apps.api.handler import ApiHandler, route_api  # noqa: E402
 from apps.streams.ws_auth import SessionAuthMiddleware  # noqa: E402
 from chatsite.routing import websocket_urlpatterns  # noqa: E402
-from core.daphne_tuning import (  # noqa: E402
-    direct_messages,
-    no_form_parsing,
-    plain_websocket_debug_arguments,
-    write_through,
-)
 from core.origin import SameOriginValidator  # noqa: E402
 from core.request_threads import ReusedThreads, with_reused_threads  # noqa: E402
 from worker.gc_tuning import freeze_startup_objects  # noqa: E402
 
-plain_websocket_debug_arguments()
-no_form_parsing()
-write_through()
-direct_messages()
 application = ProtocolTypeRouter(
     {
-        "http": route_api(with_reused_threads(django_asgi_app, ReusedThreads()), ApiHandler()),
+        "http": with_reused_threads(django_asgi_app, ReusedThreads()),
         "websocket": SameOriginValidator(SessionAuthMiddleware(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -14,9 +14,11 @@ once: a final event is written only while the request has not ended, by its owne
 `""`) by the dispatcher for a request no attempt owns any more. Ending clears the owner, so a
 late attempt stops too.
 
-The scripts touch only one request's keys (its hash tag), so they stay valid on a Redis
-Cluster; the answer record for the done stream is a separate step, written only by the call
-that ended the request (see `finish_result`).
+The scripts (worker/transition_scripts.py) touch only one request's keys (its hash tag), or
+one conversation's, so they stay valid on a Redis Cluster; the answer record for the done
+stream is a separate step, written only by the call that ended the request (see
+`finish_result`). A conversation's active key is written here too: taken by `submitted`,
+released by the recorder's `conversation_released` once the answer is stored.
 """
 
 from __future__ import annotations
@@ -28,79 +30,8 @@ from dataclasses import asdict, dataclass
 from redis.exceptions import ResponseError
 
 from worker import protocol
+from worker import transition_scripts as scripts
 from worker.protocol import Answer, EventType, Keys, State, WorkItem
-
-_ENDED = (
-    "local s = redis.call('HGET', KEYS[1], 'state') "
-    "if s == 'done' or s == 'failed' or s == 'cancelled' then return 0 end "
-)
-
-# KEYS: request hash, output stream, cancel flag
-# ARGV: token, worker, now ms, request ttl, output ttl, output maxlen, max attempts (0: any),
-#       prompt tokens (what the model reads before its first word: the page says so meanwhile)
-START = (
-    _ENDED
-    + """
-local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'worker', ARGV[2], 'updated_ms', ARGV[3], 'seq', 0)
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-if redis.call('EXISTS', KEYS[3]) == 1 then return {2, attempt} end
-local most = tonumber(ARGV[7])
-if most > 0 and attempt > most then return {3, attempt} end
-redis.call('HSET', KEYS[1], 'state', 'streaming')
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*',
-           'type', 'start', 'attempt', attempt, 'worker', ARGV[2], 'prompt_tokens', ARGV[8])
-redis.call('EXPIRE', KEYS[2], ARGV[5])
-return {1, attempt}
-"""
-)
-
-# KEYS: request hash, output stream, cancel flag. ARGV: token, output maxlen, text, batch number
-# A batch resent after a lost reply (Redis restarted) is written once: its number is not above
-# the last one written. The reply also says whether the user pressed Stop, so a streaming
-# answer needs no separate check for it.
-DELTA = """
-local owner, last = unpack(redis.call('HMGET', KEYS[1], 'owner', 'seq'))
-if owner ~= ARGV[1] then return 0 end
-if tonumber(ARGV[4]) > (tonumber(last) or 0) then
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'type', 'delta', 'text', ARGV[3])
-  redis.call('HSET', KEYS[1], 'seq', ARGV[4])
-end
-if redis.call('EXISTS', KEYS[3]) == 1 then return 2 end
-return 1
-"""
-
-# KEYS: request hash, output stream
-# ARGV: token ('' = no attempt), now ms, request ttl, output ttl, output maxlen, state, error,
-#       usage, retry after, then the final event's fields as name, value pairs
-FINISH = """
-local s, ended_by = unpack(redis.call('HMGET', KEYS[1], 'state', 'ended_by'))
-if s == 'done' or s == 'failed' or s == 'cancelled' then
-  if ARGV[1] ~= '' and ended_by == ARGV[1] then return 1 end
-  return 0
-end
-if ARGV[1] ~= '' and redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return -1 end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', unpack(ARGV, 10))
-redis.call('EXPIRE', KEYS[2], ARGV[4])
-redis.call('HSET', KEYS[1], 'state', ARGV[6], 'error', ARGV[7], 'usage', ARGV[8],
-           'retry_after', ARGV[9], 'updated_ms', ARGV[2], 'ended_by', ARGV[1])
-redis.call('HDEL', KEYS[1], 'owner')
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-return 1
-"""
-
-# KEYS: request hash, output stream. ARGV: now ms, request ttl, output ttl, output maxlen,
-# work stream (the request inspector tells an affinity stream from the shared one)
-DISPATCHED = """
-local s = redis.call('HGET', KEYS[1], 'state')
-if s and s ~= 'queued' then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'dispatched', 'updated_ms', ARGV[1], 'dispatched_ms',
-           ARGV[1], 'route', ARGV[5])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'type', 'status', 'state', 'dispatched')
-redis.call('EXPIRE', KEYS[2], ARGV[3])
-return 1
-"""
 
 # Replies of `finish`.
 ENDED_NOW, ALREADY_ENDED, LOST = 1, 0, -1
@@ -175,17 +106,28 @@ def stopped(pipe, keys: Keys, request_id: str) -> None:
     pipe.expire(keys.cancels, protocol.ADMISSION_STATE_TTL_SECONDS)
 
 
-# KEYS: request hash. Never creates the hash: one that expired stays gone.
-STORED = """
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'stored', '1') end
-return 0
-"""
-
-
 def answer_stored(pipe, keys: Keys, request_id: str) -> None:
     """The web stored the ended request's answer itself (the next question came before the
     recorder did): the recorder then skips its own insert of it."""
-    pipe.eval(STORED, 1, keys.request(request_id))
+    pipe.eval(scripts.STORED, 1, keys.request(request_id))
+
+
+def conversation_released(pipe, keys: Keys, *, conversation_id: int | str, request_id: str) -> None:
+    """The conversation may take its next question: its active key goes, but only while it still
+    holds this request (no race with a new question that took the conversation meanwhile)."""
+    pipe.eval(scripts.RELEASE_IF_HELD, 1, keys.conversation_active(conversation_id), request_id)
+
+
+def conversation_erased(pipe, keys: Keys, *, conversation_id: int | str) -> None:
+    """A deleted conversation holds no request any more (the one it held was stopped)."""
+    pipe.delete(keys.conversation_active(conversation_id))
+
+
+def request_erased(pipe, keys: Keys, request_id: str) -> None:
+    """A deleted conversation's request: its state and its event stream (which holds the answer's
+    text) go now instead of with their TTLs."""
+    pipe.delete(keys.request(request_id))
+    pipe.delete(keys.output(request_id))
 
 
 # -- the dispatcher ---------------------------------------------------------------------------
@@ -195,7 +137,7 @@ def dispatched(pipe, keys: Keys, request_id: str, *, stream: str, fields: dict[s
     """The request leaves the line for a work stream (unless it has moved on already)."""
     pipe.xadd(stream, fields)
     pipe.eval(
-        DISPATCHED,
+        scripts.DISPATCHED,
         2,
         keys.request(request_id),
         keys.output(request_id),
@@ -240,7 +182,7 @@ def start(
     """Claims the request for a new attempt; read the reply with `start_result`. The start
     event tells readers how many `prompt_tokens` the model reads before it answers."""
     pipe.eval(
-        START,
+        scripts.START,
         3,
         keys.request(request_id),
         keys.output(request_id),
@@ -267,7 +209,7 @@ def delta(pipe, keys: Keys, request_id: str, *, token: str, text: str, batch: in
     the request, and once: the reply is WRITTEN, WRITTEN_STOPPED (the user pressed Stop), or
     NOT_OWNER when another attempt took over (the caller has lost its claim)."""
     pipe.eval(
-        DELTA,
+        scripts.DELTA,
         3,
         keys.request(request_id),
         keys.output(request_id),
@@ -287,7 +229,7 @@ def finish(pipe, keys: Keys, answer: Answer, *, token: str = "") -> None:
     pairs = [part for name_value in final.items() for part in name_value]
     retry_after = "" if answer.retry_after is None else str(int(answer.retry_after))
     pipe.eval(
-        FINISH,
+        scripts.FINISH,
         2,
         keys.request(answer.id),
         keys.output(answer.id),
@@ -361,6 +303,18 @@ def dead_letter(
         maxlen=protocol.DEAD_MAXLEN,
         approximate=True,
     )
+
+
+def dead_letter_retried(
+    pipe, keys: Keys, entry_id: str, *, stream: str, fields: dict[str, str]
+) -> None:
+    """An operator put a dead letter back on its stream, as it was first written."""
+    pipe.xadd(stream, fields)
+    pipe.xdel(keys.dead, entry_id)
+
+
+def dead_letter_discarded(pipe, keys: Keys, entry_id: str) -> None:
+    pipe.xdel(keys.dead, entry_id)
 
 
 def ensure_groups(pipe, groups: Iterable[tuple[str, str]]) -> None:

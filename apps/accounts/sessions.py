@@ -26,15 +26,12 @@ from django.db import connection
 from django.utils.crypto import constant_time_compare, salted_hmac
 from redis.exceptions import RedisError
 
-from core.redis_client import get_redis, keys
+from core.account_events import account_event_add
+from core.redis_client import get_redis
 
 log = logging.getLogger("sluice.accounts.sessions")
 
 T = TypeVar("T")
-
-# Events kept: a web process follows the stream from the moment it starts, so only the last few
-# thousand matter.
-EVENTS_MAXLEN = 10_000
 
 DATABASE_SESSION_ENGINES = (
     "django.contrib.sessions.backends.db",
@@ -62,16 +59,9 @@ def account_event_publish(*, user_id: int, kind: str, session_key: str | None = 
         "session": session_digest(session_key) if session_key else "",
     }
     try:
-        get_redis().xadd(keys().account_events, fields, maxlen=EVENTS_MAXLEN, approximate=True)
+        account_event_add(get_redis(), fields)
     except RedisError as exc:
         log.warning("account event %s for user %s not published: %s", kind, user_id, exc)
-
-
-def events_last_id() -> str:
-    """The id of the latest account event ("0" when there is none): a socket that opens
-    follows the events after it."""
-    newest = get_redis().xrevrange(keys().account_events, count=1)
-    return newest[0][0] if newest else "0"
 
 
 class SessionEnded(Exception):

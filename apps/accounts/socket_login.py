@@ -27,7 +27,8 @@ from django.contrib.sessions.models import Session
 from django.db import connection
 from redis.exceptions import RedisError
 
-from apps.accounts.sessions import DATABASE_SESSION_ENGINES, SessionCheck, events_last_id
+from apps.accounts.sessions import DATABASE_SESSION_ENGINES, SessionCheck
+from core.account_events import events_last_id
 
 MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
 

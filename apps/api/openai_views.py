@@ -40,7 +40,7 @@ from apps.api.openai_relay import (
     sse,
     wait_final,
 )
-from apps.chat import request_state, submission
+from apps.chat import services, submission
 from apps.streams.hub_base import Entry
 from apps.streams.offload import db_call
 from worker import protocol
@@ -195,7 +195,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
 
     async def cancel() -> None:
         try:
-            await db_call(request_state.request_cancel)(user=caller.user, request_id=request_id)
+            await db_call(services.request_cancel)(user=caller.user, request_id=request_id)
         except Exception as exc:  # the answer then runs to its end, and is settled as usual
             log.warning("could not stop request %s: %s", request_id, exc)
 

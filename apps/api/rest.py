@@ -25,8 +25,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.services import api_key_authenticate
 from apps.admission import selectors as admission_selectors
-from apps.chat import request_state, selectors, services, submission
-from apps.chat.frames import EVENT_ID, frame_for_event
+from apps.chat import selectors, services, submission
+from apps.streams.frames import EVENT_ID, frame_for_event
 from apps.streams.hub import get_hub
 from core.redis_client import keys
 
@@ -141,7 +141,7 @@ def request_detail(request: HttpRequest, request_id: str) -> JsonResponse:
     user = authenticate(request)
     if user is None:
         return _unauthenticated()
-    info = request_state.request_get_for_user(user=user, request_id=request_id)
+    info = selectors.request_get_for_user(user=user, request_id=request_id)
     return JsonResponse(
         {"request_id": info.id, "conversation": info.conversation_id, "state": info.state}
     )
@@ -153,7 +153,7 @@ def request_cancel(request: HttpRequest, request_id: str) -> JsonResponse:
     user = authenticate(request)
     if user is None:
         return _unauthenticated()
-    info = request_state.request_cancel(user=user, request_id=request_id)
+    info = services.request_cancel(user=user, request_id=request_id)
     return JsonResponse({"request_id": info.id, "cancelling": True}, status=202)
 
 
@@ -164,7 +164,7 @@ def _stream_owner(request: HttpRequest, request_id: str):
     try:
         user = authenticate(request)
         if user is not None:
-            request_state.request_get_for_user(user=user, request_id=request_id)
+            selectors.request_get_for_user(user=user, request_id=request_id)
         return user
     finally:
         close_old_connections()

@@ -34,10 +34,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from apps.accounts.sessions import SessionEnded, session_digest
 from apps.accounts.socket_login import SocketLogin
-from apps.chat import continuation, live, request_state, selectors, submission, turns
-from apps.chat.frames import EVENT_ID, frames_for_batch
+from apps.chat import live, selectors, services, submission, turns
 from apps.chat.models import Conversation
 from apps.streams.account_watch import get_account_watch
+from apps.streams.frames import EVENT_ID, frames_for_batch
 from apps.streams.hub import get_hub
 from apps.streams.hub_base import Entry
 from apps.streams.offload import db_call
@@ -136,7 +136,7 @@ class ChatConsumer(PooledConsumer):
             "send": self._on_send,
             "stop": self._on_stop,
             "regenerate": self._on_regenerate,
-            "continue": self._on_regenerate,  # an answer cut short goes on (continuation.py)
+            "continue": self._on_regenerate,  # an answer cut short goes on (turns.py)
             "resume": self._on_resume,
             "edit": self._on_edit,
         }.get(kind)
@@ -209,7 +209,7 @@ class ChatConsumer(PooledConsumer):
 
     async def _on_regenerate(self, frame: dict) -> None:
         again = frame["type"] == "regenerate"
-        service = submission.answer_regenerate if again else continuation.answer_continue
+        service = submission.answer_regenerate if again else turns.answer_continue
         try:
             submitted = await db_call(self._in_session)(
                 service, user=self.user, conversation=self.conversation
@@ -238,7 +238,7 @@ class ChatConsumer(PooledConsumer):
             return
         try:
             info = await db_call(self._in_session)(
-                request_state.request_get_for_user, user=self.user, request_id=request_id
+                selectors.request_get_for_user, user=self.user, request_id=request_id
             )
         except Http404:
             await self._error("That answer was not found.")
@@ -379,7 +379,7 @@ class ChatConsumer(PooledConsumer):
         request_id = requested or submission.active_request_id(conversation=self.conversation)
         if not isinstance(request_id, str) or not request_id:
             return False
-        request_state.request_cancel(user=self.user, request_id=request_id)
+        services.request_cancel(user=self.user, request_id=request_id)
         return True
 
 

@@ -15,9 +15,9 @@ import logging
 from django.utils.html import escape, linebreaks
 from redis.exceptions import RedisError
 
-from apps.accounts.sessions import EVENTS_MAXLEN
 from apps.chat.models import Conversation, Message
-from core.redis_client import get_redis, keys
+from core.account_events import account_event_add
+from core.redis_client import get_redis
 
 log = logging.getLogger("sluice.chat.live")
 
@@ -48,7 +48,7 @@ def _event(client, user_id: int, action: str, conversation_id: int, **fields) ->
         "conversation": str(conversation_id),
     }
     event.update({name: str(value) for name, value in fields.items() if value is not None})
-    client.xadd(keys().account_events, event, maxlen=EVENTS_MAXLEN, approximate=True)
+    account_event_add(client, event)
 
 
 def question_published(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.db import DataError, IntegrityError, connection, transaction
 from redis.exceptions import RedisError
 
-from apps.chat import answer_ready, background, services
+from apps.chat import background, services
 from apps.chat.models import Conversation, Message
 from apps.chat.prompt import hot
 from apps.rag.prompting import citations_used
@@ -95,14 +95,6 @@ def _citations(raw: str | None) -> list:
     return json.loads(raw) if raw else []
 
 
-# Deletes the key only while it still holds this request: no race with a new question that
-# took the conversation meanwhile.
-RELEASE_IF_HELD = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
 def release_conversations(answers: list[Answer], pipe=None) -> None:
     """Lets each conversation take its next question (only if this request still holds it).
     Queued on `pipe` when given (the caller executes it), else sent at once."""
@@ -112,8 +104,9 @@ def release_conversations(answers: list[Answer], pipe=None) -> None:
     own = pipe is None
     pipe = get_redis().pipeline(transaction=False) if own else pipe
     for answer in held:
-        active = keys().conversation_active(answer.conversation_id)
-        pipe.eval(RELEASE_IF_HELD, 1, active, answer.id)
+        transitions.conversation_released(
+            pipe, keys(), conversation_id=answer.conversation_id, request_id=answer.id
+        )
     if own:
         pipe.execute()
 
@@ -288,7 +281,7 @@ def _record_batch(
             if fields["stored"] != "1"
         ]
         rejected += _store([(i, m) for i, m in messages if m is not None])
-        answer_ready.answers_ready_post(answers, requests=requests)
+        background.answers_ready_post(answers, requests=requests)
         # Background answers go to their task instead of the conversation; chat answers may
         # ask for follow-ups.
         background.answers_recorded(answers, requests=requests)

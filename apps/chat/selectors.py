@@ -9,10 +9,12 @@ from functools import cache
 import psycopg
 from django.db import connection
 from django.db.models import QuerySet
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 
 from apps.accounts.models import Profile, Tag, User
 from apps.chat.models import Conversation, ConversationSummary, Message
+from core.redis_client import get_redis, keys
 
 
 def conversation_list_for_user(*, user: User, archived: bool = False) -> QuerySet[Conversation]:
@@ -147,3 +149,30 @@ def prompt_sources(*, conversation: Conversation, limit: int) -> PromptSources:
             if pin_id is not None:
                 sources.pinned.append(Turn(pin_id, role, text, True))
         return sources
+
+
+# -- a request's live state (Redis, until it ends) ------------------------------------------
+
+
+@dataclass
+class RequestInfo:
+    id: str
+    user_id: int
+    conversation_id: int | None  # None: a stateless API request (/v1/chat/completions)
+    state: str
+
+
+def request_get_for_user(*, user: User, request_id: str) -> RequestInfo:
+    """The request's live state; Http404 when it is unknown, expired or someone else's."""
+    if not request_id or len(request_id) > 64:
+        raise Http404
+    data = get_redis().hgetall(keys().request(request_id))
+    if not data or data.get("user_id") != str(user.id):
+        raise Http404
+    conversation_id = data.get("conversation_id")
+    return RequestInfo(
+        request_id,
+        int(data["user_id"]),
+        int(conversation_id) if conversation_id else None,
+        data.get("state", ""),
+    )

@@ -14,7 +14,10 @@ from apps.accounts.sessions import SqlCondition
 from apps.chat.data import erase
 from apps.chat.models import Conversation, Message
 from apps.chat.prompt import hot
+from apps.chat.selectors import RequestInfo, request_get_for_user
 from core.prepared import prepared_cursor
+from core.redis_client import get_redis, keys
+from worker import protocol, transitions
 
 
 def clean_message_text(text: str) -> str:
@@ -289,3 +292,14 @@ def messages_store(messages: list[NewMessage]) -> None:
             if message_id is not None and new.status == Message.Status.DONE
         ]
     )
+
+
+def request_cancel(*, user: User, request_id: str) -> RequestInfo:
+    """Stops the request: a worker checks the flag between batches and frees its slot; the
+    dispatcher ends it at once if it is still waiting in line."""
+    info = request_get_for_user(user=user, request_id=request_id)
+    if info.state not in protocol.TERMINAL_STATES:
+        pipe = get_redis().pipeline(transaction=False)
+        transitions.stopped(pipe, keys(), request_id)
+        pipe.execute()
+    return info

@@ -163,7 +163,7 @@ def request_submit(
     """Stores the user's message (unless regenerating: text None), builds the prompt and hands
     the request to admission. `model`: the model to answer with, remembered as the
     conversation's (None: the conversation's own). `instruction`: a last user turn for this
-    request only, never stored (continuation.py's "continue"). Raises ValidationError for bad text,
+    request only, never stored (turns.py's "continue"). Raises ValidationError for bad text,
     ConversationBusy when the conversation is still answering, QueueUnavailable when Redis
     cannot be reached. `request_id`: the id to give the request (None: a new one), for a
     caller that must know it before the request exists. `expected`: see

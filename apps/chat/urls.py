@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from apps.chat import attachments, memory_views, views
+from apps.chat import attachments, views
 from apps.chat.data import views as data_views
 
 app_name = "chat"
@@ -15,7 +15,7 @@ urlpatterns = [
     path("c/<int:id>/model/", views.conversation_model, name="model"),
     path("c/<int:id>/delete/", views.conversation_delete, name="delete"),
     path("c/<int:id>/messages/", views.message_send, name="send"),
-    path("c/<int:id>/messages/<int:message_id>/pin/", memory_views.message_pin, name="pin"),
+    path("c/<int:id>/messages/<int:message_id>/pin/", views.message_pin, name="pin"),
     path("c/<int:id>/archive/", data_views.conversation_archive, name="archive"),
     path("c/<int:id>/export.<str:fmt>", data_views.conversation_export, name="export"),
     path("search/", data_views.conversation_search, name="search"),

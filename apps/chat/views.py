@@ -6,7 +6,7 @@ from django.conf import settings
 from django.contrib import messages as flash
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from redis.exceptions import RedisError
@@ -14,6 +14,7 @@ from redis.exceptions import RedisError
 from apps.admission import selectors as admission_selectors
 from apps.chat import live, selectors, services, submission, turns
 from apps.chat.models import Conversation
+from apps.chat.prompt import memory
 
 
 @dataclass
@@ -164,4 +165,21 @@ def message_send(request: HttpRequest, id: int) -> HttpResponse:
         return render(request, "chat/page.html#conversation-pane", context)
     if error:
         flash.error(request, error)
+    return redirect("chat:conversation", id=conversation.id)
+
+
+@login_required
+@require_POST
+def message_pin(request: HttpRequest, id: int, message_id: int) -> HttpResponse:
+    """Pins (pinned=1) or unpins (pinned=0) one of the user's messages; 404 for anyone else's.
+    memory.js asks for JSON; without JavaScript the form posts and the page reloads."""
+    conversation = selectors.conversation_get_for_user(user=request.user, id=id)
+    value = request.POST.get("pinned", "")
+    if value not in ("0", "1"):
+        return JsonResponse({"error": "pinned must be 0 or 1."}, status=400)
+    message = memory.message_set_pinned(
+        conversation=conversation, message_id=message_id, pinned=value == "1"
+    )
+    if "application/json" in request.headers.get("Accept", ""):
+        return JsonResponse({"id": message.id, "pinned": message.pinned})
     return redirect("chat:conversation", id=conversation.id)

@@ -78,6 +78,11 @@ def inbox_events_last_id() -> str:
     return newest[0][0] if newest else "0"
 
 
+def inbox_forget_conversation(*, user_id: int, conversation_id: int) -> None:
+    """A deleted conversation leaves no inbox message that points at it."""
+    InboxMessage.objects.filter(user_id=user_id, data__conversation_id=conversation_id).delete()
+
+
 def inbox_unread_for_user(*, user_id: int, after_id: int = 0) -> list[InboxMessage]:
     """The user's unread messages (after `after_id`), oldest first, at most UNREAD_LIMIT
     (the newest of them)."""

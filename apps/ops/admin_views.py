@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 from apps.admission.selectors import estimate_figures
 from apps.ops import dashboard, inspector
 from core.redis_client import get_redis, keys
+from worker import transitions
 
 REQUEST_ID_MAX = 64
 
@@ -93,8 +94,10 @@ def dead_letter(request, entry_id: str, action: str):
             return redirect(reverse("ops:page") + "#dead")
         # The web's deadline for Redis to take an admission entry passed long ago.
         original.pop("submit_by_ms", None)
-        pipe.xadd(target, {str(name): str(value) for name, value in original.items()})
-    pipe.xdel(k.dead, entry_id)
+        retried = {str(name): str(value) for name, value in original.items()}
+        transitions.dead_letter_retried(pipe, k, entry_id, stream=target, fields=retried)
+    else:
+        transitions.dead_letter_discarded(pipe, k, entry_id)
     pipe.execute()
     done = "put back on its stream" if action == "retry" else "discarded"
     messages.success(request, f"Dead letter {entry_id} {done}.")

@@ -9,9 +9,9 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
-from apps.chat.continuation import CONTINUE_INSTRUCTION
 from apps.chat.models import Message
 from apps.chat.services import conversation_create, message_create
+from apps.chat.turns import CONTINUE_INSTRUCTION
 from tests.chat.conftest import chat_socket, receive_until, wait_for
 from tests.chat.test_request_path import _conversation_free
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from apps.chat.frames import frames_for_batch
+from apps.streams.frames import frames_for_batch
 
 
 def entry(n: int, **fields) -> tuple[str, dict[str, str]]:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from apps.chat.markdown import render_markdown
+from core.markdown import render_markdown
 
 
 def test_markdown_renders_code_blocks_and_emphasis():

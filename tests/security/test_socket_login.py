@@ -11,10 +11,11 @@ from django.contrib.auth import BACKEND_SESSION_KEY
 from django.contrib.sessions.backends.db import SessionStore
 from django.contrib.sessions.models import Session
 
-from apps.accounts.sessions import account_event_publish, events_last_id
+from apps.accounts.sessions import account_event_publish
 from apps.accounts.socket_login import socket_login
 from apps.chat.models import Message
 from apps.chat.services import conversation_create, message_create
+from core.account_events import events_last_id
 from tests.security.conftest import end_without_event, logged_in, websocket
 
 pytestmark = [

@@ -11,7 +11,7 @@ from redis.exceptions import RedisError
 
 from apps.chat.models import Conversation, Message
 from apps.chat.prompt import hot
-from apps.inbox.models import InboxMessage
+from apps.inbox import services as inbox
 from core.commits import after_commit
 from core.redis_client import get_redis, keys
 from worker import transitions
@@ -23,9 +23,7 @@ log = logging.getLogger("sluice.chat.erase")
 def conversation_erase(*, conversation: Conversation) -> None:
     conversation_id = conversation.pk
     request_ids = [r for r in conversation.messages.values_list("request_id", flat=True) if r]
-    InboxMessage.objects.filter(
-        user_id=conversation.owner_id, data__conversation_id=conversation_id
-    ).delete()
+    inbox.inbox_forget_conversation(user_id=conversation.owner_id, conversation_id=conversation_id)
     # Its messages in one statement: through the ORM, each would be loaded to send its delete
     # signal (the hot tier's), and the whole conversation is dropped from the hot tier below.
     with connection.cursor() as cursor:
@@ -46,10 +44,9 @@ def _redis_erase(conversation_id: int, request_ids: list[str]) -> None:
             # Its worker frees the slot and nothing is stored; its own keys (the dispatcher
             # still settles it from them) end with their short TTLs.
             transitions.stopped(pipe, k, active)
-        pipe.delete(k.conversation_active(conversation_id))
+        transitions.conversation_erased(pipe, k, conversation_id=conversation_id)
         for request_id in request_ids:
-            pipe.delete(k.request(request_id))
-            pipe.delete(k.output(request_id))
+            transitions.request_erased(pipe, k, request_id)
         pipe.execute()
     except RedisError as exc:
         log.error(

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django import template
 from django.utils.safestring import mark_safe
 
-from apps.chat.markdown import render_markdown
+from core.markdown import render_markdown
 
 register = template.Library()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from apps.chat.markdown import render_markdown
+from core.markdown import render_markdown
 from worker.protocol import EventType
 
 STATUS_FIELDS = ("position", "eta_seconds", "reason", "retry_after")
