@@ -261,12 +261,12 @@ def rebuilt_prompts(user, phases: Phases) -> list[tuple[Asked, list[dict]]]:
 async def direct_engine(prompts: list[tuple[Asked, list[dict]]], *, slots: int) -> None:
     """The same prompts, in the same order, on the engine alone (make run's options)."""
     from worker.engines import create_engine
-    from worker.engines.base import GenerationRequest
+    from worker.engines.base import EngineRequest
 
     engine = create_engine("llamacpp", slots=slots)
 
     async def first_token(request_id: str, messages: list[dict]) -> float:
-        request = GenerationRequest(id=request_id, messages=messages, max_tokens=1, temperature=0.0)
+        request = EngineRequest(id=request_id, messages=messages, max_tokens=1, temperature=0.0)
         started = time.perf_counter()
         # Closed at once, so the slot is free (and chosen again) for the next prompt.
         async with contextlib.aclosing(engine.generate(request)) as outputs:

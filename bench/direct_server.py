@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from worker.engines.base import GenerationRequest
+from worker.engines.base import EngineRequest
 from worker.engines.simulated import SimulatedEngine
 
 BATCH_SECONDS = 0.03
@@ -29,7 +29,7 @@ async def serve(port: int, engine: SimulatedEngine) -> None:
     async def handle(ws):
         async for raw in ws:
             frame = json.loads(raw)
-            request = GenerationRequest(
+            request = EngineRequest(
                 id=uuid.uuid4().hex,
                 max_tokens=512,
                 messages=[{"role": "user", "content": frame["text"]}],

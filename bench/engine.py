@@ -45,7 +45,7 @@ import redis.asyncio as aioredis  # noqa: E402
 
 from devstack.stack import embedded_redis, free_port, say  # noqa: E402
 from worker.__main__ import build_parser, engine_options  # noqa: E402
-from worker.engines import GenerationRequest, create_engine  # noqa: E402
+from worker.engines import EngineRequest, create_engine  # noqa: E402
 from worker.protocol import Keys, WorkItem  # noqa: E402
 
 PROMPTS = [
@@ -150,7 +150,7 @@ class Direct:
         self.engine, self.max_tokens = engine, max_tokens
 
     async def __call__(self, prompt: str) -> Result:
-        request = GenerationRequest(
+        request = EngineRequest(
             id=uuid.uuid4().hex,
             max_tokens=self.max_tokens,
             temperature=0.0,

@@ -50,7 +50,7 @@ django.setup()
 from apps.chat.prompt import memory  # noqa: E402
 from apps.chat.prompt.prompting import BASE_SYSTEM_PROMPT  # noqa: E402
 from apps.chat.selectors import PromptSources, Turn  # noqa: E402
-from worker.engines import GenerationRequest  # noqa: E402
+from worker.engines import EngineRequest  # noqa: E402
 from worker.engines.llamacpp import LlamaCppEngine  # noqa: E402
 
 NAMES = [
@@ -244,7 +244,7 @@ class Summariser:
     async def __call__(self, messages: list[dict[str, str]]) -> tuple[str, int]:
         """The model's summary and the tokens it cost (prompt + completion)."""
         self.calls += 1
-        request = GenerationRequest(
+        request = EngineRequest(
             id=f"summary-{self.calls}",
             messages=messages,
             max_tokens=self.max_tokens,

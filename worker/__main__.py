@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--slots",
         type=int,
         default=env_default("WORKER_SLOTS"),
-        help="[WORKER_SLOTS] concurrent generations (default: the engine's capacity)",
+        help="[WORKER_SLOTS] concurrent answers (default: the engine's capacity)",
     )
     add(
         "--redis-url",

@@ -21,11 +21,11 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from worker.engines import Engine, EngineOutput, GenerationRequest
+from worker.engines import Engine, EngineOutput, EngineRequest
 
 
 class EngineAhead:
-    def __init__(self, engine: Engine, request: GenerationRequest) -> None:
+    def __init__(self, engine: Engine, request: EngineRequest) -> None:
         self.engine = engine
         self.request = request
         self.started = time.perf_counter()

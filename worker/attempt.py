@@ -24,7 +24,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from worker import metrics, transitions
 from worker.ahead import EngineAhead
 from worker.batching import CommandBatcher
-from worker.engines import Engine, GenerationRequest
+from worker.engines import Engine, EngineRequest
 from worker.heartbeat import WorkerStats
 from worker.loops import LoopDetector
 from worker.output import OutputBuffer, OutputWriter
@@ -311,8 +311,8 @@ class Attempts:
             log.warning("could not return %s (%s); it will be reclaimed", fields.get("id"), exc)
 
 
-def _request_of(item: WorkItem) -> GenerationRequest:
-    return GenerationRequest(
+def _request_of(item: WorkItem) -> EngineRequest:
+    return EngineRequest(
         id=item.id,
         messages=item.messages,
         max_tokens=item.max_tokens,

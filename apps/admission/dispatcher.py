@@ -30,7 +30,6 @@ import redis
 
 from apps.admission.buckets import BucketStore
 from apps.admission.degradation import Degradation, degradation_publish
-from apps.admission.endings import fail_unreadable
 from apps.admission.estimates import Estimator
 from apps.admission.intake import Intake
 from apps.admission.lease import Lease
@@ -43,6 +42,7 @@ from apps.admission.running import Running
 from apps.admission.servicetimes import ServiceTimes
 from apps.admission.sweep import Sweep
 from apps.admission.timeseries import Samples
+from apps.admission.unserved import fail_unreadable
 from worker import protocol, transitions
 from worker.protocol import Answer, Keys
 

@@ -27,12 +27,12 @@ import redis
 from apps.admission import outcomes
 from apps.admission.buckets import NEVER, TAKEN, Bucket, BucketStore, plan_buckets
 from apps.admission.degradation import Degradation
-from apps.admission.endings import Endings, fail_unreadable
 from apps.admission.estimates import Estimator, question_of
 from apps.admission.kinds import STATELESS, is_background, kind_decide
 from apps.admission.line import Line, QueuedRequest
 from apps.admission.metrics import MetricsBatch
 from apps.admission.plans import PlanBook
+from apps.admission.unserved import Endings, fail_unreadable
 from worker import protocol, transitions
 from worker.protocol import DISPATCHER_GROUP, Keys, State
 

@@ -34,7 +34,6 @@ import redis
 
 from apps.admission import outcomes
 from apps.admission.buckets import BucketStore, plan_buckets
-from apps.admission.endings import Endings
 from apps.admission.estimates import Estimator, Sample
 from apps.admission.metrics import MetricsBatch
 from apps.admission.plans import PlanBook
@@ -42,6 +41,7 @@ from apps.admission.release import FleetView, parsed_heartbeats
 from apps.admission.running import Running
 from apps.admission.servicetimes import ServiceTimes
 from apps.admission.timeseries import Samples
+from apps.admission.unserved import Endings
 from worker import protocol, transitions
 from worker.protocol import Answer, EventType, Keys, State
 
@@ -243,7 +243,7 @@ class Reconcile:
         replies = pipe.execute()
         if endings:
             answers += endings.record(self.client, replies)
-        # Settled here, not only when the recorder reads the records: one that never comes
+        # SettledByWeb here, not only when the recorder reads the records: one that never comes
         # (no recorder runs) would otherwise have this pass recording it again and again.
         self.settle(answers)
         return len(answers) + len(gone)

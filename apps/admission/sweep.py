@@ -15,11 +15,11 @@ import redis
 
 from apps.admission import outcomes
 from apps.admission.degradation import Degradation
-from apps.admission.endings import Endings
 from apps.admission.fairqueue import BACKGROUND
 from apps.admission.kinds import is_background
 from apps.admission.line import Line
 from apps.admission.metrics import MetricsBatch
+from apps.admission.unserved import Endings
 from worker.protocol import Keys, State
 
 NO_WORKER_RETRY_AFTER = 60  # seconds: a busy service needs a while to drain

@@ -9,7 +9,7 @@ query string (`?resume=<request id>&after=<event id>`), so the answer continues 
 Frames to the browser: "request" (a request started), "user_message", "status" (queued,
 position, ETA), "start" (an attempt began: drop partial text), "delta", "final" (sanitised
 HTML of the whole answer), "error" (a problem with the last frame; the socket stays open),
-and from the user's other tabs (live.py): "conversation" (a question, title or deletion in
+and from the user's other tabs (tab_sync.py): "conversation" (a question, title or deletion in
 any of the user's conversations) and "truncate" (an edit removed messages from the page).
 
 The socket lives only as long as the login session that opened it: it follows the user's
@@ -34,7 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from apps.accounts.sessions import SessionEnded, session_digest
 from apps.accounts.socket_login import SocketLogin
-from apps.chat import live, selectors, services, submission, turns
+from apps.chat import selectors, services, submission, tab_sync, turns
 from apps.chat.models import Conversation
 from apps.streams.account_watch import get_account_watch
 from apps.streams.frames import EVENT_ID, frames_for_batch
@@ -200,7 +200,7 @@ class ChatConsumer(PooledConsumer):
         await self._started(submitted.request_id, written=submitted.first_event)
         if published:
             return
-        await db_call(live.question_published)(
+        await db_call(tab_sync.question_published)(
             conversation=self.conversation,
             message=submitted.user_message,
             request_id=submitted.request_id,
@@ -286,7 +286,7 @@ class ChatConsumer(PooledConsumer):
         session is re-checked, and the socket closes if it no longer stands."""
         if self.ended:
             return
-        if live.is_chat_event(fields):
+        if tab_sync.is_chat_event(fields):
             asyncio.get_running_loop().create_task(self._chat_event(fields))
             return
         if fields is not None and fields.get("session") == self.session_digest:
@@ -300,7 +300,7 @@ class ChatConsumer(PooledConsumer):
         request_id = fields.get("request_id")
         if request_id and request_id == self.following:
             return
-        frames = live.frames_for_event(fields, conversation_id=self.conversation.id)
+        frames = tab_sync.frames_for_event(fields, conversation_id=self.conversation.id)
         for frame in frames:
             await self._send(frame)
         if request_id != self.following and frames and frames[-1]["type"] == "user_message":

@@ -48,7 +48,7 @@ class Message(models.Model):
     role = models.CharField(max_length=10, choices=Role.choices)
     text = models.TextField()
     created = models.DateTimeField(auto_now_add=True)
-    # The generation that produced this (assistant) message. Unique (Meta.constraints), so a
+    # The request that produced this (assistant) message. Unique (Meta.constraints), so a
     # request delivered twice can never store two answers; NULL for questions, which have none.
     request_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)

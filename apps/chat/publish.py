@@ -11,7 +11,7 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 from apps.admission.kinds import web_kind
-from apps.chat.prompt.ahead import WritesAhead
+from apps.chat.prompt.read_ahead import WritesAhead
 from apps.streams.hub_base import Entry
 from core.redis_client import get_redis, keys
 from worker import protocol, transitions

@@ -120,7 +120,7 @@ def settle_read(pipe, request_id: str) -> None:
 
 
 @dataclass
-class Settled:
+class SettledByWeb:
     """An ended request the web settled (request_ended), and what that still has
     to tell Redis: the recorder's skip mark, the answer's turn for the hot tier, and the
     conversation's release. Queued on a caller's pipeline (`queue`), or written at once.
@@ -171,11 +171,11 @@ class Settled:
 
 def request_ended(
     *, request_id: str, conversation: Conversation, read=None, store: bool = True
-) -> Settled | None:
+) -> SettledByWeb | None:
     """For a request that has ended, its answer stored here (once), with what that still has
-    to write to Redis (Settled: the caller queues or writes it); None while the request is
+    to write to Redis (SettledByWeb: the caller queues or writes it); None while the request is
     still queued or generating. `read`: the replies to `settle_read` when the caller sent it
-    already. `store` False: the answer is left in Settled.unstored, for the caller to store
+    already. `store` False: the answer is left in SettledByWeb.unstored, for the caller to store
     with its own insert."""
     if read is None:
         pipe = get_redis().pipeline(transaction=False)
@@ -192,7 +192,7 @@ def request_ended(
         conversation_id=str(conversation.id),
         state=State.CANCELLED,
     )
-    settled = Settled(answer=answer, stored=False, turns={})
+    settled = SettledByWeb(answer=answer, stored=False, turns={})
     if ended:
         settled.answer = protocol.answer_from_final(
             request_id,

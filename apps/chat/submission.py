@@ -23,12 +23,11 @@ from apps.accounts.models import User
 from apps.accounts.sessions import SqlCondition
 from apps.admission.kinds import web_kind
 from apps.admission.selectors import model_fleet
-from apps.chat import background, live, recorder, services
+from apps.chat import background, recorder, services, tab_sync
 from apps.chat.models import Conversation, Message
-from apps.chat.prompt import ahead as prompt_ahead
-from apps.chat.prompt import hot
-from apps.chat.prompt.ahead import PromptRead
+from apps.chat.prompt import hot, read_ahead
 from apps.chat.prompt.prompting import HISTORY_TURNS_MAX, prompt_build
+from apps.chat.prompt.read_ahead import PromptRead
 from apps.chat.publish import request_publish
 from apps.rag import corpora_cache
 from apps.rag.prompting import citations_from, passages_block
@@ -85,16 +84,16 @@ def ensure_conversation_free(
     expected: str | None = None,
     defer: bool = False,
     reads: Sequence[Any] = (),
-) -> recorder.Settled | None:
+) -> recorder.SettledByWeb | None:
     """Raises ConversationBusy while an answer is generating, QueueUnavailable when Redis
     cannot say. An answer that has ended but that the recorder has not stored yet is stored
     here (idempotently), so a question sent right after an answer never waits for the
     recorder and its prompt includes that answer. `expected`: the request the caller last
     followed in this conversation (a websocket's previous question), whose end is then read
     in the same round trip as the conversation's active request. `defer`: what settling that
-    answer still writes to Redis is returned (recorder.Settled) for the caller to queue on its
+    answer still writes to Redis is returned (recorder.SettledByWeb) for the caller to queue on its
     own next round trip, rather than written here, and the answer itself is left for the
-    caller to store with its own insert (Settled.unstored). `reads`: more reads for the same
+    caller to store with its own insert (SettledByWeb.unstored). `reads`: more reads for the same
     round trip, each queued by its `queue(pipe)` and given the replies from its commands on by
     `received` (the user's corpora, corpora_cache.Read; the prompt's sources, PromptRead)."""
     try:
@@ -168,7 +167,7 @@ def request_submit(
     cannot be reached. `request_id`: the id to give the request (None: a new one), for a
     caller that must know it before the request exists. `expected`: see
     ensure_conversation_free. `announce`: the question is published to the user's other tabs
-    too (live.question_published), in the request's own round trip. `only_if`: a condition the
+    too (tab_sync.question_published), in the request's own round trip. `only_if`: a condition the
     question's insert checks in the same statement (the sender's login session,
     SessionCheck.condition); QuestionNotStored when it fails. Before that insert, only reads
     are made, and an answer that has ended is stored (as the recorder would store it anyway);
@@ -223,7 +222,7 @@ def request_submit(
     announcement = None
     if announce:
         announcement = functools.partial(
-            live.question_event,
+            tab_sync.question_event,
             conversation=conversation,
             message=user_message,
             request_id=request_id,
@@ -249,7 +248,7 @@ def _question_and_prompt(
 ):
     """request_submit's middle part: the model, the question stored, the passages, the prompt
     (whose read carries `settled`'s writes), and the writes left for the publication when the
-    prompt was read ahead (prompt_ahead.py)."""
+    prompt was read ahead (prompt/read_ahead.py)."""
     if model is not None and model != conversation.model:
         services.conversation_set_model(conversation=conversation, model=model)
     ensure_model_served(model=conversation.model)
@@ -276,7 +275,7 @@ def _question_and_prompt(
     try:
         question = text if text is not None else last_question(conversation=conversation)
         passages = passages_for(user=user, question=question, corpora_read=corpora_read)
-        sources, writes = prompt_ahead.sources_for(prompt_read, question=pushed, settled=settled)
+        sources, writes = read_ahead.sources_for(prompt_read, question=pushed, settled=settled)
         also = settled.queue if settled is not None and writes is None else None
         prompt = prompt_build(
             conversation=conversation,
@@ -330,7 +329,7 @@ def _question_store(*, conversation, text, only_if, settled, hot_push) -> Messag
     return stored
 
 
-def settled_write_anyway(settled: recorder.Settled) -> None:
+def settled_write_anyway(settled: recorder.SettledByWeb) -> None:
     """A settled answer's writes (its store too, when the question's insert was to carry it),
     for a submit that stopped before its prompt's read: best effort, since the recorder stores
     and releases the answer itself when they fail."""

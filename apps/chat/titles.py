@@ -3,7 +3,7 @@
 A conversation is named at once from its first question (turns.title_from_question), so the
 sidebar never shows "New chat"; a background request then asks the model for a short title,
 and when it comes back it replaces that first name, unless the user renamed the chat in the
-meantime, and every open tab of the user shows it (live.py). Background requests go through
+meantime, and every open tab of the user shows it (tab_sync.py). Background requests go through
 the same admission and queue, served after people's questions (background.py).
 """
 
@@ -13,7 +13,7 @@ import re
 
 from django.db import connection
 
-from apps.chat import live
+from apps.chat import tab_sync
 from apps.chat.models import Conversation
 
 TASK = "title"
@@ -79,5 +79,5 @@ def title_finished(*, purpose: dict, answer_text: str) -> bool:
     if row is None:
         return False
     conversation = Conversation(id=int(purpose["conversation"]), owner_id=row[0], title=title)
-    live.title_published(conversation=conversation)
+    tab_sync.title_published(conversation=conversation)
     return True

@@ -29,7 +29,7 @@ from django.http import Http404
 from redis.exceptions import RedisError
 
 from apps.accounts.models import User
-from apps.chat import background, live, services, submission, titles
+from apps.chat import background, services, submission, tab_sync, titles
 from apps.chat.models import Conversation, ConversationSummary, Message
 from apps.chat.submission import (
     ConversationBusy,
@@ -66,7 +66,7 @@ def conversation_start(*, user: User, text: str) -> submission.Submitted:
     except Exception:
         conversation.delete()
         raise
-    live.question_published(
+    tab_sync.question_published(
         conversation=conversation,
         message=submitted.user_message,
         request_id=submitted.request_id,

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from redis.exceptions import RedisError
 
 from apps.admission import selectors as admission_selectors
-from apps.chat import live, selectors, services, submission, turns
+from apps.chat import selectors, services, submission, tab_sync, turns
 from apps.chat.models import Conversation
 from apps.chat.prompt import memory
 
@@ -110,7 +110,7 @@ def conversation_rename(request: HttpRequest, id: int) -> HttpResponse:
     conversation = selectors.conversation_get_for_user(user=request.user, id=id)
     try:
         services.conversation_rename(conversation=conversation, title=request.POST.get("title", ""))
-        live.title_published(conversation=conversation)
+        tab_sync.title_published(conversation=conversation)
     except ValidationError as error:
         flash.error(request, " ".join(error.messages))
     if request.htmx:
@@ -138,7 +138,7 @@ def conversation_model(request: HttpRequest, id: int) -> HttpResponse:
 def conversation_delete(request: HttpRequest, id: int) -> HttpResponse:
     conversation = selectors.conversation_get_for_user(user=request.user, id=id)
     services.conversation_delete(conversation=conversation)
-    live.deletion_published(owner_id=request.user.id, conversation_id=id)
+    tab_sync.deletion_published(owner_id=request.user.id, conversation_id=id)
     flash.success(request, "Chat deleted.")
     return redirect("chat:index")
 

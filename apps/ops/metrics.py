@@ -150,7 +150,7 @@ class AdmissionCollector(Collector):
             ),
             (
                 "sluice_worker_slots",
-                "Concurrent generations the live workers offer.",
+                "Concurrent answers the live workers offer.",
                 self.num("gauge:slots"),
             ),
             (
@@ -160,7 +160,7 @@ class AdmissionCollector(Collector):
             ),
             (
                 "sluice_service_seconds",
-                "Average generation time used for ETAs.",
+                "Average answer time used for ETAs.",
                 self.num("gauge:service_seconds"),
             ),
         ]

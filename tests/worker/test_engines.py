@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from worker.engines import create_engine
-from worker.engines.base import AbortFlags, GenerationRequest
+from worker.engines.base import AbortFlags, EngineRequest
 from worker.engines.openai import sse_data
 from worker.engines.simulated import SimulatedEngine
 
@@ -33,7 +33,7 @@ async def test_llamacpp_streams_a_real_answer_with_token_counts(llama):
     outputs = [
         o
         async for o in llama.generate(
-            GenerationRequest(id="a", messages=QUESTION, max_tokens=16, temperature=0.0)
+            EngineRequest(id="a", messages=QUESTION, max_tokens=16, temperature=0.0)
         )
     ]
     text = "".join(o.text for o in outputs)
@@ -45,7 +45,7 @@ async def test_llamacpp_streams_a_real_answer_with_token_counts(llama):
 
 @pytest.mark.slow
 async def test_llamacpp_abort_stops_the_sequence_early(llama):
-    request = GenerationRequest(
+    request = EngineRequest(
         id="b",
         messages=[{"role": "user", "content": "Count to 500."}],
         max_tokens=300,
@@ -62,7 +62,7 @@ async def test_llamacpp_abort_stops_the_sequence_early(llama):
     again = [
         o
         async for o in llama.generate(
-            GenerationRequest(id="c", messages=QUESTION, max_tokens=4, temperature=0.0)
+            EngineRequest(id="c", messages=QUESTION, max_tokens=4, temperature=0.0)
         )
     ]
     assert any(o.text for o in again)
@@ -114,7 +114,7 @@ async def test_openai_engine_streams_deltas_and_usage(upstream):
     engine = create_engine("openai", base_url=upstream, model="m", api_key="secret")
     await engine.start()
     try:
-        outputs = [o async for o in engine.generate(GenerationRequest(id="x", messages=QUESTION))]
+        outputs = [o async for o in engine.generate(EngineRequest(id="x", messages=QUESTION))]
         assert "".join(o.text for o in outputs) == "Blue sky."
         assert (outputs[-1].prompt_tokens, outputs[-1].completion_tokens) == (7, 3)
         assert (await engine.health()).ok
@@ -127,7 +127,7 @@ async def test_openai_engine_reports_upstream_errors(upstream):
     await engine.start()
     try:
         with pytest.raises(RuntimeError, match="401"):
-            async for _ in engine.generate(GenerationRequest(id="y", messages=QUESTION)):
+            async for _ in engine.generate(EngineRequest(id="y", messages=QUESTION)):
                 pass
     finally:
         await engine.stop()
@@ -171,12 +171,12 @@ async def test_a_generation_closed_after_its_abort_leaves_no_flag():
     """A generation begun ahead of its claim is aborted and then closed without reading
     further (ahead.py's drop), and an abort may come after the end: neither stays flagged."""
     engine = SimulatedEngine(slots=2, first_token_ms=1, decode_ms_per_token=1, tokens=50)
-    request = GenerationRequest(id="dropped", messages=[{"role": "user", "content": "hi"}])
+    request = EngineRequest(id="dropped", messages=[{"role": "user", "content": "hi"}])
     outputs = engine.generate(request)
     await anext(outputs)
     await engine.abort("dropped")
     await outputs.aclose()
-    stopped = GenerationRequest(id="stopped", messages=request.messages)
+    stopped = EngineRequest(id="stopped", messages=request.messages)
     seen = []
     async for output in engine.generate(stopped):
         seen.append(output)
@@ -196,7 +196,7 @@ async def test_simulated_answers_share_their_decode_steps():
     engine.steps._tick = lambda due: (ticks.append(due), tick(due))
 
     async def answer(n: int) -> list:
-        request = GenerationRequest(id=f"r{n}", messages=[{"role": "user", "content": "hi"}])
+        request = EngineRequest(id=f"r{n}", messages=[{"role": "user", "content": "hi"}])
         return [output async for output in engine.generate(request)]
 
     answers = await asyncio.gather(*(answer(n) for n in range(8)))
@@ -212,9 +212,7 @@ async def test_a_cancelled_answer_leaves_the_others_on_the_step():
     messages = [{"role": "user", "content": "hi"}]
 
     async def read(request_id: str) -> list:
-        return [
-            o async for o in engine.generate(GenerationRequest(id=request_id, messages=messages))
-        ]
+        return [o async for o in engine.generate(EngineRequest(id=request_id, messages=messages))]
 
     doomed = asyncio.create_task(read("doomed"))
     kept = asyncio.create_task(read("kept"))
@@ -228,7 +226,7 @@ def test_the_decode_steps_start_afresh_on_a_new_event_loop():
     """An engine outlives an event loop closed mid-step (tests run one loop each): its pending
     tick went with that loop, and the next loop's answers are not left waiting for it."""
     engine = SimulatedEngine(slots=1, first_token_ms=1, decode_ms_per_token=50, tokens=5)
-    request = GenerationRequest(id="r", messages=[{"role": "user", "content": "hi"}])
+    request = EngineRequest(id="r", messages=[{"role": "user", "content": "hi"}])
 
     async def first_tokens() -> None:
         outputs = engine.generate(request)

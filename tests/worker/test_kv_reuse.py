@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from worker.engines import create_engine
-from worker.engines.base import GenerationRequest
+from worker.engines.base import EngineRequest
 
 SYSTEM = {"role": "system", "content": "You are Sluice, a helpful, honest assistant. " * 8}
 
@@ -19,7 +19,7 @@ async def two_slots():
 
 
 async def ask(engine, request_id: str, messages: list[dict]) -> tuple[str, tuple[int, int]]:
-    request = GenerationRequest(id=request_id, messages=messages, max_tokens=24, temperature=0.0)
+    request = EngineRequest(id=request_id, messages=messages, max_tokens=24, temperature=0.0)
     outputs = [o async for o in engine.generate(request)]
     # Each output reports the same counts the engine keeps (the answer's usage carries them).
     assert (outputs[-1].prompt_tokens, outputs[-1].cached_tokens) == engine.last_prompt

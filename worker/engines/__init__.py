@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from worker.engines.base import Engine, EngineHealth, EngineOutput, GenerationRequest
+from worker.engines.base import Engine, EngineHealth, EngineOutput, EngineRequest
 
 ENGINES = {
     "llamacpp": "worker.engines.llamacpp:LlamaCppEngine",
@@ -19,7 +19,7 @@ __all__ = [
     "Engine",
     "EngineHealth",
     "EngineOutput",
-    "GenerationRequest",
+    "EngineRequest",
     "create_engine",
 ]
 

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 
 @dataclass
-class GenerationRequest:
+class EngineRequest:
     id: str
     messages: list[dict[str, str]]  # chat messages; the engine applies the model's template
     max_tokens: int = 512
@@ -54,7 +54,7 @@ class Engine(Protocol):
         """Free the model and any threads or subprocesses."""
         ...
 
-    def generate(self, request: GenerationRequest) -> AsyncIterator[EngineOutput]:
+    def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         """Streams the answer; stops early (finish_reason "abort") after abort(request.id)."""
         ...
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, GenerationRequest
+from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
 
 _DONE = object()
 # The penalty on tokens of the last 64 (llama.cpp's window): 1.0 is none. Higher stops loops
@@ -140,7 +140,7 @@ class LlamaCppEngine:
         self._idle.remove(slot)
         return slot
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineOutput]:
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         assert self._free is not None, "start() first"
         await self._free.acquire()
         slot = self._take_slot(request.messages)

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, GenerationRequest
+from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
 
 
 class OpenAIEngine:
@@ -67,7 +67,7 @@ class OpenAIEngine:
             ok, self._last_error = False, f"upstream unreachable: {exc.__class__.__name__}"
         return EngineHealth(ok=ok, detail=self._last_error or self.base_url)
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineOutput]:
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         assert self._client is not None
         body = {
             "model": self.model,

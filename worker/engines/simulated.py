@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 
-from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, GenerationRequest
+from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
 
 LENGTH_MARKER = re.compile(r"\[\[sim:tokens=(\d+)\]\]")
 
@@ -159,7 +159,7 @@ class SimulatedEngine:
         self.prompt_tokens_cached += cached
         return total - cached
 
-    async def _misbehave(self, request: GenerationRequest) -> None:
+    async def _misbehave(self, request: EngineRequest) -> None:
         last = request.messages[-1].get("content", "") if request.messages else ""
         if self.faults and "[[sim:crash]]" in last:
             os._exit(17)  # the whole worker process dies mid-answer, as on a driver fault
@@ -174,7 +174,7 @@ class SimulatedEngine:
     def _slowed(self, ms: float) -> float:
         return ms * (1 + self.batch_slowdown * (self.running - 1)) / self.speed
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineOutput]:
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         await self._misbehave(request)
         prompt_tokens = sum(approx_tokens(m.get("content", "")) for m in request.messages)
         uncached = self._uncached_prompt_tokens(request.messages)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worker.engines.base import EngineHealth, EngineOutput, GenerationRequest
+from worker.engines.base import EngineHealth, EngineOutput, EngineRequest
 
 log = logging.getLogger("sluice.worker")
 
@@ -260,7 +260,7 @@ class VLLMEngine:
             "max_num_seqs": self.capacity,
         }
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[EngineOutput]:
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 

@@ -97,7 +97,7 @@ def prompt_sources(
     else from PostgreSQL (one round trip), filling what was missing. `pushed`: a turn of this
     conversation just committed (the question being asked), pushed in the same round trip,
     before the read. `also`: queues more writes for that round trip, before the push (the
-    previous answer's, recorder.Settled.queue): best effort, as a failed pipeline drops this
+    previous answer's, recorder.SettledByWeb.queue): best effort, as a failed pipeline drops this
     conversation's entries, and whatever else `also` writes is written again by its owner."""
     cap = settings.HOT_TIER_TURNS
     if not enabled() or limit > cap:

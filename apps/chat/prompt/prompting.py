@@ -71,7 +71,7 @@ def prompt_build(
     key-fact turns), then as many of the latest turns as the context window holds. `pushed`:
     the question just stored, for the hot tier to take in the read's own round trip; `also`
     queues more writes on that round trip (see hot.prompt_sources). `sources`: read already
-    (prompt_ahead.py): no read, and nothing pushed."""
+    (prompt/read_ahead.py): no read, and nothing pushed."""
     max_tokens = max_tokens or settings.MODEL_MAX_TOKENS
     if sources is None:
         sources = prompt_sources(

@@ -48,7 +48,7 @@ class PromptRead:
         failed = len(own) < self.COMMANDS or any(isinstance(r, Exception) for r in own)
         self.replies = None if failed else own
 
-    def sources(self, *, question: Turn | None, settled: recorder.Settled | None):
+    def sources(self, *, question: Turn | None, settled: recorder.SettledByWeb | None):
         """The prompt's sources with the turns stored since the read, or None when the read
         may miss something else (see the module's docstring)."""
         if self.replies is None or question is None:
@@ -66,7 +66,7 @@ class WritesAhead:
     """What the prompt's read would have carried, for the request's publication to queue
     before its own commands: the settled answer's writes, then the question's turn."""
 
-    def __init__(self, conversation_id: int, question: Turn, settled: recorder.Settled | None):
+    def __init__(self, conversation_id: int, question: Turn, settled: recorder.SettledByWeb | None):
         self.turns = {conversation_id: [question]}
         self.settled = settled
 
@@ -88,7 +88,7 @@ class WritesAhead:
 
 
 def sources_for(
-    read: PromptRead | None, *, question: Turn | None, settled: recorder.Settled | None
+    read: PromptRead | None, *, question: Turn | None, settled: recorder.SettledByWeb | None
 ) -> tuple[PromptSources | None, WritesAhead | None]:
     """The sources read ahead and the writes they leave to the publication; (None, None)
     when the prompt is to be read as usual."""
