@@ -106,15 +106,13 @@ async def test_a_reader_given_the_entry_it_wrote_misses_nothing_without_a_catch_
     first = await client.xadd(stream, {"type": "status", "text": "queued"})
     await client.xadd(stream, {"type": "delta", "text": "a"})  # before anyone reads
     hub = OutputHub(settings.REDIS_URL)
-    catch_ups = []
-    backlog = hub._backlog
 
-    async def counted(stream: str, last: str):
-        catch_ups.append(stream)
-        return await backlog(stream, last)
+    async def xrange_calls() -> int:  # a catch-up read is one XRANGE, as Redis counts them
+        stats = await client.info("commandstats")
+        return int(stats.get("cmdstat_xrange", {}).get("calls", 0))
 
-    hub._backlog = counted
     written = (first, {"type": "status", "text": "queued"})
+    before = await xrange_calls()
 
     async def read() -> list[str]:
         return [
@@ -125,12 +123,13 @@ async def test_a_reader_given_the_entry_it_wrote_misses_nothing_without_a_catch_
 
     publisher = asyncio.create_task(read())
     await asyncio.sleep(0.2)
+    assert await xrange_calls() == before  # the publisher follows without catching up
     other_tab = asyncio.create_task(read())
     await asyncio.sleep(0.2)
     await client.xadd(stream, {"type": "final", "text": "b"})
     texts = await asyncio.wait_for(asyncio.gather(publisher, other_tab), timeout=10)
     assert texts == [["queued", "a", "b"], ["queued", "a", "b"]]
-    assert catch_ups == [stream]  # the other tab's only
+    assert await xrange_calls() == before + 1  # the other tab's catch-up only
     await close_hub(hub)
     await client.aclose()
 

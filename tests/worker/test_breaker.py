@@ -26,6 +26,8 @@ FAST = [
     "15",
     "--breaker-min-answers",
     "3",
+    "--heartbeat-interval",
+    "0.2",
 ]
 
 
@@ -47,6 +49,18 @@ def submit(keys: Keys, request_id: str, text: str) -> None:
 def breaker(keys: Keys, worker_id: str) -> dict:
     raw = get_redis().get(keys.heartbeat(worker_id))
     return (json.loads(raw).get("breaker") or {}) if raw else {}
+
+
+def beat_after(keys: Keys, worker_id: str, after_ms: int) -> dict:
+    """The worker's first heartbeat written at least two beats after `after_ms`: its loops have
+    run since then, so what it has not done by now it chose not to do (not merely slow)."""
+
+    def newer():
+        raw = get_redis().get(keys.heartbeat(worker_id))
+        beat = json.loads(raw) if raw else {}
+        return beat if beat.get("at_ms", 0) > after_ms + 400 else None
+
+    return wait_until(newer, timeout=20, what=f"a heartbeat of {worker_id} after {after_ms}")
 
 
 def ended(keys: Keys, request_id: str) -> str | None:
@@ -77,8 +91,9 @@ def test_failing_answers_open_the_breaker_a_probe_at_a_time_until_one_succeeds(
     )
 
     # Open: the worker pulls nothing, though it has two free slots.
+    submitted_ms = protocol.now_ms()
     submit(keys, "probe-bad", "[[sim:fail]] again")
-    time.sleep(1)
+    assert beat_after(keys, "wb", submitted_ms)["breaker"]["state"] == "open"
     assert ended(keys, "probe-bad") is None
     assert get_redis().hget(keys.request("probe-bad"), "attempt") in (None, "0")
 
@@ -86,9 +101,10 @@ def test_failing_answers_open_the_breaker_a_probe_at_a_time_until_one_succeeds(
     wait_until(lambda: ended(keys, "probe-bad"), timeout=20, what="the first probe")
     wait_until(lambda: breaker(keys, "wb").get("opened") == 2, timeout=10, what="reopening")
     assert breaker(keys, "wb")["state"] == "open"
+    submitted_ms = protocol.now_ms()
     submit(keys, "good1", "hello")
     submit(keys, "good2", "hello")
-    time.sleep(1)
+    assert beat_after(keys, "wb", submitted_ms)["breaker"]["state"] == "open"
     assert ended(keys, "good1") is None and ended(keys, "good2") is None
 
     # The next probe succeeds: closed, and only then does the second request start.
@@ -118,7 +134,7 @@ def test_the_simulated_engines_fault_rate_opens_the_breaker(start_worker, redis_
         lambda: breaker(keys, "wf").get("state") == "open", timeout=60, what="the breaker to open"
     )
     assert all(ended(keys, f"r{n}") in (None, "failed") for n in range(6))
-    time.sleep(1)
+    assert beat_after(keys, "wf", protocol.now_ms())["breaker"]["state"] == "open"
     # Whatever it had not read when it opened waits on the shared stream for another worker.
     waiting = [f["id"] for _, f in get_redis().xrange(keys.work)]
     assert waiting and all(ended(keys, r) is None for r in waiting)
