@@ -126,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="[WORKER_MODEL] model path or id (llamacpp: a GGUF; default the bundled SmolLM2)",
     )
     add(
+        "--stop-loops",
+        choices=("auto", "on", "off"),
+        default=env_default("WORKER_STOP_LOOPS", "auto"),
+        help="[WORKER_STOP_LOOPS] stop an answer that repeats itself and say so (finish reason "
+        "`loop`); auto: on only for the bundled demo model, which loops (default auto)",
+    )
+    add(
         "--served-model-name",
         default=env_default("WORKER_SERVED_MODEL_NAME"),
         help="[WORKER_SERVED_MODEL_NAME] the name clients ask for this model by (the API's "
@@ -247,6 +254,16 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     raise SystemExit(f"unknown engine {args.engine}")
 
 
+def stop_loops(args: argparse.Namespace) -> bool:
+    """Whether the worker cuts answers that repeat themselves. Sluice never changes what a model
+    wrote unless the operator asked: `auto` asks only for the bundled SmolLM2 on llama.cpp, a
+    135M model that falls into loops; any other model's repetition (a table, a list, code, an
+    answer asked to repeat) is its own to write."""
+    if args.stop_loops != "auto":
+        return args.stop_loops == "on"
+    return args.engine == "llamacpp" and not args.model
+
+
 def served_model_name(args: argparse.Namespace) -> str:
     """The name this worker announces: --served-model-name, else one made from the model."""
     if args.served_model_name:
@@ -309,6 +326,7 @@ async def serve(args: argparse.Namespace) -> None:
                 batch_interval=args.batch_ms / 1000,
                 batch_busy_interval=args.batch_ms_busy / 1000,
                 answer_timeout=args.answer_timeout,
+                stop_loops=stop_loops(args),
                 breaker=breaker.settings_from_args(args),
             )
             if args.metrics_port:

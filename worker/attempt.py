@@ -48,6 +48,8 @@ class Attempts:
         answer_timeout: seconds an answer may take; a hung engine fails the answer and frees
             its slot instead of holding it forever.
         redis_patience: seconds a write waits out Redis being away before giving up.
+        stop_loops: cut an answer that repeats itself (finish reason `loop`); off unless the
+            operator turned it on for this worker's model (worker/__main__.py's stop_loops).
     """
 
     batcher: CommandBatcher
@@ -59,6 +61,7 @@ class Attempts:
     max_attempts: int = 3
     answer_timeout: float = 600.0
     redis_patience: float = 300.0
+    stop_loops: bool = False
 
     async def write(
         self, queue: Callable[[Any], Any], *, sent: Callable[[], Any] | None = None
@@ -203,7 +206,7 @@ class Attempts:
         else:
             started, outputs = time.perf_counter(), self.engine.generate(_request_of(item))
         parts: list[str] = []
-        loops = LoopDetector()
+        loops = LoopDetector() if self.stop_loops else None
         unchecked: list[str] = []  # text the loop detector has not read yet
         usage = answer.usage
         try:
@@ -221,16 +224,17 @@ class Attempts:
                         parts.append(output.text)
                         # The first token is written at once, the rest on the writer's clock.
                         await self.output.add(buffer, output.text)
-                        # Read in pieces of a few tokens: a loop spans dozens of words, and
-                        # one look per piece costs a fraction of one per token.
-                        unchecked.append(output.text)
-                        if len(unchecked) >= LOOP_CHECK_TOKENS:
-                            looping = loops.feed("".join(unchecked))
-                            unchecked.clear()
-                            if looping:  # repeating itself: stopped, and said so
-                                await self.engine.abort(item.id)
-                                answer.finish_reason = "loop"
-                                break
+                        if loops is not None:
+                            # Read in pieces of a few tokens: a loop spans dozens of words,
+                            # and one look per piece costs a fraction of one per token.
+                            unchecked.append(output.text)
+                            if len(unchecked) >= LOOP_CHECK_TOKENS:
+                                looping = loops.feed("".join(unchecked))
+                                unchecked.clear()
+                                if looping:  # repeating itself: stopped, and said so
+                                    await self.engine.abort(item.id)
+                                    answer.finish_reason = "loop"
+                                    break
                     if buffer.over:  # Stop, or another attempt took over
                         await self.engine.abort(item.id)
                         break

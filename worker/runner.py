@@ -61,6 +61,8 @@ class Worker:
         grace_seconds: on stop, running answers get this long before they go back to the
             shared stream for another worker.
         answer_timeout: seconds one answer may take before it fails (a hung engine).
+        stop_loops: cut an answer that repeats itself (finish reason `loop`); only where the
+            operator asked for it (the bundled demo model, by default).
         read_block_ms: how long one read waits for work; a stop is noticed within this.
         breaker: when this worker's answers fail too often, it stops taking work for a while.
     """
@@ -82,6 +84,7 @@ class Worker:
         max_attempts: int = 3,
         grace_seconds: float = 30.0,
         answer_timeout: float = 600.0,
+        stop_loops: bool = False,
         read_block_ms: int = 1000,
         breaker: BreakerSettings | None = None,
     ) -> None:
@@ -117,6 +120,7 @@ class Worker:
             stats=self.stats,
             max_attempts=max_attempts,
             answer_timeout=answer_timeout,
+            stop_loops=stop_loops,
         )
         # Its own affinity stream first, then its model's, then work naming no model.
         self.shared_streams = tuple(dict.fromkeys((keys.work_for_model(model), keys.work)))

@@ -41,7 +41,7 @@ class ApiError(Exception):
         return response
 
 
-def invalid(param: str, message: str, code: str | None = None) -> ApiError:
+def invalid(param: str | None, message: str, code: str | None = None) -> ApiError:
     return ApiError(400, message, param=param, code=code)
 
 
@@ -84,7 +84,7 @@ def body_of(raw: bytes) -> dict:
     try:
         body = orjson.loads(raw or b"{}")
     except orjson.JSONDecodeError as exc:
-        raise invalid("", f"The body must be JSON: {exc}.") from None
+        raise invalid(None, f"The body must be JSON: {exc}.") from None
     if not isinstance(body, dict):
-        raise invalid("", "The body must be a JSON object.")
+        raise invalid(None, "The body must be a JSON object.")
     return body

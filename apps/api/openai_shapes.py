@@ -255,10 +255,11 @@ def usage_of(usage: dict) -> dict:
 
 
 def openai_finish_reason(reason: str | None) -> str:
-    """OpenAI's word for why an answer ended. Sluice's own reasons that OpenAI has no word for
-    (`loop`: the worker cut a repeating answer) read as `stop`: the answer is over, and asking
-    for more of it would only repeat it."""
-    return "length" if reason == "length" else "stop"
+    """OpenAI's word for why an answer ended. `loop` (the worker cut an answer that repeated
+    itself, which happens only where the operator turned loop stopping on for that model) reads
+    as `length`: the text was cut before the model ended it, which is what `length` tells a
+    client, and `stop` would claim the model finished. docs/api.md says so."""
+    return "length" if reason in ("length", "loop") else "stop"
 
 
 def completion(

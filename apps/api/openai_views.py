@@ -164,8 +164,12 @@ def refusal(final: dict[str, str], caller: Caller, model: str, *, headers: bool 
     code, message = final.get("code", ""), final.get("error") or "The request failed."
     retry_after = final.get("retry_after")
     if final.get("state") == protocol.State.CANCELLED:
+        # The `openai` SDK retries a 409 unless told not to: a retry would undo the cancel.
         return ApiError(
-            409, "The request was stopped before it finished.", code="request_cancelled"
+            409,
+            "The request was stopped before it finished.",
+            code="request_cancelled",
+            headers={"x-should-retry": "false"},
         )
     if code == "rate_limited":
         limits = rate_limit_headers(caller.user.pk, caller.plan) if headers else {}
@@ -239,6 +243,9 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         )
         response["x-request-id"] = request_id
         return response
+    except ApiError as error:  # the request exists: the client can name it (`e.request_id`)
+        error.headers.setdefault("x-request-id", request_id)
+        raise
     finally:
         if follow is not None:
             await follow.close()

@@ -92,3 +92,22 @@ async def test_a_looping_answer_is_stopped_and_says_why(
         lambda: Message.objects.filter(request_id=request_id).first(), what="recorded answer"
     )
     assert answer.text == final["text"]
+
+
+async def test_with_loop_stopping_off_the_same_answer_runs_to_its_cap(
+    user, settings, start_worker, dispatcher, redis_prefix
+):
+    settings.MODEL_MAX_TOKENS, settings.MODEL_TEMPERATURE = 120, 0.0
+    start_worker("free", extra=("--repeat-penalty", "1.0", "--stop-loops", "off"))
+    conversation = await sync_to_async(conversation_create)(owner=user)
+    create = sync_to_async(message_create)
+    await create(conversation=conversation, role="user", text="How should I choose?")
+    looped = "You need to know how to decide " + "how to decide " * 15
+    await create(conversation=conversation, role="assistant", text=looped)
+    async with chat_socket(user, conversation.id) as (ws, _, _):
+        await ws.send_to(text_data=json.dumps({"type": "send", "text": "Continue."}))
+        final = (await receive_until(ws, "final"))[-1]
+    assert final["state"] == "done" and final["finish_reason"] in ("length", "stop")
+    assert final["finish_reason"] != "loop"
+    if final["finish_reason"] == "length":  # the model's own text, up to the cap
+        assert final["usage"]["completion_tokens"] >= 100

@@ -5,6 +5,7 @@ its answers are "tok0 tok1 ...", so a test can tell exactly what came back)."""
 from __future__ import annotations
 
 import json
+import threading
 
 import httpx
 import openai
@@ -390,3 +391,49 @@ def test_a_client_that_gives_up_on_a_whole_completion_stops_it(alpha_single_slot
     final = wait_for_stopped_engine(redis_prefix, request_id)
     assert final["state"] == "cancelled"
     assert json.loads(final["usage"])["completion_tokens"] < 1000
+
+
+def test_a_cancelled_call_stays_cancelled_with_the_sdks_default_retries(alpha_single_slot, key):
+    """The `openai` SDK retries a 409 by default; Sluice's says not to, so a call cancelled
+    through the REST API is not submitted again, and the error names its request."""
+    base, redis_prefix = alpha_single_slot
+    keys = Keys(prefix=redis_prefix)
+    errors: list[Exception] = []
+
+    def call() -> None:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, timeout=60)  # retries on
+        try:
+            client.chat.completions.create(model="alpha", messages=HI, max_tokens=3000)
+        except Exception as exc:
+            errors.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    [request_key] = wait_until(
+        lambda: list(get_redis().scan_iter(match=keys.request("*"))), what="the request"
+    )
+    request_id = request_key.split("{")[1].rstrip("}")
+    cancelled = httpx.post(
+        f"{base}/api/v1/requests/{request_id}/cancel",
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    assert cancelled.status_code == 200, cancelled.text
+    caller.join(timeout=60)
+    [error] = errors
+    assert isinstance(error, openai.ConflictError)
+    assert error.response.headers["x-should-retry"] == "false"
+    assert error.request_id == request_id
+    assert error.body["code"] == "request_cancelled"
+    assert len(list(get_redis().scan_iter(match=keys.request("*")))) == 1  # never sent again
+
+
+def test_a_body_that_is_not_json_is_a_400_with_no_param(live_web, plan, key):
+    response = httpx.post(
+        f"{live_web}/v1/chat/completions",
+        content=b"{not json",
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] is None  # OpenAI's null, not ""

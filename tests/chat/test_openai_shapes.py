@@ -12,7 +12,7 @@ from apps.api.openai_shapes import Chunks, completion
 
 @pytest.mark.parametrize(
     ("ours", "theirs"),
-    [("stop", "stop"), ("length", "length"), ("loop", "stop"), ("", "stop"), (None, "stop")],
+    [("stop", "stop"), ("length", "length"), ("loop", "length"), ("", "stop"), (None, "stop")],
 )
 def test_every_ending_reads_as_one_of_openais_finish_reasons(ours, theirs):
     whole = completion(
