@@ -57,15 +57,23 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# Each benchmark prints its figures; none asserts them. See the README for what each measures.
+# Each benchmark prints its figures and asserts none; its last line is the README's table row.
+# The vLLM engine's figure needs .venv-vllm: `make install-vllm`, then
+# `.venv-vllm/bin/python bench/engine.py --engine vllm` (it runs here when that venv exists).
 bench: $(STAMP)
 	$(BIN)/python bench/submit.py
 	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/openai_overhead.py
+	$(BIN)/python bench/pages.py
 	$(BIN)/python bench/connections.py
 	$(BIN)/python bench/reconnect.py
 	$(BIN)/python bench/admission.py
+	$(BIN)/python bench/estimates.py
+	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/rag.py
+	$(BIN)/python bench/demo_ttft.py
 	$(BIN)/python bench/engine.py --engine llamacpp
+	test ! -x $(VLLM_VENV)/bin/python || $(VLLM_VENV)/bin/python bench/engine.py --engine vllm
 	$(BIN)/python bench/fleet.py
 	$(BIN)/python bench/load.py
 
