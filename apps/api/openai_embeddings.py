@@ -35,7 +35,16 @@ def inputs_of(body: dict) -> list[str]:
     if not isinstance(texts, list) or not texts:
         raise errors.invalid("input", "`input` must be a string or a non-empty list of strings.")
     if not all(isinstance(t, str) for t in texts):
-        raise errors.unsupported("input", "token arrays as input: send text")
+        # Token ids name tokens of some vocabulary the request does not say (LangChain sends
+        # tiktoken's cl100k_base ids; another client may send the model's own): decoding them
+        # would be a guess, and a wrong guess is a wrong vector returned without a word.
+        raise errors.invalid(
+            "input",
+            f"`input` must be text: token arrays cannot be read, since {model.MODEL_NAME} has a "
+            "tokenizer of its own. Send strings; with LangChain, create "
+            "OpenAIEmbeddings(..., check_embedding_ctx_length=False).",
+            code="unsupported_parameter",
+        )
     if any(not t for t in texts):
         raise errors.invalid("input", "`input` must not contain empty strings.")
     if len(texts) > MAX_INPUTS:

@@ -78,6 +78,31 @@ def no_worker(model: str, *, retry_after: int = 30) -> ApiError:
     )
 
 
+def context_room(*, window: int, prompt_tokens: int, asked: int | None) -> int:
+    """The tokens left for the answer beside the messages, or ApiError 400 in OpenAI's own
+    words (client libraries recognise them: LiteLLM raises ContextWindowExceededError).
+
+    As at OpenAI, a caller who asked for a length (`max_tokens`) that does not fit beside the
+    messages is refused rather than given less than it asked; one who asked for none gets the
+    room there is."""
+    if prompt_tokens >= window:
+        raise invalid(
+            "messages",
+            f"This model's maximum context length is {window} tokens. However, your messages "
+            f"resulted in {prompt_tokens} tokens. Please reduce the length of the messages.",
+            code="context_length_exceeded",
+        )
+    if asked is not None and prompt_tokens + asked > window:
+        raise invalid(
+            "messages",
+            f"This model's maximum context length is {window} tokens. However, you requested "
+            f"{prompt_tokens + asked} tokens ({prompt_tokens} in the messages, {asked} in the "
+            "completion). Please reduce the length of the messages or completion.",
+            code="context_length_exceeded",
+        )
+    return window - prompt_tokens
+
+
 def body_of(raw: bytes) -> dict:
     """The request's JSON object. Strict JSON (orjson): NaN, infinities and a lone UTF-16
     surrogate escape (text no database or model can take) are refused here, with the reason."""

@@ -16,9 +16,15 @@ from apps.chat.prompt.prompting import estimate_tokens
 # -- what a chat completion may ask ----------------------------------------------------------
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-# Accepted and without effect, as at OpenAI: `metadata` only labels stored completions, which
-# Sluice never stores; `user` names the caller's end user for abuse reports.
-HINTS = {"user", "metadata"}
+# A field is accepted and ignored when ignoring it cannot change what the caller gets back:
+# labels (`metadata`, which only tags stored completions, and Sluice stores none), the end
+# user's name for abuse reports (`user`, `safety_identifier`), caching hints
+# (`prompt_cache_key`: Sluice routes a conversation to the worker that holds its prefix by
+# itself), a style hint models are free to weigh (`verbosity`), a parameter at its neutral
+# value (`top_logprobs: 0`), and what a replayed answer carries back (`annotations`,
+# `refusal`). A field that would change the answer is refused with a 400 naming it, never
+# ignored; a field Sluice does not know is refused too. docs/api.md keeps the list.
+VERBOSITY = ("low", "medium", "high")
 
 
 @dataclass
@@ -96,6 +102,8 @@ def _messages(messages) -> list[dict[str, str]]:
         for name, value in message.items():
             if name in ("role", "content", "name"):
                 continue
+            if name == "annotations" and role == "assistant":
+                continue  # citations OpenAI's own answers carry: replayed, not read
             if name in ("tool_calls", "function_call") and value:
                 raise unsupported(f"{where}.{name}", "tool calls")
             if name == "audio" and value:
@@ -168,6 +176,14 @@ def _typed(kind, what: str):
     return check
 
 
+def _one_of(values: tuple[str, ...]):
+    def check(name: str, value) -> None:
+        if value is not None and value not in values:
+            raise invalid(name, f"`{name}` must be one of {', '.join(values)}.")
+
+    return check
+
+
 def _refuse_unless(allowed, what: str):
     """A parameter Sluice supports only at its neutral values (those in `allowed`)."""
 
@@ -217,7 +233,10 @@ CHECKS = {
     "top_p": _number(0, 1),
     "stop": _stop,
     "user": _typed(str, "a string"),
+    "safety_identifier": _typed(str, "a string"),
+    "prompt_cache_key": _typed(str, "a string"),
     "metadata": _typed(dict, "an object"),
+    "verbosity": _one_of(VERBOSITY),
     "n": _only_one,
     "tools": _no_tools,
     "tool_choice": _no_tools,
@@ -225,7 +244,7 @@ CHECKS = {
     "function_call": _no_tools,
     "parallel_tool_calls": _absent("tools or function calling"),
     "logprobs": _refuse_unless((None, False), "logprobs"),
-    "top_logprobs": _absent("logprobs"),
+    "top_logprobs": _refuse_unless((None, 0), "logprobs"),
     "response_format": _text_format,
     "seed": _absent("seeded sampling"),
     "presence_penalty": _refuse_unless((None, 0, 0.0), "presence_penalty"),

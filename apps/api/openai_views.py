@@ -129,15 +129,9 @@ def start_completion(
     if status != admission.MODEL_OK:
         raise errors.no_worker(model or "(default)")
     prompt_tokens = asked.prompt_tokens_estimate
-    room = settings.MODEL_CONTEXT_TOKENS - prompt_tokens
-    if room < 1:
-        raise errors.invalid(
-            "messages",
-            f"This model's context window is "
-            f"{settings.MODEL_CONTEXT_TOKENS} tokens; the messages need about "
-            f"{prompt_tokens}.",
-            code="context_length_exceeded",
-        )
+    room = errors.context_room(
+        window=settings.MODEL_CONTEXT_TOKENS, prompt_tokens=prompt_tokens, asked=asked.max_tokens
+    )
     item = WorkItem(
         id=protocol.new_request_id(),
         user_id=str(caller.user.pk),

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from apps.api.openai_errors import ApiError, body_of
-from apps.api.openai_shapes import Chunks, completion
+from apps.api.openai_errors import ApiError, body_of, context_room
+from apps.api.openai_shapes import Chunks, chat_request, completion
 
 
 @pytest.mark.parametrize(
@@ -43,3 +43,41 @@ def test_a_body_is_strict_json_and_names_what_is_wrong():
         with pytest.raises(ApiError) as caught:
             body_of(raw)
         assert caught.value.status == 400 and reason in caught.value.body()["error"]["message"]
+
+
+def test_the_window_is_kept_in_openais_words():
+    assert context_room(window=100, prompt_tokens=40, asked=None) == 60
+    assert context_room(window=100, prompt_tokens=40, asked=60) == 60
+    for prompt, asked, words in [
+        (100, None, "your messages resulted in 100 tokens"),
+        (40, 61, "you requested 101 tokens (40 in the messages, 61 in the completion)"),
+    ]:
+        with pytest.raises(ApiError) as caught:
+            context_room(window=100, prompt_tokens=prompt, asked=asked)
+        error = caught.value.body()["error"]
+        assert error["message"].startswith("This model's maximum context length is 100 tokens.")
+        assert words in error["message"]
+        assert (error["code"], error["param"]) == ("context_length_exceeded", "messages")
+
+
+def test_harmless_fields_are_accepted_and_what_would_change_the_answer_is_not():
+    replayed = {"role": "assistant", "content": "Hi.", "refusal": None, "annotations": []}
+    asked = chat_request(
+        {
+            "messages": [{"role": "user", "content": "Hi"}, replayed],
+            "safety_identifier": "u7",
+            "prompt_cache_key": "c3",
+            "verbosity": "high",
+            "top_logprobs": 0,
+        }
+    )
+    assert asked.messages[1] == {"role": "assistant", "content": "Hi."}
+    for body, param in [
+        ({"top_logprobs": 1}, "top_logprobs"),
+        ({"verbosity": "max"}, "verbosity"),
+        ({"prompt_cache_key": 3}, "prompt_cache_key"),
+        ({"messages": [{"role": "user", "content": "Hi", "annotations": []}]}, None),
+    ]:
+        with pytest.raises(ApiError) as caught:
+            chat_request({"messages": [{"role": "user", "content": "Hi"}], **body})
+        assert caught.value.param == (param or "messages[0].annotations")

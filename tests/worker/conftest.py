@@ -83,14 +83,20 @@ async def run_worker(keys):
 
 
 async def enqueue(
-    client, keys: Keys, request_id: str, *, text: str = "Hi", stream: str | None = None
+    client,
+    keys: Keys,
+    request_id: str,
+    *,
+    text: str = "Hi",
+    stream: str | None = None,
+    max_tokens: int = 5,
 ) -> WorkItem:
     """A request submitted straight onto a work stream, as the dispatcher hands it over."""
     item = WorkItem(
         id=request_id,
         user_id="7",
         conversation_id="3",
-        max_tokens=5,
+        max_tokens=max_tokens,
         messages=[{"role": "user", "content": text}],
     )
     pipe = client.pipeline(transaction=False)

@@ -51,7 +51,10 @@ async def run_one(run_worker, redis_async, keys, upstream: str, **options) -> di
     await engine.start()
     try:
         await run_worker("loops", engine=engine, **options)
-        await enqueue(redis_async, keys, "rep", text="Say tok a hundred times.")
+        # Room for the whole answer: the cap, which Sluice keeps itself, is not under test.
+        await enqueue(
+            redis_async, keys, "rep", text="Say tok a hundred times.", max_tokens=4 * REPEATS
+        )
         return await final_of(redis_async, keys, "rep")
     finally:
         await engine.stop()

@@ -1,5 +1,8 @@
 """Any OpenAI-compatible upstream (`vllm serve`, llama.cpp's server, a hosted API), streamed.
 
+The answer is cut at the request's `max_tokens` here, not left to the upstream (some ignore
+it): a token is a streamed chunk with text, unless the upstream reports usage as it goes.
+
 The stream is read with aiohttp: its HTTP parser is in C, and a streamed answer is a hundred
 small chunks, each of which a pure-Python client (httpx on anyio) spent more CPU receiving
 than the rest of the worker spent relaying it.
@@ -105,11 +108,17 @@ class OpenAIEngine:
                         text = (choice.get("delta") or {}).get("content") or ""
                         if text and not chunk.get("usage"):
                             completion_tokens += 1
-                        finish = choice.get("finish_reason") or finish
-                        if text or choice.get("finish_reason"):
-                            yield EngineOutput(
-                                text, prompt_tokens, completion_tokens, choice.get("finish_reason")
-                            )
+                        reason = choice.get("finish_reason")
+                        # The answer cap is Sluice's to keep: an upstream may ignore
+                        # `max_tokens` (or count differently), so the answer is cut here.
+                        capped = completion_tokens >= request.max_tokens and not reason
+                        if capped:
+                            reason = "length"
+                        finish = reason or finish
+                        if text or reason:
+                            yield EngineOutput(text, prompt_tokens, completion_tokens, reason)
+                        if capped:  # leaving the stream closes it, which stops the upstream
+                            return
             yield EngineOutput("", prompt_tokens, completion_tokens, finish or "stop")
 
 
