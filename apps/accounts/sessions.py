@@ -43,6 +43,7 @@ class AccountEvent:
     LOGOUT = "logout"  # one session ended; its digest is in "session"
     CREDENTIALS = "credentials"  # password or active flag changed: every session re-checks
     DELETED = "deleted"
+    KEY_REVOKED = "key_revoked"  # an API key was revoked: its open streams re-check it
 
 
 def session_digest(session_key: str | None) -> str:

@@ -1,4 +1,5 @@
-"""Account changes that end sessions tell the user's open sockets (apps/accounts/sessions.py).
+"""Account changes that end sessions tell the user's open sockets and event streams
+(apps/accounts/sessions.py, apps/api/stream_session.py).
 
 Model signals, not the views that make the changes: a password changes through the site's form,
 the admin's, a shell's `set_password` and `save`, and each must reach the sockets alike.
@@ -13,6 +14,7 @@ from django.db import transaction
 from django.db.models.signals import post_delete, post_init, post_save
 from django.dispatch import receiver
 
+from apps.accounts.models import ApiKey
 from apps.accounts.sessions import AccountEvent, account_event_publish
 
 
@@ -46,6 +48,25 @@ def credentials_published(sender, instance, created, **kwargs) -> None:
     # After the commit: a socket that re-checked before it would still see the old password.
     transaction.on_commit(
         lambda: account_event_publish(user_id=user_id, kind=AccountEvent.CREDENTIALS)
+    )
+
+
+@receiver(post_save, sender=ApiKey, dispatch_uid="sluice-key-revoked-event")
+def key_revocation_published(sender, instance, created, **kwargs) -> None:
+    """A revoked key's open event streams re-check it (apps/api/stream_session.py)."""
+    if created or not instance.revoked:
+        return
+    user_id = instance.user_id
+    transaction.on_commit(
+        lambda: account_event_publish(user_id=user_id, kind=AccountEvent.KEY_REVOKED)
+    )
+
+
+@receiver(post_delete, sender=ApiKey, dispatch_uid="sluice-key-deleted-event")
+def key_deletion_published(sender, instance, **kwargs) -> None:
+    user_id = instance.user_id
+    transaction.on_commit(
+        lambda: account_event_publish(user_id=user_id, kind=AccountEvent.KEY_REVOKED)
     )
 
 

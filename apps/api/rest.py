@@ -25,6 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.services import api_key_authenticate
 from apps.admission import selectors as admission_selectors
+from apps.api.stream_session import StreamLogin, until_login_ends
 from apps.chat import selectors, services, submission
 from apps.streams.frames import EVENT_ID, frame_for_event
 from apps.streams.hub import get_hub
@@ -157,15 +158,22 @@ def request_cancel(request: HttpRequest, request_id: str) -> JsonResponse:
     return JsonResponse({"request_id": info.id, "cancelling": True}, status=202)
 
 
-def _stream_owner(request: HttpRequest, request_id: str):
-    """The user who may follow `request_id` (None: unauthenticated; Http404: not theirs). The
-    database connection goes back to the pool at once: the stream that follows may last
+def _stream_login(request: HttpRequest, request_id: str) -> StreamLogin | None:
+    """The login that may follow `request_id` (None: unauthenticated; Http404: not theirs).
+    The database connection goes back to the pool at once: the stream that follows may last
     minutes, and holding a connection for each open stream would empty the pool."""
     try:
         user = authenticate(request)
-        if user is not None:
-            selectors.request_get_for_user(user=user, request_id=request_id)
-        return user
+        if user is None:
+            return None
+        selectors.request_get_for_user(user=user, request_id=request_id)
+        raw_key = _bearer(request)
+        session = getattr(request, "session", None)
+        return StreamLogin(
+            user_id=user.pk,
+            raw_key=raw_key,
+            session_key=None if raw_key is not None else getattr(session, "session_key", None),
+        )
     finally:
         close_old_connections()
 
@@ -175,10 +183,10 @@ async def request_events(request: HttpRequest, request_id: str) -> HttpResponse:
     if request.method != "GET":
         return _error(405, "Use GET.")
     try:
-        user = await sync_to_async(_stream_owner)(request, request_id)
+        login = await sync_to_async(_stream_login)(request, request_id)
     except Http404:
         return _error(404, "No such request.")
-    if user is None:
+    if login is None:
         return _unauthenticated()
     after = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id") or "0"
     if not EVENT_ID.fullmatch(after):
@@ -193,7 +201,9 @@ async def request_events(request: HttpRequest, request_id: str) -> HttpResponse:
                 head = f"id: {entry_id}\nevent: {frame['type']}\ndata: ".encode()
                 yield head + orjson.dumps(frame) + b"\n\n"
 
-    response = StreamingHttpResponse(events(), content_type="text/event-stream")
+    # Closed, like a websocket, when the login that opened it ends (stream_session.py).
+    body = until_login_ends(login, events())
+    response = StreamingHttpResponse(body, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # tell nginx not to buffer the stream
     return response
