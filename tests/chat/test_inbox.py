@@ -148,9 +148,9 @@ def test_an_admin_writes_an_announcement_in_the_admin(client_for):
     admin.is_staff = admin.is_superuser = True
     admin.save()
     reader = user_create(username="reader", password="correct-horse-battery")
-    assert client_for(admin).get(reverse("admin:chat_announcement_add")).status_code == 200
+    assert client_for(admin).get(reverse("admin:inbox_announcement_add")).status_code == 200
     response = client_for(admin).post(
-        reverse("admin:chat_announcement_add"), {"text": "New models are here", "plan": ""}
+        reverse("admin:inbox_announcement_add"), {"text": "New models are here", "plan": ""}
     )
     assert response.status_code == 302, response.content[:500]
     announcement = Announcement.objects.get()
@@ -158,10 +158,10 @@ def test_an_admin_writes_an_announcement_in_the_admin(client_for):
     assert InboxMessage.objects.filter(user=reader, text="New models are here").exists()
     # A sent announcement is not sent again by editing it.
     client_for(admin).post(
-        reverse("admin:chat_announcement_change", args=[announcement.pk]), {"text": "changed"}
+        reverse("admin:inbox_announcement_change", args=[announcement.pk]), {"text": "changed"}
     )
     assert InboxMessage.objects.filter(user=reader).count() == 1
-    page = client_for(admin).get(reverse("admin:chat_announcement_change", args=[announcement.pk]))
+    page = client_for(admin).get(reverse("admin:inbox_announcement_change", args=[announcement.pk]))
     assert page.status_code == 200 and b"New models are here" in page.content
     policy = {"archive_after_days": "30", "keep_turns": "20"}
     assert (
