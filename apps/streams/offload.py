@@ -13,8 +13,8 @@ Measured on and off (bench/ab.py, the reconnect bench: 300 pages' two sockets op
 `bench/ab.py 2285c36 reconnect --pairs 2 -- --pages 300 --rounds 2`: all open in 4044 -> 3477
 ms, handshake p50 3130 -> 2036 ms, web CPU 5.83 -> 5.22 ms per socket (-10 %), lower in every
 pair; with the plain-statement login, `bench/ab.py 6ae5ffb reconnect --pairs 2 -- --pages 300
---rounds 2`: 6.81 -> 5.12 ms per socket, 12 -> 0 sockets dropped. Kept for that; it relies on Channels 4.3's consumer and middleware behaviour
-(pyproject pins channels to 4.3.x).
+--rounds 2`: 6.81 -> 5.12 ms per socket, 12 -> 0 sockets dropped. Kept for that; it relies on
+Channels 4.3's consumer and middleware behaviour (pyproject pins channels to 4.3.x).
 """
 
 from __future__ import annotations
