@@ -133,6 +133,12 @@ class Keys:
     def degradation(self) -> str:
         return self._adm("degradation")
 
+    def process_cpu(self) -> str:
+        """Hash: Sluice process ("web:host:pid") → "percent ms", its own CPU share (one core
+        = 100) and when it was measured; each web process writes its field every few seconds,
+        the dispatcher reads them for degradation and drops stale ones. The key has a TTL."""
+        return self._adm("process-cpu")
+
     @property
     def metrics(self) -> str:
         return self._adm("metrics")

@@ -80,6 +80,7 @@ class DegradationSettingsAdmin(admin.ModelAdmin):
         "__str__",
         "level_in_force",
         "backlog_threshold",
+        "queue_wait_seconds_threshold",
         "cpu_percent_threshold",
         "gpu_memory_percent_threshold",
         "forced_level",
@@ -92,6 +93,7 @@ class DegradationSettingsAdmin(admin.ModelAdmin):
             {
                 "fields": (
                     "backlog_threshold",
+                    "queue_wait_seconds_threshold",
                     "cpu_percent_threshold",
                     "gpu_memory_percent_threshold",
                     "level2_ratio",

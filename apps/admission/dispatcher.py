@@ -29,9 +29,16 @@ from dataclasses import dataclass
 import redis
 
 from apps.admission.buckets import BucketStore
-from apps.admission.degradation import Degradation, degradation_publish
+from apps.admission.degradation import (
+    Degradation,
+    ProcessCpu,
+    degradation_publish,
+    pressure_measure,
+)
 from apps.admission.estimates import Estimator
+from apps.admission.fairqueue import PEOPLE
 from apps.admission.intake import Intake
+from apps.admission.kinds import is_background
 from apps.admission.lease import Lease
 from apps.admission.line import Line
 from apps.admission.plans import PlanBook
@@ -104,6 +111,7 @@ class Dispatcher:
         self.running = Running(keys)
         self.fleet = FleetView(client, keys, interval=o.fleet_interval)
         self.degradation = Degradation()
+        self.cpu = ProcessCpu()  # this process's own share, one of degradation's signals
         shared = dict(client=client, keys=keys, now_ms=self.now_ms)
         self.samples = Samples(client, keys, now_ms=self.now_ms)  # the ops page's figures
         # Learned from the answers, kept in Redis for the next lease holder (see load).
@@ -179,8 +187,9 @@ class Dispatcher:
                 self.intake.written(pipe.execute())
             self.intake.retry_held()
             if sweep:
-                self.sweep.run(level=self.degradation)
-            self.release.run(pipe)
+                self.sweep.run()
+            # Background work waits while the service degrades: people first, always.
+            self.release.run(pipe, background=self.degradation.level == 0)
             if len(pipe):
                 self.intake.written(pipe.execute())
             # After the release: a request just admitted goes out before this pass stores the
@@ -245,18 +254,35 @@ class Dispatcher:
 
     def publish_degradation(self) -> Degradation:
         fleet = self.fleet.fleet
+        now = self.now_ms()
+        pressure = pressure_measure(
+            self.client,
+            self.keys,
+            backlog=self.line.fair.waiting(PEOPLE),
+            wait_s=max(self.release.take_longest_wait_ms(), self._head_wait_ms(now)) / 1000,
+            own_cpu=self.cpu.share(),
+            heartbeats=fleet.heartbeats,
+            now_ms=now,
+        )
         self.degradation = degradation_publish(
             self.client,
             self.keys,
             settings=self.plans.degradation,
-            backlog=len(self.line),
-            heartbeats=fleet.heartbeats,
+            pressure=pressure,
             workers=len(fleet.workers),
             slots=fleet.slots,
             running=len(self.running),
             service_s=self.service.overall(),
         )
         return self.degradation
+
+    def _head_wait_ms(self, now: int) -> int:
+        """How long the person's request first in line has waited (0: none waits)."""
+        head = self.line.head(1)
+        request = self.line.requests.get(head[0]) if head else None
+        if request is None or not request.charged or is_background(request.kind):
+            return 0
+        return max(0, now - request.submitted_ms)
 
     def release_lease(self) -> None:
         """On a clean stop: the standby need not wait for the lease to expire, and finds

@@ -97,8 +97,15 @@ class FairQueue:
         tier = self._tier_of.pop(entry_id, None)
         return None if tier is None else tier.remove(entry_id)
 
-    def pop(self, eligible: Callable[[str], bool] = lambda user: True) -> Entry | None:
-        for tier in self.tiers:
+    def waiting(self, tier: int) -> int:
+        """How many entries wait in `tier` (PEOPLE or BACKGROUND)."""
+        return len(self.tiers[tier])
+
+    def pop(
+        self, eligible: Callable[[str], bool] = lambda user: True, *, background: bool = True
+    ) -> Entry | None:
+        """The next entry; `background` False leaves background entries waiting."""
+        for tier in self.tiers if background else self.tiers[:1]:
             entry = tier.pop(eligible)
             if entry is not None:
                 del self._tier_of[entry.id]

@@ -28,7 +28,7 @@ from apps.admission import outcomes
 from apps.admission.buckets import NEVER, TAKEN, Bucket, BucketStore, plan_buckets
 from apps.admission.degradation import Degradation
 from apps.admission.estimates import Estimator, question_of
-from apps.admission.kinds import STATELESS, is_background, kind_decide
+from apps.admission.kinds import STATELESS, background_deadline_ms, is_background, kind_decide
 from apps.admission.line import Line, QueuedRequest
 from apps.admission.metrics import MetricsBatch
 from apps.admission.plans import PlanBook
@@ -146,16 +146,6 @@ class Intake:
                         outcomes.shed(retry_after=level.retry_after),
                         level.retry_after,
                         "shed",
-                    )
-                )
-                continue
-            if is_background(request.kind) and level.level >= 1:  # people first, always
-                rejected.append(
-                    (
-                        request,
-                        outcomes.background_deferred(retry_after=level.retry_after),
-                        level.retry_after,
-                        "background",
                     )
                 )
                 continue
@@ -312,7 +302,9 @@ class Intake:
             max_tokens,
             plan.priority_weight,
             submitted,
-            submitted + plan.max_queue_wait_seconds * 1000,
+            background_deadline_ms(fields, submitted)
+            if is_background(kind)
+            else submitted + plan.max_queue_wait_seconds * 1000,
             self._next_ns(),
             False,
             0,

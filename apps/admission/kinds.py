@@ -3,8 +3,9 @@
     chat        a person's question
     rag         a person's question with retrieved passages attached to its prompt
     long        a person's question whose prompt is over its plan's `long_prompt_tokens`
-    background  work Sluice starts itself (summaries, follow-ups, tag proposals): it waits
-                behind every person's request and is refused while the service degrades
+    background  work Sluice starts itself (summaries, follow-ups, titles, tag proposals): it
+                waits behind every person's request, stays in line while the service degrades,
+                and is dropped quietly when its purpose's `wait_s` runs out
 
 The web knows whether passages were attached and whether Sluice itself asked (`web_kind`); the
 dispatcher knows the plan, so it decides `long` (`kind_decide`). A plan's `cost_weights` price
@@ -13,6 +14,8 @@ place in the fair queue costs as much.
 """
 
 from __future__ import annotations
+
+import json
 
 CHAT, RAG, LONG, BACKGROUND = "chat", "rag", "long", "background"
 KINDS = (CHAT, RAG, LONG, BACKGROUND)
@@ -45,3 +48,17 @@ def kind_decide(*, submitted: str, prompt_tokens: int, long_prompt_tokens: int) 
 
 def is_background(kind: str) -> bool:
     return kind == BACKGROUND
+
+
+# How long background work waits in line when its task names no limit of its own.
+BACKGROUND_WAIT_SECONDS = 600
+
+
+def background_deadline_ms(fields: dict[str, str], submitted_ms: int) -> int:
+    """When a background request still waiting is dropped: its purpose's `wait_s` (a
+    follow-up is worth little minutes later, a summary waits longer), else the default."""
+    try:
+        wait_s = float(json.loads(fields.get("purpose") or "{}").get("wait_s"))
+    except (AttributeError, TypeError, ValueError):
+        wait_s = BACKGROUND_WAIT_SECONDS
+    return submitted_ms + int(max(1.0, wait_s) * 1000)

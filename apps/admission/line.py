@@ -283,10 +283,13 @@ class Line:
             self._unhold(request)
         return request
 
-    def next_to_run(self, may_run: Callable[[Flow], bool]) -> QueuedRequest | None:
+    def next_to_run(
+        self, may_run: Callable[[Flow], bool], *, background: bool = True
+    ) -> QueuedRequest | None:
         """Takes the next charged request in fair order among the flows (user, model)
-        `may_run` allows: a model without a free slot holds back only its own requests."""
-        entry = self.fair.pop(may_run)
+        `may_run` allows: a model without a free slot holds back only its own requests.
+        `background` False: background work stays in line."""
+        entry = self.fair.pop(may_run, background=background)
         return None if entry is None else self.requests.pop(entry.id)
 
     def charged(self, request: QueuedRequest) -> None:

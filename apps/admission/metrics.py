@@ -14,7 +14,8 @@ LATENCY_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
 # `requests:<status>`: admitted (charged), queued (told a first position), rejected and
 # timed_out (with a reason below), cancelled (stopped in line), withdrawn (given up by the web
 # before Redis took it), lost (its worker stopped before it finished), invalid (an admission
-# entry that could not be read, dead-lettered).
+# entry that could not be read, dead-lettered), background_dropped (background work whose own
+# wait ran out in line: dropped quietly, nobody was waiting for it).
 STATUSES = (
     "admitted",
     "queued",
@@ -24,13 +25,13 @@ STATUSES = (
     "withdrawn",
     "lost",
     "invalid",
+    "background_dropped",
 )
 # `requests:<status>:<reason>`, counted besides the status's total. rate: the plan's rate or
 # daily quota; too_large: more tokens than the plan allows at once; shed: the lowest plan under
 # heavy load; no_worker: charged, but no worker slot came free in time.
-# background: work Sluice starts itself, refused while the service degrades.
 REASONS = {
-    "rejected": ("rate", "too_large", "shed", "background"),
+    "rejected": ("rate", "too_large", "shed"),
     "timed_out": ("rate", "no_worker"),
 }
 

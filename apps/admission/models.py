@@ -134,10 +134,19 @@ class DegradationSettings(models.Model):
     """
 
     backlog_threshold = models.PositiveIntegerField(
-        default=1000, validators=positive, help_text="Queued requests."
+        default=1000,
+        validators=positive,
+        help_text="People's requests waiting for a worker (background work not counted).",
+    )
+    queue_wait_seconds_threshold = models.FloatField(
+        default=30.0,
+        validators=[MinValueValidator(0.1)],
+        help_text="The longest a person's request waited for a worker, in seconds.",
     )
     cpu_percent_threshold = models.FloatField(
-        default=80.0, help_text="The dispatcher host's 1-minute load as % of its cores."
+        default=80.0,
+        help_text="The busiest web or dispatcher process's own CPU, % of one core (inference "
+        "workers on the same machine are not counted).",
     )
     gpu_memory_percent_threshold = models.FloatField(
         default=90.0, help_text="Workers' KV-cache / GPU memory use, %."

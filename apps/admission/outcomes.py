@@ -9,7 +9,6 @@ REJECTION_CODES = {
     "too_large": "too_large",
     "shed": "shed",
     "model": "model_not_allowed",
-    "background": "shed",
 }
 
 
@@ -45,14 +44,6 @@ def shed(*, retry_after: int) -> str:
     return (
         "Sluice is under heavy load and is serving other plans first. "
         f"Try again in {human_seconds(retry_after)}."
-    )
-
-
-def background_deferred(*, retry_after: int) -> str:
-    """Background work (summaries, suggestions) refused while the service sheds load."""
-    return (
-        "Sluice is under load and keeps its workers for people's questions: this "
-        f"background task is refused. Try again in {human_seconds(retry_after)}."
     )
 
 

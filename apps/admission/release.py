@@ -24,6 +24,7 @@ import redis
 from django.conf import settings
 
 from apps.admission.affinity import AffinityStore
+from apps.admission.kinds import is_background
 from apps.admission.line import Flow, Line, QueuedRequest
 from apps.admission.models import Plan
 from apps.admission.plans import PlanBook, model_choose
@@ -288,15 +289,21 @@ class Release:
         self.fleet = fleet
         self.now_ms = now_ms
         self.prefetch = prefetch
+        self.longest_wait_ms = 0  # of the people's requests released since it was last taken
+
+    def take_longest_wait_ms(self) -> int:
+        longest, self.longest_wait_ms = self.longest_wait_ms, 0
+        return longest
 
     def read_ahead(self, pipe, requests: Sequence[QueuedRequest]) -> Callable[[list], None]:
         """The fleet's read for this pass's `run`, queued on the caller's `pipe` with the
         routing entries of `requests` (see FleetView.read_with)."""
         return self.fleet.read_with(pipe, requests)
 
-    def run(self, pipe=None) -> int:
+    def run(self, pipe=None, *, background: bool = True) -> int:
         """Hands out as many requests as there are free slots; returns how many. `pipe`: a
-        MULTI pipeline of the caller's to queue the writes on (the caller executes it)."""
+        MULTI pipeline of the caller's to queue the writes on (the caller executes it).
+        `background` False: background work stays in line (the service degrades)."""
         line = self.line
         arrived = line.take_arrived(READ_AHEAD_MOST)
         if not len(line.fair):
@@ -333,9 +340,11 @@ class Release:
             pipe = self.client.pipeline(transaction=True)
         now = self.now_ms()
         while True:
-            request = line.next_to_run(may_run)
+            request = line.next_to_run(may_run, background=background)
             if request is None:
                 break
+            if not is_background(request.kind):
+                self.longest_wait_ms = max(self.longest_wait_ms, now - request.submitted_ms)
             model = targets[(request.user_id, request.model)]
             if model != request.model:  # the default, decided now: the worker reads it
                 request.fields["model"] = model

@@ -1,5 +1,8 @@
-"""The sweep: waiting requests whose user pressed stop, or whose max queue wait ran out, and
-background work still waiting when the service starts to degrade (people come first).
+"""The sweep: waiting requests whose user pressed stop, or whose max queue wait ran out.
+
+Background work is never refused for load: it waits in line while the service degrades (the
+release holds it back), and when its own wait runs out it is dropped quietly, cancelled with
+code "dropped" and no error, since nobody asked for it (its task decides what then).
 
 It touches the stops noted in the `cancels` set, a bounded slice of cancel flags and the
 deadlines that are due, never the whole line (watch.py). A request that runs out of time says
@@ -14,8 +17,6 @@ from collections.abc import Callable
 import redis
 
 from apps.admission import outcomes
-from apps.admission.degradation import Degradation
-from apps.admission.fairqueue import BACKGROUND
 from apps.admission.kinds import is_background
 from apps.admission.line import Line
 from apps.admission.metrics import MetricsBatch
@@ -41,17 +42,14 @@ class Sweep:
         self.now_ms = now_ms
         self.cancel_checks = cancel_checks
 
-    def run(self, *, level: Degradation | None = None) -> int:
+    def run(self) -> int:
         """Ends what is due; returns how many requests it ended."""
         line = self.line
         noted = self.client.smembers(self.keys.cancels)
         stopped = {i for i in noted if i in line} | self._flagged()
         now = self.now_ms()
         late = [i for i in line.deadlines.due(now, line.requests) if i not in stopped]
-        deferred = []
-        if level is not None and level.level >= 1:
-            deferred = [i for i in self._background() if i not in stopped and i not in late]
-        if not stopped and not late and not noted and not deferred:
+        if not stopped and not late and not noted:
             return 0
         pipe = self.client.pipeline(transaction=True)
         endings = Endings(self.keys)
@@ -61,6 +59,10 @@ class Sweep:
         metrics.count("cancelled", len(stopped))
         for request_id in late:
             request = line.requests[request_id]
+            if is_background(request.kind):
+                endings.add(pipe, request.ended(State.CANCELLED, code="dropped"))
+                metrics.count("background_dropped")
+                continue
             if request.charged:
                 error = outcomes.timed_out(waited_s=(now - request.submitted_ms) / 1000)
                 retry_after, reason, code = NO_WORKER_RETRY_AFTER, "no_worker", "no_worker"
@@ -70,12 +72,7 @@ class Sweep:
                 retry_after, reason, code = int(wait_s) + 1, "rate", "rate_limited"
             endings.add(pipe, request.ended(State.FAILED, error, retry_after, code=code))
             metrics.count("timed_out", reason=reason)
-        for request_id in deferred:
-            error = outcomes.background_deferred(retry_after=level.retry_after)
-            request = line.requests[request_id]
-            endings.add(pipe, request.ended(State.FAILED, error, level.retry_after, code="shed"))
-            metrics.count("rejected", reason="background")
-        ended = [line.requests[i] for i in (*stopped, *late, *deferred)]
+        ended = [line.requests[i] for i in (*stopped, *late)]
         line.leave(pipe, ended)  # a charged request's charge goes back with its answer record
         if noted:
             pipe.srem(self.keys.cancels, *noted)
@@ -86,16 +83,6 @@ class Sweep:
         for request in ended:
             line.forget(request.id)
         return len(ended)
-
-    def _background(self) -> list[str]:
-        """Background requests waiting: charged ones in their tier, and any a rate holds."""
-        held = [
-            i
-            for ids in self.line.held.values()
-            for i in ids
-            if is_background(self.line.requests[i].kind)
-        ]
-        return self.line.fair.tier_ids(BACKGROUND) + held
 
     def _flagged(self) -> set[str]:
         """Waiting requests with a cancel flag, among this sweep's slice of the line."""

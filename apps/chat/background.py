@@ -1,6 +1,6 @@
 """Background requests: work Sluice starts itself, through the same admission and fair queue as
-a person's question, as kind `background` (the dispatcher serves them last and refuses them
-under degradation).
+a person's question, as kind `background` (the dispatcher serves them last, keeps them in
+line while the service degrades, and drops one quietly when its `wait_s` runs out).
 
 A background answer is not a chat message. Its work item carries a *purpose* ({"task": ...,
 with what the task needs}), written into the request's hash too; the answer recorder reads it
@@ -9,7 +9,8 @@ The requests name no conversation (the purpose does), so one never holds a conve
 "answering" slot and a person's next question is never refused because of it.
 
 Tasks: `summary` (fold turns that are falling out of the prompt into the conversation's
-rolling summary), `followups` (up to three suggested questions after an answer, posted to the
+rolling summary; the conversation is "summary pending" while it waits, `summary_pending`),
+`followups` (up to three suggested questions after an answer, posted to the
 user's inbox) and `tags` (profile tags proposed from the user's questions, applied only when
 the user accepts them).
 
@@ -41,9 +42,17 @@ from worker.protocol import Answer, State, WorkItem
 log = logging.getLogger("sluice.chat.background")
 
 KIND = "background"
-# How long a task is taken to be in flight (one per conversation or user): long enough for a
-# queue behind busy hours, short enough that a lost one is asked again.
-IN_FLIGHT_SECONDS = 600
+# How long each task may wait in line (the purpose's `wait_s`, which the dispatcher reads):
+# while the service degrades, background work waits instead of being refused, and runs when
+# the line is quiet again; one still waiting then is dropped quietly, without an error. A
+# summary keeps its conversation's memory whole, so it waits longest; suggestions and a title
+# are worth little once the person has moved on.
+SUMMARY_WAIT_SECONDS = 1800
+FOLLOWUPS_WAIT_SECONDS = 180
+TAGS_WAIT_SECONDS = 600
+# How long a task is taken to be in flight (one per conversation or user): its wait in line
+# and a run after it, so a lost one is asked again but a waiting one is not asked twice.
+IN_FLIGHT_SECONDS = SUMMARY_WAIT_SECONDS + 600
 
 
 class Task:
@@ -93,6 +102,13 @@ def _release(task: str, owner: int) -> None:
     get_redis().delete(_in_flight_key(task, owner))
 
 
+def summary_pending(*, conversation_id: int) -> bool:
+    """Whether a summary of the conversation is asked and not yet written: it may be waiting
+    for a quiet line while the service degrades. Until it is, the prompt keeps the user's
+    stated facts from the turns it will fold in."""
+    return bool(get_redis().exists(_in_flight_key(Task.SUMMARY, conversation_id)))
+
+
 # -- asking -----------------------------------------------------------------------------------
 
 
@@ -111,6 +127,7 @@ def summary_schedule(*, conversation: Conversation, prompt: Prompt) -> str | Non
             "upto": prompt.to_summarise[-1].id,
             "from": prompt.summary_upto,
             "previous": prompt.summary,
+            "wait_s": SUMMARY_WAIT_SECONDS,
         }
         messages = memory.summary_messages(previous=prompt.summary, turns=prompt.to_summarise)
         return background_submit(
@@ -166,6 +183,7 @@ def _after_answer(answer: Answer) -> None:
                 "conversation": conversation_id,
                 "request": answer.id,
                 "question": question[:600],
+                "wait_s": FOLLOWUPS_WAIT_SECONDS,
             },
             messages=suggestions.followups_messages(question=question),
             max_tokens=suggestions.FOLLOWUPS_MAX_TOKENS,
@@ -185,7 +203,7 @@ def tags_schedule(*, user_id: int, model: str = "") -> str | None:
         user_id=user_id,
         model=model,
         messages=messages,
-        purpose={"task": Task.TAGS, "tags": [t.id for t in tags]},
+        purpose={"task": Task.TAGS, "tags": [t.id for t in tags], "wait_s": TAGS_WAIT_SECONDS},
         max_tokens=suggestions.TAGS_MAX_TOKENS,
     )
 
@@ -196,7 +214,9 @@ def tags_schedule(*, user_id: int, model: str = "") -> str | None:
 def _finished(answer: Answer, purpose: dict) -> None:
     task = purpose.get("task")
     done = answer.state == State.DONE
-    if not done:
+    if answer.code == "dropped":  # its wait in line ran out: nobody waited for it
+        log.info("background %s %s dropped: it waited its time in line", task, answer.id)
+    elif not done:
         log.info("background %s %s ended %s: %s", task, answer.id, answer.state, answer.error)
     if task == Task.SUMMARY:
         conversation_id = int(purpose["conversation"])
@@ -204,7 +224,11 @@ def _finished(answer: Answer, purpose: dict) -> None:
             stored = memory.summary_store(
                 conversation_id=conversation_id,
                 upto_message_id=int(purpose["upto"]),
-                text=memory.summary_text(previous=purpose.get("previous", ""), answer=answer.text),
+                text=memory.summary_text(
+                    previous=purpose.get("previous", ""),
+                    answer=answer.text,
+                    finish_reason=answer.finish_reason,
+                ),
                 model=_model_of(answer),
                 covered_from=int(purpose["from"]),
             )

@@ -20,6 +20,9 @@ TASK = "title"
 MAX_TOKENS = 16
 MAX_WORDS = 8
 TITLE_MAX = 60
+# How long the request may wait in line while the service degrades; then it is dropped
+# quietly and the chat keeps the name its first question gave it.
+WAIT_SECONDS = 180
 
 INSTRUCTION = "You write short titles for chats. Reply with the title only."
 # Examples teach the small demo model the task better than any instruction (it otherwise
@@ -45,7 +48,12 @@ def title_messages(*, question: str) -> list[dict[str, str]]:
 
 def title_purpose(*, conversation: Conversation) -> dict:
     """What the finished request needs: whose title, and the name it may replace."""
-    return {"task": TASK, "conversation": conversation.id, "provisional": conversation.title}
+    return {
+        "task": TASK,
+        "conversation": conversation.id,
+        "provisional": conversation.title,
+        "wait_s": WAIT_SECONDS,
+    }
 
 
 _PREFIX = re.compile(r"^(title|chat title|here is a title|sure)\b[^:]*:\s*", re.IGNORECASE)

@@ -45,7 +45,8 @@ def force_level(level: int | None) -> None:
 
 @pytest.fixture
 def make_dispatcher(admission, clock, redis_prefix):
-    # This machine's own load must not shed the tests' requests: level 0 unless a test sets one.
+    # The in-process dispatcher's CPU signal is this test process's own: level 0 unless a test
+    # sets one.
     force_level(0)
 
     def make(*, injected: bool = True, **options) -> Dispatcher:

@@ -1,5 +1,6 @@
 """Request kinds: set by the server from what the request is, charged by the plan's weights;
-background work never goes ahead of a person's request and is refused under degradation."""
+background work never goes ahead of a person's request, waits while the service degrades
+and is dropped quietly when its own wait runs out."""
 
 from __future__ import annotations
 
@@ -128,21 +129,44 @@ def test_a_person_who_arrives_after_background_work_takes_the_next_slot(
     assert summary not in work_item_ids(keys().work)
 
 
-def test_background_work_is_refused_under_degradation_with_a_clear_reason(make_dispatcher, user):
+def test_background_work_waits_under_degradation_and_runs_when_the_line_is_quiet(
+    make_dispatcher, user
+):
     roomy_plan()
     dispatcher = make_dispatcher()
+    give_the_fleet_slots(4)
     force_level(1)
     dispatcher.plans.refresh(force=True)
     dispatcher.publish_degradation()
     summary = publish(user.id, kind="background")
     person = publish(user.id)
     dispatcher.step()
-    end = final(summary)
-    assert end["state"] == "failed" and end["code"] == "shed"
-    assert "background task is refused" in end["error"]
-    assert int(end["retry_after"]) > 0
-    assert final(person) is None  # people are still served at level 1
-    assert counters()["requests:rejected:background"] == 1
+    dispatcher.step()
+    assert work_item_ids(keys().work) == [person]  # people are still served at level 1
+    assert final(summary) is None and summary in dispatcher.line  # waiting, not refused
+    force_level(0)
+    dispatcher.plans.refresh(force=True)
+    dispatcher.publish_degradation()
+    dispatcher.step()
+    assert work_item_ids(keys().work) == [person, summary]
+    assert "requests:rejected:background" not in counters()
+
+
+def background_with_wait(user_id, *, wait_s: float) -> str:
+    from apps.chat.submission import request_publish
+    from worker.protocol import WorkItem, new_request_id
+
+    item = WorkItem(
+        id=new_request_id(),
+        user_id=str(user_id),
+        conversation_id="",
+        messages=[{"role": "user", "content": "Suggest questions."}],
+        max_tokens=32,
+        kind="background",
+        purpose={"task": "followups", "conversation": 1, "wait_s": wait_s},
+    )
+    request_publish(item=item)
+    return item.id
 
 
 def test_the_page_sets_rag_when_passages_are_attached_and_chat_otherwise(
@@ -164,18 +188,22 @@ def test_the_page_sets_rag_when_passages_are_attached_and_chat_otherwise(
     assert submitted_kind("How many days of paid vacation do I get?") == "rag"
 
 
-def test_background_work_waiting_when_the_service_degrades_is_refused(make_dispatcher, user):
+def test_background_work_whose_wait_runs_out_is_dropped_without_an_error(
+    make_dispatcher, user, clock
+):
     roomy_plan()
     dispatcher = make_dispatcher()
-    summary = publish(user.id, kind="background")  # no worker: it waits
-    person = publish(user.id)
-    dispatcher.step()
-    assert summary in dispatcher.line and final(summary) is None
     force_level(1)
     dispatcher.plans.refresh(force=True)
-    dispatcher.step()  # publishes level 1; the sweep then refuses what waits
+    dispatcher.publish_degradation()
+    followups = background_with_wait(user.id, wait_s=5)
+    person = publish(user.id)
     dispatcher.step()
-    end = final(summary)
-    assert end["state"] == "failed" and "background task is refused" in end["error"]
-    assert summary not in dispatcher.line and not get_redis().hexists(keys().queue, summary)
+    assert final(followups) is None
+    clock.now += 6
+    dispatcher.step()
+    end = final(followups)
+    assert end["state"] == "cancelled" and end["code"] == "dropped" and not end["error"]
+    assert followups not in dispatcher.line and not get_redis().hexists(keys().queue, followups)
     assert person in dispatcher.line  # people keep their place
+    assert counters()["requests:background_dropped"] == 1

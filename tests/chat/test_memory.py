@@ -4,7 +4,11 @@ summary (not into the conversation)."""
 
 from __future__ import annotations
 
+import datetime
+import itertools
+
 import pytest
+from django.utils import timezone
 
 from apps.chat import background
 from apps.chat.models import ConversationSummary, Message
@@ -240,3 +244,106 @@ def test_the_page_shows_what_sluice_remembers(user, client_for):
     assert "What I remember" in page
     assert "- The user is Oriel &lt;b&gt;and&lt;/b&gt; likes canals." in page  # text, not HTML
     assert "written by smollm2" in page
+
+
+def chat_with_an_answer_stored_after_the_next_question(user, *, late: int = 10):
+    """30 exchanges where answer `late` was stored in one statement with question `late + 1`
+    and got the higher id of the two, though it comes first (created a microsecond before)."""
+    conversation = conversation_create(owner=user)
+    said = []  # in the conversation's order
+    for n in range(30):
+        question = message_create(
+            conversation=conversation,
+            role="user",
+            text=f"Tell me about river number {n} and how its banks are shaped.",
+        )
+        answer = f"River {n} runs past farms and mills; its banks are " + "mud " * 20
+        if n == late + 1:
+            stored = message_create(
+                conversation=conversation, role="assistant", request_id=f"a{late}", text=answer
+            )
+            said.append(stored)
+        said.append(question)
+        if n != late:
+            said.append(
+                message_create(
+                    conversation=conversation,
+                    role="assistant",
+                    request_id=f"a{n}",
+                    text=answer,
+                )
+            )
+    said.append(
+        message_create(conversation=conversation, role="user", text="What is my locker code?")
+    )
+    # One test transaction gives every message the same now(): the order is set here.
+    start = timezone.now()
+    for index, message in enumerate(said):
+        created = start + datetime.timedelta(seconds=index)
+        if message.request_id == f"a{late}":
+            created = start + datetime.timedelta(seconds=index + 1, microseconds=-1)
+        Message.objects.filter(id=message.id).update(created=created)
+    return conversation
+
+
+def test_the_summary_covers_turns_in_the_conversations_order_not_by_id(user, small_window):
+    conversation = chat_with_an_answer_stored_after_the_next_question(user)
+    late_answer = conversation.messages.get(request_id="a10")
+    next_question = conversation.messages.get(text__startswith="Tell me about river number 11 ")
+    assert late_answer.id > next_question.id and late_answer.created < next_question.created
+    memory.summary_store(
+        conversation_id=conversation.id, upto_message_id=late_answer.id, text="- Rivers 0 to 10."
+    )
+    prompt = prompt_build(conversation=conversation)
+    # The question after the summary's last turn is not covered by it: it is due next.
+    assert prompt.to_summarise[0].id == next_question.id
+    roles = [m["role"] for m in prompt.messages[1:]]
+    assert all(a != b for a, b in itertools.pairwise(roles))  # turns alternate
+    # A summary that goes on from there moves memory forward, whatever the ids say.
+    stored = memory.summary_store(
+        conversation_id=conversation.id,
+        upto_message_id=next_question.id,
+        text="- Rivers 0 to 11.",
+        covered_from=late_answer.id,
+    )
+    assert stored is not None and stored.text == "- Rivers 0 to 11."
+
+
+def test_a_summary_cut_by_its_length_cap_keeps_only_complete_notes(user, small_window, settings):
+    settings.SLUICE_ADMISSION = True
+    conversation = long_chat(user)
+    prompt = prompt_build(conversation=conversation)
+    request_id = background.summary_schedule(conversation=conversation, prompt=prompt)
+    get_redis().xadd(
+        keys().done,
+        Answer(
+            id=request_id,
+            user_id=str(user.id),
+            conversation_id="",
+            state=State.DONE,
+            text="- The user is Oriel.\n- Locker code 4471.\n- Asked about rivers and how th",
+            finish_reason="length",
+        ).to_fields(),
+    )
+    record()
+    summary = ConversationSummary.objects.get(conversation=conversation)
+    assert summary.text == "- The user is Oriel.\n- Locker code 4471."
+
+
+def test_a_summary_waiting_in_line_marks_its_conversation_and_a_dropped_one_frees_it(
+    user, small_window, settings
+):
+    settings.SLUICE_ADMISSION = True
+    conversation = long_chat(user)
+    prompt = prompt_build(conversation=conversation)
+    assert not background.summary_pending(conversation_id=conversation.id)
+    request_id = background.summary_schedule(conversation=conversation, prompt=prompt)
+    assert background.summary_pending(conversation_id=conversation.id)
+    [item] = admitted("background")
+    assert item.purpose["wait_s"] == background.SUMMARY_WAIT_SECONDS
+    dropped = Answer(id=request_id, user_id=str(user.id), conversation_id="", state=State.CANCELLED)
+    dropped.code = "dropped"  # its wait in line ran out while the service was degraded
+    get_redis().xadd(keys().done, dropped.to_fields())
+    record()
+    assert not background.summary_pending(conversation_id=conversation.id)
+    assert background.summary_schedule(conversation=conversation, prompt=prompt) is not None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from apps.admission.models import DegradationSettings
 from apps.chat.models import ConversationSummary, Message
 from apps.chat.prompt.prompting import prompt_build
 from apps.chat.submission import request_submit
@@ -23,9 +22,6 @@ def test_a_long_chat_gets_its_summary_from_the_model_after_the_persons_answer(
 ):
     settings.HOT_TIER = False  # this test process builds the prompts; PostgreSQL is the source
     settings.MODEL_CONTEXT_TOKENS = 900
-    row = DegradationSettings.current()  # a busy test machine must not refuse background work
-    row.forced_level = 0
-    row.save()
     conversation = long_chat(user)
     conversation.messages.filter(text="What is my locker code?").delete()
     start_worker("memory-w1")

@@ -11,7 +11,6 @@ from django.core.exceptions import ValidationError
 from django.http import Http404
 from django.urls import reverse
 
-from apps.admission.models import DegradationSettings
 from apps.chat import titles, turns
 from apps.chat.models import Conversation, ConversationSummary
 from apps.chat.services import conversation_create, message_create
@@ -243,9 +242,6 @@ def test_a_new_chat_asks_the_model_for_its_title_and_a_rename_wins(user, setting
 def test_the_real_model_names_a_new_chat(user, settings, start_worker, dispatcher):
     settings.SLUICE_TITLES = True
     settings.MODEL_MAX_TOKENS = 24
-    row = DegradationSettings.current()  # a busy test machine must not refuse background work
-    row.forced_level = 0
-    row.save()
     start_worker("titles-worker")
     submitted = turns.conversation_start(user=user, text="What is the capital of France?")
     first = Conversation.objects.get(id=submitted.conversation_id).title

@@ -34,7 +34,9 @@ KEEP_RAW_SHARE = 0.5
 # The most of the conversation one summary request reads (the summariser's own window is the
 # model's context too); a longer backlog is folded in over several requests.
 SUMMARY_INPUT_TOKENS = 900
-SUMMARY_MAX_TOKENS = 120
+# Room for a few dozen short lines of notes; an answer that still runs into the cap is kept up
+# to its last complete line or sentence (summary_text), never cut mid-word.
+SUMMARY_MAX_TOKENS = 240
 
 # The summariser reads what the user said, not the answers: a small model given a transcript
 # continues it instead of summarising it, and the answers say little about the user.
@@ -164,7 +166,7 @@ def plan_prompt(*, system: str, sources: PromptSources, budget: int) -> Plan:
     history = sources.history
     if not history:
         return Plan(system=system, turns=[])
-    uncovered = [t for t in history if t.id > sources.summary_upto]
+    uncovered = after_summary(history, sources.summary_upto)
     pinned = sources.pinned
     total = sum(estimate_tokens(t.text) for t in uncovered)
     read = {t.id for t in history}
@@ -200,6 +202,18 @@ def plan_prompt(*, system: str, sources: PromptSources, budget: int) -> Plan:
     if len(recent) < len(uncovered):
         plan.to_summarise = due_for_summary(uncovered, budget=int(remaining * KEEP_RAW_SHARE))
     return plan
+
+
+def after_summary(history: list[Turn], upto: int) -> list[Turn]:
+    """The turns of `history` (newest first) the summary does not cover: those after its last
+    turn in the conversation's own order (created, then id, as `history` is read), not those
+    with a higher id: an answer stored in one statement with the next question may have the
+    higher id of the two while it comes first. A last turn not among them is older than all."""
+    if upto:
+        for index, turn in enumerate(history):
+            if turn.id == upto:
+                return history[:index]
+    return list(history)
 
 
 def due_for_summary(uncovered: list[Turn], *, budget: int) -> list[Turn]:
@@ -239,9 +253,18 @@ def summary_messages(*, previous: str, turns: list[Turn]) -> list[dict[str, str]
     ]
 
 
-def summary_text(*, previous: str, answer: str) -> str:
-    """The stored summary: the model's notes; the previous ones kept when it wrote nothing."""
+# Where a note or a sentence ends: a line break, or an end mark before a space or the end.
+_COMPLETE = re.compile(r"\n|[.!?\u2026][\"')\]\u201d\u2019]*(?=\s|$)")
+
+
+def summary_text(*, previous: str, answer: str, finish_reason: str = "") -> str:
+    """The stored summary: the model's notes; the previous ones kept when it wrote nothing.
+    Notes the answer cap cut (`finish_reason` "length") end at their last complete line or
+    sentence: half a fact stored as memory would be repeated as if it were whole."""
     text = answer.strip()
+    if finish_reason == "length":
+        ends = [match.end() for match in _COMPLETE.finditer(text)]
+        text = text[: ends[-1]].strip() if ends else ""
     return text or previous
 
 
@@ -265,7 +288,8 @@ def summary_store(
         .first()
     )
     if current is not None and (
-        current.upto_message_id >= upto_message_id or current.upto_message_id != covered_from
+        current.upto_message_id != covered_from
+        or not _comes_after(conversation_id, upto_message_id, current.upto_message_id)
     ):
         return None
     if current is None:
@@ -275,6 +299,19 @@ def summary_store(
     current.text, current.upto_message_id, current.model = text, upto_message_id, model
     current.save()
     return current
+
+
+def _comes_after(conversation_id: int, later: int, earlier: int) -> bool:
+    """Whether message `later` comes after `earlier` in the conversation's order (created,
+    then id); a gone `earlier` is passed, a gone `later` is not."""
+    created = dict(
+        Message.objects.filter(
+            conversation_id=conversation_id, id__in=(later, earlier)
+        ).values_list("id", "created")
+    )
+    if later not in created:
+        return False
+    return earlier not in created or (created[later], later) > (created[earlier], earlier)
 
 
 def summary_for(*, conversation: Conversation) -> ConversationSummary | None:
