@@ -381,7 +381,7 @@ def test_a_client_that_gives_up_on_a_whole_completion_stops_it(alpha_single_slot
     base, redis_prefix = alpha_single_slot
     with pytest.raises(openai.APITimeoutError):
         client_for(base, key, timeout=1.5).chat.completions.create(
-            model="alpha", messages=HI, max_tokens=3000
+            model="alpha", messages=HI, max_tokens=1900
         )
     keys = Keys(prefix=redis_prefix)
     [request_key] = wait_until(
@@ -403,7 +403,7 @@ def test_a_cancelled_call_stays_cancelled_with_the_sdks_default_retries(alpha_si
     def call() -> None:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, timeout=60)  # retries on
         try:
-            client.chat.completions.create(model="alpha", messages=HI, max_tokens=3000)
+            client.chat.completions.create(model="alpha", messages=HI, max_tokens=1900)
         except Exception as exc:
             errors.append(exc)
 
