@@ -1,6 +1,12 @@
 """Builds the model's messages for a conversation: a system prompt personalised from the user's
 profile and tags, what the conversation remembers of older turns (see memory.py), then the most
-recent turns that fit the model's context window."""
+recent turns that fit the model's context window.
+
+The layout serves prefix caching: what changes least comes first (system prompt, profile,
+summary), then the turns in order, then this question's passages, in a message of their own just
+before the question. A follow-up then repeats its predecessor's prompt up to the previous
+question, so the engine that served it skips all of that (bench/fleet.py measures the layouts);
+passages inside the system message would change the prompt's first message on every turn."""
 
 from __future__ import annotations
 
@@ -62,6 +68,7 @@ def prompt_build(
     *,
     conversation: Conversation,
     extra_system: str = "",
+    passages: str = "",
     max_tokens: int | None = None,
     pushed: Turn | None = None,
     also: Callable[[Any], None] | None = None,
@@ -71,7 +78,8 @@ def prompt_build(
     key-fact turns), then as many of the latest turns as the context window holds. `pushed`:
     the question just stored, for the hot tier to take in the read's own round trip; `also`
     queues more writes on that round trip (see hot.prompt_sources). `sources`: read already
-    (prompt_ahead.py): no read, and nothing pushed."""
+    (prompt_ahead.py): no read, and nothing pushed. `passages`: this question's retrieved
+    passages (rag/prompting.passages_block), placed just before the question."""
     max_tokens = max_tokens or settings.MODEL_MAX_TOKENS
     if sources is None:
         sources = prompt_sources(conversation=conversation, limit=HISTORY_TURNS_MAX,
@@ -80,8 +88,14 @@ def prompt_build(
     if extra_system:
         system = f"{system}\n\n{extra_system}"
     budget = settings.MODEL_CONTEXT_TOKENS - max_tokens - estimate_tokens(system)
+    if passages:
+        budget -= estimate_tokens(passages)
     plan = plan_prompt(system=system, sources=sources, budget=budget)
-    messages = [{"role": "system", "content": plan.system}, *plan.turns]
+    turns = plan.turns
+    if passages:  # its own message, so the question stays the last one (estimates read it)
+        cut = len(turns) - 1 if turns and turns[-1]["role"] == "user" else len(turns)
+        turns = [*turns[:cut], {"role": "user", "content": passages}, *turns[cut:]]
+    messages = [{"role": "system", "content": plan.system}, *turns]
     used = sum(estimate_tokens(m["content"]) for m in messages)
     return Prompt(messages=messages, prompt_tokens_estimate=used, max_tokens=max_tokens,
                   to_summarise=plan.to_summarise, summary=sources.summary,

@@ -255,7 +255,7 @@ def _question_and_prompt(
         passages = passages_for(user=user, question=question, corpora_read=corpora_read)
         sources, writes = prompt_ahead.sources_for(prompt_read, question=pushed, settled=settled)
         also = settled.queue if settled is not None and writes is None else None
-        prompt = prompt_build(conversation=conversation, extra_system=passages_block(passages),
+        prompt = prompt_build(conversation=conversation, passages=passages_block(passages),
                               pushed=None if writes else pushed, also=also,
                               sources=sources)  # fmt: skip
         if instruction:  # after the history, so the cached prefix of the turns still holds
