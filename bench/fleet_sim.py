@@ -1,195 +1,252 @@
-"""The simulated fleet and workload of bench/fleet.py: the GPU timing model each worker runs, the
-conversations that arrive, and the figures read back from Redis.
+"""bench/fleet.py --check: pull and affinity through the real dispatcher and real worker processes
+(simulated engines with the model's timing and cache) over Redis, at one rate, on the same
+workload, beside what bench/fleet_model.py says for that rate. The check holds the model to the
+processes: release, heartbeats, stream reads and affinity entries as they really happen.
 
-GPU model (milliseconds of simulated GPU time, times --time-scale): first token 20 ms + 0.4 ms
-per prompt token the prefix cache does not hold (2,500 tokens/s of prefill), 25 ms per answer
-token, each extra running sequence slowing both by 4 %, a prefix cache of 16,000 tokens per
-worker (least recently used evicted), and worker 0 twice as slow as the others.
-
-Workload: conversations on one of `corpora` topics, each prompt led by that topic's system
-message (system prompt + retrieved passages, about 1,200 tokens), then the conversation's
-earlier turns and the new question. 70 % simple questions (12-32 answer tokens), 30 % complex
-(80-160), all with max_tokens 256 (the real length is set by a marker the simulated engine
-reads). A conversation asks its next question after its previous answer, 3-8 turns, then a new
-conversation starts. Arrivals are Poisson at `load` x the fleet's capacity with warm caches.
+Every request is counted: done (its final event came), timed out (none by the end of the drain)
+or dropped (a chat question found every conversation waiting for its answer).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
-from dataclasses import dataclass, field
+import sys
+import time
 
-FIRST_TOKEN_MS, PREFILL_MS, DECODE_MS, SLOWDOWN, KV_TOKENS = 20.0, 0.4, 25.0, 0.04, 16_000
-SYSTEM_CHARS = 4800  # about 1,200 tokens
-SIMPLE, COMPLEX = (12, 32), (80, 160)
-MAX_TOKENS = 256
+from fleet_model import Fleet
+from fleet_prompts import Workload, open_conversations
+from harness import percentile
+
+from devstack.stack import Supervisor, say
 
 
-def worker_args(index: int, *, slots: int, time_scale: float) -> list[str]:
-    """The simulated engine's options for worker `index` (0 is the slow one)."""
+def worker_args(index: int, fleet: Fleet) -> list[str]:
     return [
         "--engine",
         "simulated",
         "--slots",
-        str(slots),
+        str(fleet.slots),
         "--sim-first-token-ms",
-        str(FIRST_TOKEN_MS * time_scale),
+        str(fleet.first_token_ms),
         "--sim-prefill-ms-per-token",
-        str(PREFILL_MS * time_scale),
+        str(fleet.prefill_ms),
         "--sim-decode-ms",
-        str(DECODE_MS * time_scale),
+        str(fleet.decode_ms),
         "--sim-batch-slowdown",
-        str(SLOWDOWN),
+        str(fleet.slowdown),
         "--sim-kv-tokens",
-        str(KV_TOKENS),
+        str(fleet.kv_tokens),
         "--sim-speed",
-        "0.5" if index == 0 else "1.0",
+        str(fleet.speed(index)),
     ]
 
 
-def capacity(*, workers: int, slots: int, time_scale: float) -> float:
-    """Answers per second the fleet serves with warm caches (only the new turn prefilled)."""
-    tokens = 0.7 * sum(SIMPLE) / 2 + 0.3 * sum(COMPLEX) / 2
-    new_prompt = 100  # the previous answer and the new question
-    decode = DECODE_MS * tokens * (1 + SLOWDOWN * (slots - 1) * 0.8)
-    service_ms = (FIRST_TOKEN_MS + PREFILL_MS * new_prompt + decode) * time_scale
-    speed = (workers - 1) + 0.5
-    return speed * slots / (service_ms / 1000)
+def prepare(users: int, conversations: int) -> tuple[list[int], list[int]]:
+    """Users on a plan that admits everything (the check compares routing, not admission),
+    and conversations for them."""
+    from apps.accounts.models import User
+    from apps.admission.models import DegradationSettings, Plan
+    from apps.chat.models import Conversation
+
+    Plan.objects.filter(is_default=True).update(
+        requests_per_minute=1_000_000,
+        burst_requests=1_000_000,
+        tokens_per_minute=10**9,
+        burst_tokens=10**9,
+        tokens_per_day=2 * 10**9,
+        max_concurrent=10_000,
+        max_queue_wait_seconds=3600,
+    )
+    row = DegradationSettings.current()
+    row.forced_level = 0
+    row.save()
+    owners = [User.objects.create(username=f"fleet{os.getpid()}-{i}") for i in range(users)]
+    made = Conversation.objects.bulk_create(
+        [Conversation(owner=owners[i % users], title=f"fleet {i}") for i in range(conversations)]
+    )
+    return [u.id for u in owners], [c.id for c in made]
 
 
-@dataclass
-class Conversation:
-    id: int
-    user_id: int
-    topic: int
-    turns_left: int
-    messages: list[dict] = field(default_factory=list)
-    busy: bool = False
-
-
-class Workload:
-    def __init__(
-        self, *, conversation_ids: list[tuple[int, int]], corpora: int, active: int, seed: int
-    ) -> None:
-        self.random = random.Random(seed)
-        self.fresh = list(conversation_ids)  # (conversation id, owner id) not used yet
-        self.systems = [self._system(topic) for topic in range(corpora)]
-        self.active = [self._start() for _ in range(active)]
-        self.asked: dict[str, tuple[Conversation, int]] = {}  # request id → (conv, tokens)
-
-    def _system(self, topic: int) -> str:
-        passage = f"Passage on topic {topic}: the sluice gate {topic} holds water level {topic}. "
-        return "You are Sluice's assistant. Answer from these sources.\n" + passage * (
-            SYSTEM_CHARS // len(passage)
+def check(*, policies, fleet: Fleet, rate: float, args, env: dict, model_rows: list[dict]) -> None:
+    """`env`: the backing services' (bench/fleet.py starts them and migrates)."""
+    per = int(rate * (args.check_seconds + 30) + 400)
+    users, conversations = prepare(64, per * len(policies))
+    rows = []
+    for n, policy in enumerate(policies):
+        say(f"check {policy}: {fleet.workers} workers at {rate:.2f} req/s")
+        mine = conversations[n * per : (n + 1) * per]
+        rows.append(run_policy(policy, fleet, rate, args, env, users, mine))
+    model = {r["policy"]: r for r in model_rows}
+    print(
+        f"\ncheck: real dispatcher + {fleet.workers} worker processes at {rate:.2f} req/s, "
+        f"{args.check_seconds:.0f} s, against the model at the same rate"
+    )
+    print(f"{'policy':<10}{'ttft p50':>16}{'ttft p99':>18}{'cache hit':>14}{'lost':>10}")
+    for r in rows:
+        m = model.get(r["policy"], {})
+        print(
+            f"{r['policy']:<10}{r['ttft_p50']:>7.0f} / {m.get('ttft_p50', 0):>4.0f}ms"
+            f"{r['ttft_p99']:>8.0f} / {m.get('ttft_p99', 0):>5.0f}ms"
+            f"{r['hit']:>7.0%} / {m.get('hit', 0):>3.0%}"
+            f"{r['lost']:>5} / {m.get('timed_out', 0) + m.get('dropped', 0)}"
         )
+    print("(real / model; lost: timed out + dropped)")
 
-    def _start(self) -> Conversation:
-        conversation_id, owner = self.fresh.pop()
-        topic = self.random.randrange(len(self.systems))
-        return Conversation(
-            conversation_id,
-            owner,
-            topic,
-            self.random.randint(3, 8),
-            [{"role": "system", "content": self.systems[topic]}],
-        )
 
-    def next_question(self) -> tuple[Conversation, list[dict], int, bool] | None:
-        """A conversation that is not waiting for an answer asks its next question."""
-        idle = [c for c in self.active if not c.busy]
-        if not idle:
-            return None
-        conversation = self.random.choice(idle)
-        complex_ = self.random.random() < 0.3
-        tokens = self.random.randint(*(COMPLEX if complex_ else SIMPLE))
-        turn = len(conversation.messages)
-        if complex_:
-            text = (
-                f"Explain in detail, step by step, how part {turn} of topic "
-                f"{conversation.topic} works, and list the trade-offs. "
+def run_policy(policy, fleet, rate, args, env, users, conversations) -> dict:
+    import redis
+
+    from worker.protocol import Keys
+
+    prefix = f"fleet-{policy}-{os.getpid()}"
+    keys = Keys(prefix=prefix)
+    client = redis.Redis.from_url(env["REDIS_URL"], decode_responses=True)
+    env = dict(
+        env,
+        SLUICE_REDIS_PREFIX=prefix,
+        SLUICE_ROUTING=policy,
+        SLUICE_AFFINITY_MAX_LOAD=str(fleet.max_load),
+    )
+    supervisor = Supervisor(env=env)
+    worker_ids = [f"fw{i}" for i in range(fleet.workers)]
+    try:
+        supervisor.start("dispatcher", [sys.executable, "manage.py", "run_dispatcher"])
+        for i, worker_id in enumerate(worker_ids):
+            supervisor.start(
+                f"worker-{i}",
+                [
+                    sys.executable,
+                    "-m",
+                    "worker",
+                    "--worker-id",
+                    worker_id,
+                    "--prefix",
+                    prefix,
+                    "--redis-url",
+                    env["REDIS_URL"],
+                    *worker_args(i, fleet),
+                ],
             )
-        else:
-            text = f"What is item {turn} of topic {conversation.topic}? "
-        question = {"role": "user", "content": f"{text}[[sim:tokens={tokens}]]"}
-        conversation.busy = True
-        return conversation, [*conversation.messages, question], tokens, complex_
-
-    def asked_as(
-        self, request_id: str, conversation: Conversation, messages: list[dict], tokens: int
-    ) -> None:
-        conversation.messages = messages
-        self.asked[request_id] = (conversation, tokens)
-
-    def answered(self, request_id: str) -> None:
-        """Its answer joins the history; a conversation out of turns makes way for a new one."""
-        found = self.asked.pop(request_id, None)
-        if found is None:
-            return
-        conversation, tokens = found
-        conversation.messages.append({"role": "assistant", "content": "answer " * tokens})
-        conversation.busy = False
-        conversation.turns_left -= 1
-        if conversation.turns_left <= 0 and self.fresh:
-            self.active[self.active.index(conversation)] = self._start()
+        deadline = time.monotonic() + 60
+        while client.zcard(keys.workers) < fleet.workers or not client.get(keys.lease):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the fleet did not start")
+            time.sleep(0.2)
+        found = drive(client, keys, fleet, rate, args, users, conversations, worker_ids)
+        return {"policy": policy, **found}
+    finally:
+        supervisor.stop_all(grace=5)
+        client.close()
 
 
-@dataclass
-class Request:
-    id: str
-    submitted_ms: int
-    first_ms: int | None = None
-    final_ms: int | None = None
-    state: str = ""
+def drive(client, keys, fleet, rate, args, users, conversations, worker_ids) -> dict:
+    """Poisson arrivals for --check-seconds after a warm-up, following the done stream so a
+    conversation asks its next question after its answer; then up to 60 s of drain."""
+    from worker import protocol, transitions
+    from worker.protocol import WorkItem
+
+    rng = random.Random(args.seed)
+    active = open_conversations(rate, args.think_s)
+    workload = Workload(
+        rng=random.Random(args.seed + 1), active=active, users=len(users), layout="question"
+    )
+    start = time.time()
+    warm_at, end_at = (
+        start + min(args.warmup, 20),
+        start + min(args.warmup, 20) + args.check_seconds,
+    )
+    next_at, last_done = start + rng.expovariate(rate), "$"
+    asked: dict[str, object] = {}
+    measured: dict[str, int] = {}  # request id → submitted ms
+    dropped, before = 0, None
+    while True:
+        now = time.time()
+        if before is None and now >= warm_at:
+            before = engine_figures(client, keys, worker_ids)
+        if now >= end_at + 60 or (now >= end_at and not asked):
+            break
+        for _, entries in client.xread({keys.done: last_done}, count=1000, block=20) or []:
+            for entry_id, fields in entries:
+                last_done = entry_id
+                ask = asked.pop(fields.get("id", ""), None)
+                if ask is not None:
+                    workload.answered(ask)
+        pipe = client.pipeline(transaction=False)
+        while now < end_at and next_at <= now:
+            next_at += rng.expovariate(rate)
+            ask = workload.next()
+            if ask is None:
+                dropped += now >= warm_at
+                continue
+            for one in (ask, *workload.background):
+                conversation = str(conversations[int(one.conversation)]) if one.conversation else ""
+                user = users[sum(map(ord, one.user)) % len(users)]
+                item = WorkItem(
+                    id=protocol.new_request_id(),
+                    user_id=str(user),
+                    conversation_id=conversation,
+                    messages=one.messages,
+                    max_tokens=512,
+                    kind="rag" if conversation else "api",
+                    prompt_tokens_estimate=sum(len(m["content"]) for m in one.messages) // 4,
+                )
+                transitions.submitted(
+                    pipe,
+                    keys,
+                    item,
+                    citations=[],
+                    stream=keys.admit,
+                    submit_by_ms=protocol.now_ms() + 60_000,
+                )
+                asked[item.id] = one
+                if one is ask and now >= warm_at:
+                    measured[item.id] = protocol.now_ms()
+            workload.background.clear()
+        pipe.execute()
+    after = engine_figures(client, keys, worker_ids)
+    return summarise(client, keys, measured, dropped, before or {}, after)
 
 
-def read_timings(client, keys, requests: list[Request]) -> None:
-    """When each request's first text and its end were written. The end is the final event's
-    stream entry id (Redis's clock in ms, the same machine's clock as the submission times);
-    the first token is the end less the generation's duration plus its engine TTFT (both in
-    the final event's usage), since queue-position events may come before any text."""
+def summarise(client, keys, measured, dropped, before, after) -> dict:
+    """TTFT from submission: the final event's stream id (Redis's clock, this machine's) less
+    the generation's duration plus its engine TTFT, both in the final event's usage."""
     pipe = client.pipeline(transaction=False)
-    for request in requests:
-        pipe.xrevrange(keys.output(request.id), count=1)
-    for request, tail in zip(requests, pipe.execute(), strict=True):
-        if not tail or tail[0][1].get("type") != "final":
+    ids = list(measured)
+    for request_id in ids:
+        pipe.xrevrange(keys.output(request_id), count=1)
+    ttft, lost = [], 0
+    for request_id, tail in zip(ids, pipe.execute(), strict=True):
+        usage = json.loads(tail[0][1].get("usage") or "{}") if tail else {}
+        if not tail or tail[0][1].get("type") != "final" or usage.get("ttft_ms") is None:
+            lost += 1
+            ttft.append(float("inf"))
             continue
-        entry_id, fields = tail[0]
-        request.final_ms = int(entry_id.split("-")[0])
-        request.state = fields.get("state", "")
-        usage = json.loads(fields.get("usage") or "{}")
-        if usage.get("ttft_ms") is not None and usage.get("duration_ms") is not None:
-            request.first_ms = int(request.final_ms - usage["duration_ms"] + usage["ttft_ms"])
-
-
-def worker_loads(client, keys, worker_ids: list[str], slots: int) -> list[float]:
-    """Each worker's load now: answers running plus work waiting on its own stream, per slot
-    (a load balancer's queue is at the worker; pull's queue is shared and counts for none)."""
-    pipe = client.pipeline(transaction=False)
-    pipe.mget([keys.heartbeat(w) for w in worker_ids])
-    for worker_id in worker_ids:
-        pipe.xlen(keys.work_for(worker_id))
-        pipe.xpending(keys.work_for(worker_id), "workers")
-    replies = pipe.execute(raise_on_error=False)
-    beats, rest = replies[0], replies[1:]
-    loads = []
-    for beat, length, pending in zip(beats, rest[0::2], rest[1::2], strict=True):
-        busy = int(json.loads(beat).get("busy", 0)) if beat else 0
-        read = pending.get("pending", 0) if isinstance(pending, dict) else 0
-        waiting = max(0, (length if isinstance(length, int) else 0) - read)
-        loads.append((busy + waiting) / slots)
-    return loads
+        final_ms = int(tail[0][0].split("-")[0])
+        first = final_ms - usage.get("duration_ms", 0) + usage["ttft_ms"]
+        ttft.append(first - measured[request_id])
+    cached = sum(
+        float(f.get("prompt_tokens_cached", 0))
+        - float(before.get(w, {}).get("prompt_tokens_cached", 0))
+        for w, f in after.items()
+    )
+    prompt = sum(
+        float(f.get("prompt_tokens", 0)) - float(before.get(w, {}).get("prompt_tokens", 0))
+        for w, f in after.items()
+    )
+    return {
+        "ttft_p50": percentile(ttft, 50) if ttft else 0.0,
+        "ttft_p99": percentile(ttft, 99) if ttft else 0.0,
+        "hit": cached / prompt if prompt else 0.0,
+        "lost": lost + dropped,
+    }
 
 
 def engine_figures(client, keys, worker_ids: list[str]) -> dict[str, dict]:
-    """Each worker's engine figures from its last heartbeat, with when it was taken (`at_s`)."""
-    found = {}
-    for worker_id, raw in zip(
-        worker_ids, client.mget([keys.heartbeat(w) for w in worker_ids]), strict=True
-    ):
-        beat = json.loads(raw) if raw else {}
-        found[worker_id] = {
-            **(beat.get("engine_metrics") or {}),
-            "at_s": beat.get("at_ms", 0) / 1000,
-        }
-    return found
+    """Each worker's engine figures from its last heartbeat."""
+    raws = client.mget([keys.heartbeat(w) for w in worker_ids])
+    return {
+        w: (json.loads(raw).get("engine_metrics") or {}) if raw else {}
+        for w, raw in zip(worker_ids, raws, strict=True)
+    }

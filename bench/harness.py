@@ -84,6 +84,30 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12]) if fields else 0  # utime, stime
 
 
+def tree_cpu_seconds(roots: dict[str, list[int]]) -> dict[str, float]:
+    """CPU time (user + system) each role's processes have used so far, with every process
+    below them: live descendants by their own counts, and those that have exited by their
+    parent's count of reaped children (cutime, cstime): PostgreSQL's backends, for one, come
+    and go with the connections."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in _parents().items():
+        children.setdefault(parent, []).append(pid)
+    found: dict[str, float] = {}
+    for role, pids in roots.items():
+        tree, todo = set(), list(pids)
+        while todo:
+            pid = todo.pop()
+            if pid not in tree:
+                tree.add(pid)
+                todo += children.get(pid, [])
+        ticks = 0
+        for pid in tree:
+            fields = _stat_fields(pid)
+            ticks += sum(int(f) for f in fields[11:15]) if fields else 0  # with reaped children
+        found[role] = ticks / os.sysconf("SC_CLK_TCK")
+    return found
+
+
 def _parents() -> dict[int, int]:
     found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):

@@ -5,9 +5,10 @@ Two kinds of entry, each a string with a TTL under the dispatcher's hash tag:
 
 - `conv`: conversation → the worker that answered it last. Its next prompt repeats the whole
   conversation, so that worker holds all of it but the newest turn.
-- `prefix`: fingerprint of the prompt's system message (the system prompt with the retrieved
-  passages, what conversations on one topic share) → the worker that read it last. A new
-  conversation on the same passages finds that part already computed there.
+- `prefix`: fingerprint of the prompt's system message (the system prompt with the user's
+  profile and the conversation's summary; an API client's shared system prompt) → the worker
+  that read it last. A new conversation of the same user, or the next request on the same
+  system prompt, finds that part already computed there.
 
 The TTL (`SLUICE_AFFINITY_TTL_SECONDS`) bounds how long a cache is trusted: a GPU under load
 evicts an idle conversation's blocks within minutes, and a stale entry costs only a routing

@@ -52,6 +52,9 @@ class Fleet:
     heartbeats: list[dict] = field(default_factory=list)  # every fresh one
     model_slots: dict[str, int] = field(default_factory=dict)  # model → its workers' slots
     waiting: dict[str, int] = field(default_factory=dict)  # worker → unread on its stream
+    # worker → answers it runs now: what it has read and not yet acknowledged, on its own
+    # stream and the shared ones (fresh each pass; a heartbeat may be two seconds old)
+    running: dict[str, int] = field(default_factory=dict)
     breakers_open: list[str] = field(default_factory=list)  # out of routing (or probing)
 
     def queued(self, keys: Keys, model: str) -> int:
@@ -66,12 +69,18 @@ class Fleet:
         """Work waiting for a worker that is already full (routed there for its cache): it
         holds none of the other workers' slots, so it is left out of the model's room."""
         return sum(
-            max(
-                0, int(beat.get("busy") or 0) + self.waiting.get(w, 0) - int(beat.get("slots") or 0)
-            )
+            max(0, self.busy(w) + self.waiting.get(w, 0) - int(beat.get("slots") or 0))
             for w, beat in self.workers.items()
             if beat_model(beat) == model
         )
+
+    def busy(self, worker_id: str) -> int:
+        """Answers the worker runs: the more of its heartbeat's count and the streams' pending
+        entries. A stale beat that missed new work would have routing queue a request behind
+        a full worker while others have free slots, which costs seconds of time to first
+        token to save a prefill of a fraction of one (bench/fleet.py)."""
+        beat = self.workers.get(worker_id) or {}
+        return max(int(beat.get("busy") or 0), self.running.get(worker_id, 0))
 
     def slots_for(self, model: str) -> int:
         return self.model_slots.get(model, 0)
@@ -90,7 +99,7 @@ class FleetView:
             keys,
             self.affinity,
             policy=getattr(settings, "SLUICE_ROUTING", "affinity"),
-            max_load=getattr(settings, "SLUICE_AFFINITY_MAX_LOAD", 2.5),
+            max_load=getattr(settings, "SLUICE_AFFINITY_MAX_LOAD", 1.0),
         )
         self.service_s = 10.0  # average time an answer takes
         self.models_seen: set[str] = set()  # every model a live worker has served
@@ -189,6 +198,8 @@ class FleetView:
             pipe.xlen(stream)
         for worker_id in fleet.workers:  # what its worker has read: running, not waiting
             pipe.xpending(self.keys.work_for(worker_id), protocol.WORKER_GROUP)
+        for model in fleet.model_slots:  # what each worker took from the shared streams
+            pipe.xpending(self.keys.work_for_model(model), protocol.WORKER_GROUP)
         return streams
 
     def _lengths(self, fleet: Fleet, streams: list[str], replies: list) -> None:
@@ -201,6 +212,14 @@ class FleetView:
             fleet.waiting[worker_id] = max(
                 0, fleet.stream_len[self.keys.work_for(worker_id)] - read
             )
+            fleet.running[worker_id] = read
+        shared = replies[len(streams) + len(fleet.workers) :]
+        for pending in shared[: len(fleet.model_slots)]:
+            consumers = pending.get("consumers") if isinstance(pending, dict) else None
+            for consumer in consumers or ():
+                name = consumer.get("name")
+                if name in fleet.running:
+                    fleet.running[name] += int(consumer.get("pending") or 0)
 
     def _from_heartbeats(self, beats: list[str | None]) -> Fleet:
         fleet = Fleet()
@@ -238,7 +257,8 @@ class FleetView:
 
     def route(self, requests: list[tuple[QueuedRequest, str]], fleet: Fleet) -> list[str]:
         """The work stream of each (request, model it runs on), by the routing policy."""
-        return self.router.route(requests, fleet.workers, fleet.waiting)
+        workers = {w: {**beat, "busy": fleet.busy(w)} for w, beat in fleet.workers.items()}
+        return self.router.route(requests, workers, fleet.waiting)
 
 
 def beat_model(beat: dict) -> str:

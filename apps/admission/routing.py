@@ -8,7 +8,7 @@
   the model's shared stream, which every worker of the model pulls from as it frees a slot.
 - `pull`: the shared stream only (pull without affinity).
 - `round-robin` and `least-loaded`: push each request to one worker's private stream at once,
-  as a load balancer in front of GPU servers does (for the fleet benchmark's comparison).
+  as a load balancer in front of GPU servers does.
 
 Scoring (the affinity policy). Each live worker of the model that may hold part of the prompt
 is scored
@@ -25,14 +25,16 @@ Why these weights: prefill of the uncached prompt is what a hit saves, and with 
 prefixes it is as long as the whole decode, so the benefit term dominates and a conversation's
 own worker (benefit near 1) wins over a worker that holds only the system prompt. The load term
 breaks near-ties between such candidates. What keeps a popular worker from queueing more than
-it should is the hard load threshold, not the weights: up to `SLUICE_AFFINITY_MAX_LOAD` (2.5:
-one and a half slots' worth may wait for it) a request waits for the worker that holds its
-prompt, because near capacity recomputing the prompt elsewhere costs GPU time that every other
-request then waits for (bench/fleet.py measured the threshold); past it, the shared stream
-serves the request on whichever worker frees a slot first, which beats any estimate made from a
-heartbeat up to two seconds old. Workers without a cache benefit are never pushed to for the
-same reason. Work waiting for a full worker does not count against the other workers' room
-(release.py), so their free slots keep pulling from the shared stream meanwhile.
+it should is the hard load threshold, not the weights: at the default `SLUICE_AFFINITY_MAX_LOAD`
+of 1.0 a request goes to the worker that holds its prompt only while that worker has a free
+slot. Waiting for a full worker costs the rest of an answer's decode (seconds) to save a prefill
+(a fraction of a second): bench/fleet.py measured time to first token p99 several times worse
+at 2.5 than pull alone, on prompts whose passages change on every question. The load counts
+what the worker runs from the streams' pending entries, read on every pass, as well as its
+heartbeat (release.py). Workers without a cache benefit are never pushed to; the shared stream
+serves the request on whichever worker frees a slot first. Work waiting for a full worker does
+not count against the other workers' room (release.py), so their free slots keep pulling from
+the shared stream meanwhile.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class Router:
     keys: Keys
     store: AffinityStore
     policy: str = AFFINITY
-    max_load: float = 2.5
+    max_load: float = 1.0
     counts: RouteCounts = field(default_factory=RouteCounts)
     _turn: dict[str, int] = field(default_factory=dict)  # round-robin position per model
 

@@ -279,7 +279,7 @@ def _question_and_prompt(
         also = settled.queue if settled is not None and writes is None else None
         prompt = prompt_build(
             conversation=conversation,
-            extra_system=passages_block(passages),
+            passages=passages_block(passages),
             pushed=None if writes else pushed,
             also=also,
             sources=sources,

@@ -6,6 +6,10 @@ page breaks) are never merged into one chunk; inside a section a chunk ends, by 
 paragraph, then a sentence, then a line, then a word boundary, at least half-full; the next chunk
 starts `overlap` tokens before that end (moved back to the start of the word there), so a fact cut
 by a boundary is whole in one of the two. Every character of the text lies in some chunk's span.
+
+A section that holds nothing but its heading (a title followed at once by a subheading) is no
+passage of its own: alone it matches every question that shares a word with the title and
+answers none. It joins the section after it, so its words still lie in a chunk.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 FENCE = re.compile(r"^(```|~~~)", re.MULTILINE)
 PAGE_BREAK = "\f"
 HEADING_SEPARATOR = " > "
+CHUNKING_VERSION = 2  # raised whenever the same text and sizes give other chunks
 
 # Boundary strength before a token: where a chunk may end (higher is better).
 NONE, WORD, LINE, SENTENCE, PARAGRAPH = 0, 1, 2, 3, 4
@@ -83,7 +88,31 @@ def sections(text: str) -> list[Section]:
             stack.append((level, title))
     if position < len(text):
         out.append(Section(position, len(text), _path(stack), page))
-    return [s for s in out if text[s.start : s.end].strip()]
+    return _join_bare_headings(text, [s for s in out if text[s.start : s.end].strip()])
+
+
+def _join_bare_headings(text: str, found: list[Section]) -> list[Section]:
+    """Each section that is only its heading line, merged into the next one on the same page."""
+    out: list[Section] = []
+    pending: Section | None = None
+    for section in found:
+        if pending is not None and pending.page == section.page:
+            section = Section(pending.start, section.end, section.heading, section.page)
+        elif pending is not None:
+            out.append(pending)
+        pending = None
+        if _bare_heading(text[section.start : section.end]):
+            pending = section
+        else:
+            out.append(section)
+    if pending is not None:
+        out.append(pending)
+    return out
+
+
+def _bare_heading(body: str) -> bool:
+    match = HEADING.match(body.strip())
+    return match is not None and match.end() == len(body.strip())
 
 
 def chunk_text(text: str, *, size: int, overlap: int) -> list[Chunk]:

@@ -78,7 +78,8 @@ class IngestReport:
 
 
 def pipeline_signature(*, size: int, overlap: int) -> str:
-    return f"{MODEL_NAME}/{size}/{overlap}"
+    # CHUNKING_VERSION: a change of how text is cut makes the next ingest re-chunk every file.
+    return f"{MODEL_NAME}/{size}/{overlap}/{chunking.CHUNKING_VERSION}"
 
 
 def expand_paths(paths: list[str]) -> tuple[list[Path], list[tuple[str, str]]]:

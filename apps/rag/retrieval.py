@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 import time
 from dataclasses import asdict, dataclass, field
-from functools import cache
 
 import numpy as np
 import psycopg
 from django.conf import settings
 from django.db import connection
 from django.urls import reverse
-from psycopg.adapt import Dumper
-from psycopg.pq import Format
-from psycopg.types import TypeInfo
 
 from apps.rag.chunking import HEADING_SEPARATOR
 from apps.rag.models import Corpus
+from apps.rag.query_vector import QueryVector, vector_dumper, vector_oid
 
 RRF_K = 60  # the usual constant of reciprocal rank fusion: dampens the head of each list
 
@@ -43,7 +39,7 @@ class Passage:
     score: float  # fused
     vector_score: float  # cosine similarity
     text_score: float  # ts_rank_cd relative to the best full-text candidate
-    metadata_score: float  # 1 when title/headings match the query or the metadata boost matches
+    metadata_score: float  # 1 when its section heading matches the query or the boost matches
     vector_rank: int | None = None
     text_rank: int | None = None
     metadata: dict = field(default_factory=dict)
@@ -62,6 +58,11 @@ class Weights:
     def of(cls, corpus: Corpus) -> Weights:
         return cls(corpus.vector_weight, corpus.text_weight, corpus.metadata_weight)
 
+
+# The metadata match looks at the passage's own section heading (the last part of its heading
+# path): the document's title and the headings above are shared by every passage of a document,
+# so a question naming the title's word lifted all of them alike, introductions first.
+SECTION_SQL = f"regexp_replace(c.heading, '^.*{HEADING_SEPARATOR}', '')"
 
 # The full-text list ranks the passages sharing the most of the question's words first
 # (ts_rank_cd over the words OR-ed), but ranking every passage that shares one common word grows
@@ -106,7 +107,7 @@ cand AS (SELECT id FROM vec UNION SELECT id FROM txt)
 SELECT c.id, c.corpus_id, c.document_id, d.title, c.heading, c.text, c.metadata,
        1 - (c.embedding <=> %(embedding)s::vector) AS vector_score,
        COALESCE(ts_rank_cd(c.search, tq.q), 0) AS text_rank,
-       COALESCE(ts_filter(c.search, '{{a}}') @@ tq.q, false) AS title_match,
+       COALESCE(to_tsvector(%(config)s::regconfig, {section}) @@ tq.q, false) AS title_match,
        {boost} AS boost_match,
        c.id IN (SELECT id FROM vec) AS from_vec
 FROM cand JOIN rag_chunk c ON c.id = cand.id JOIN rag_document d ON d.id = c.document_id, tq
@@ -125,11 +126,14 @@ def search(
     weights: Weights | None = None,
     candidates: int | None = None,
     min_similarity: float | None = None,
+    exact: bool = False,
 ) -> list[Passage]:
     """The top `k` passages of `corpora` for `query` (whose embedding the caller computed).
 
     `corpora` must already be the ones the caller may search: this function trusts the list.
     `fusion` and `weights` override the corpora's own (the admin's "try a query" page does).
+    `exact`: both candidate lists without approximation (an exact vector scan, every passage
+    sharing a word ranked): what the service's search is measured against.
     """
     if not corpora or not query.strip() or k < 1:
         return []
@@ -141,31 +145,52 @@ def search(
         metadata_filter=metadata_filter,
         boost=boost,
         candidates=candidates,
+        exact=exact,
     )
     by_corpus = {c.pk: c for c in corpora}
     if fusion is None:
         # Scores of the two methods are not comparable: mixing corpora of both fuses by weights.
         fusion = "rrf" if all(c.fusion == Corpus.Fusion.RRF for c in corpora) else "weighted"
     ranked = _fuse(rows, by_corpus=by_corpus, fusion=fusion, weights=weights)
-    ranked = [s for s in ranked if relevant(s, by_corpus[s.row["corpus_id"]], min_similarity)]
+    best: dict[int, float] = {}
+    for s in ranked:
+        best[s.row["corpus_id"]] = max(best.get(s.row["corpus_id"], -1.0), s.vector)
+    ranked = [
+        s
+        for s in ranked
+        if relevant(s, by_corpus[s.row["corpus_id"]], min_similarity, best[s.row["corpus_id"]])
+    ]
     ranked = ranked[:k]
     return [s.passage(number, query) for number, s in enumerate(ranked, start=1)]
 
 
-def relevant(scored: _Scored, corpus: Corpus, min_similarity: float | None) -> bool:
+# Below a calibrated floor, how far a passage of an admitted question may sit.
+RELEVANCE_MARGIN = 0.1
+
+
+def relevant(
+    scored: _Scored, corpus: Corpus, min_similarity: float | None, best: float = 1.0
+) -> bool:
     """The relevance gate: is the passage worth the model's reading time? A calibrated corpus
-    (`relevance_floor`, see apps.rag.relevance) admits by cosine similarity alone: a shared
-    common word says little, and off-topic questions share one often. Otherwise the
-    RAG_MIN_SIMILARITY default, or any full-text match. `min_similarity` overrides both (the
-    admin's "try a query" page and the evaluation show the whole ranking)."""
+    (`relevance_floor`, see apps.rag.relevance) decides by cosine similarity alone: a shared
+    common word says little, and off-topic questions share one often. The floor admits the
+    question (by `best`, its best passage's similarity in this corpus, which is what the
+    calibration measures); its passages then pass within RELEVANCE_MARGIN of the floor, since
+    the passage that answers often scores a little below a neighbour that merely matches.
+    Otherwise the RAG_MIN_SIMILARITY default, or any full-text match. `min_similarity`
+    overrides both (the admin's "try a query" page and the evaluation show the whole
+    ranking)."""
     if min_similarity is not None:
         return scored.vector >= min_similarity or scored.text > 0
-    if corpus.relevance_floor is not None:
-        return scored.vector >= corpus.relevance_floor
+    floor = corpus.relevance_floor
+    if floor is not None:
+        return best >= floor and scored.vector >= floor - RELEVANCE_MARGIN
     return scored.vector >= settings.RAG_MIN_SIMILARITY or scored.text > 0
 
 
-def _candidates(*, corpora, query, embedding, metadata_filter, boost, candidates) -> list[dict]:
+def _candidates(
+    *, corpora, query, embedding, metadata_filter, boost, candidates, exact=False
+) -> list[dict]:
     params = {
         "config": settings.RAG_TEXT_SEARCH_CONFIG,
         "query": query,
@@ -181,6 +206,9 @@ def _candidates(*, corpora, query, embedding, metadata_filter, boost, candidates
     filter_sql = "AND c.metadata @> %(filter)s::jsonb" if metadata_filter else ""
     boost_sql = "c.metadata @> %(boost)s::jsonb" if boost else "false"
     ef_search = max(settings.RAG_HNSW_EF_SEARCH, candidates)
+    if exact:
+        params.update(per_term=2**31 - 1, common="{}", max_terms=64)
+        return _run(params, filter_sql, boost_sql, exact=True, ef_search=ef_search)
     rows = _run(params, filter_sql, boost_sql, exact=False, ef_search=ef_search)
     # HNSW filters after its search: when the allowed corpora are a small part of the table the
     # index returns few of their rows. Then an exact scan (over those few corpora) finds them.
@@ -229,6 +257,7 @@ def _run(params, filter_sql, boost_sql, *, exact: bool, ef_search: int) -> list[
     sql = CANDIDATES_SQL.format(
         filter=filter_sql,
         boost=boost_sql,
+        section=SECTION_SQL,
         # "+ 0" hides the ORDER BY from the HNSW index: an exact scan. (The distance is in
         # parentheses: `<=>` binds looser than `+`, which would add 0 to the vector.)
         exact="+ 0" if exact else "",
@@ -236,7 +265,7 @@ def _run(params, filter_sql, boost_sql, *, exact: bool, ef_search: int) -> list[
     connection.ensure_connection()
     raw = connection.connection
     with psycopg.Cursor(raw) as cursor:
-        cursor.adapters.register_dumper(QueryVector, _vector_dumper(_vector_oid(raw)))
+        cursor.adapters.register_dumper(QueryVector, vector_dumper(vector_oid(raw)))
         # One round trip: the search breadth and the statement travel together (a SET LOCAL
         # would need a transaction, so a BEGIN and a COMMIT more). The setting stays on the
         # session, which is harmless: every search here sets it first. (Preparing the statement
@@ -254,38 +283,6 @@ SET_EF_SEARCH = "SELECT set_config('hnsw.ef_search', %s, false)"
 def _dicts(cursor) -> list[dict]:
     names = [col.name for col in cursor.description]
     return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-
-class QueryVector:
-    """The query embedding as a statement parameter, sent in pgvector's binary form: no 384
-    numbers to format here and parse on the server."""
-
-    __slots__ = ("payload",)
-
-    def __init__(self, embedding) -> None:
-        values = np.asarray(embedding, dtype=">f4")  # big-endian float4, as vector_recv reads
-        self.payload = struct.pack(">HH", len(values), 0) + values.tobytes()
-
-
-class _VectorDumper(Dumper):
-    format = Format.BINARY
-
-    def dump(self, obj: QueryVector) -> bytes:
-        return obj.payload
-
-
-@cache
-def _vector_dumper(oid: int) -> type[Dumper]:
-    return type("VectorDumper", (_VectorDumper,), {"oid": oid})
-
-
-def _vector_oid(raw) -> int:
-    """pgvector's type oid, looked up once per connection (it differs between databases)."""
-    info = raw.adapters.types.get("vector")
-    if info is None:
-        info = TypeInfo.fetch(raw, "vector")
-        info.register(raw)
-    return info.oid
 
 
 @dataclass

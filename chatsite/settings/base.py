@@ -222,8 +222,10 @@ SERVESTATIC_USE_FINDERS = True
 
 # Retrieval (apps/rag; docs/retrieval.md describes each setting)
 RAG_EMBEDDING_MODEL_PATH = env.str("RAG_EMBEDDING_MODEL_PATH", default="")
-RAG_CHUNK_TOKENS = env.int("RAG_CHUNK_TOKENS", default=200)
-RAG_CHUNK_OVERLAP = env.int("RAG_CHUNK_OVERLAP", default=40)
+# 100 word pieces: MiniLM matches a question to a short passage better than to a long one, and
+# several fit the prompt's share (bench/rag.py's labelled questions; 64 matched worse again).
+RAG_CHUNK_TOKENS = env.int("RAG_CHUNK_TOKENS", default=100)
+RAG_CHUNK_OVERLAP = env.int("RAG_CHUNK_OVERLAP", default=20)
 RAG_EMBED_BATCH = env.int("RAG_EMBED_BATCH", default=64)
 RAG_TEXT_SEARCH_CONFIG = env.str("RAG_TEXT_SEARCH_CONFIG", default="english")
 RAG_CANDIDATES = env.int("RAG_CANDIDATES", default=40)
@@ -234,7 +236,7 @@ RAG_DEGRADED_CANDIDATES = env.int("RAG_DEGRADED_CANDIDATES", default=8)
 # the default keeps a margin over 0.95 however the index was built.
 RAG_HNSW_EF_SEARCH = env.int("RAG_HNSW_EF_SEARCH", default=50)
 RAG_FULLTEXT_POOL_PER_TERM = env.int("RAG_FULLTEXT_POOL_PER_TERM", default=50)
-RAG_TOP_K = env.int("RAG_TOP_K", default=4)
+RAG_TOP_K = env.int("RAG_TOP_K", default=5)
 RAG_MIN_SIMILARITY = env.float("RAG_MIN_SIMILARITY", default=0.2)
 # The passages' share of a prompt, in model tokens (about four characters each): every token
 # is read before the first word of the answer, so the passages are cut to this.
@@ -283,12 +285,12 @@ SLUICE_ADMISSION_QUANTUM = env.int("SLUICE_ADMISSION_QUANTUM", default=256)
 # default), "pull" (shared stream only), "round-robin" and "least-loaded" (push, as a load
 # balancer would: benchmarks only). Affinity lives this long in Redis after the last answer,
 # and a worker loaded beyond SLUICE_AFFINITY_MAX_LOAD (busy + waiting for it, per slot) gets
-# no more work routed to it: the shared stream takes it. Near capacity, waiting for the worker
-# that holds the prompt beats recomputing it elsewhere (bench/fleet.py: 1.0 kept 39 % of prompt
-# tokens cached, 1.5 74 %, 2.5 89 % and the most answers/s).
+# no more work routed to it: the shared stream takes it. At 1.0 a request waits for no full
+# worker: waiting costs seconds of time to first token to save a fraction of a second of
+# prefill (bench/fleet.py, goodput at TTFT p99 <= 2 s).
 SLUICE_ROUTING = env.str("SLUICE_ROUTING", default="affinity")
 SLUICE_AFFINITY_TTL_SECONDS = env.int("SLUICE_AFFINITY_TTL_SECONDS", default=1800)
-SLUICE_AFFINITY_MAX_LOAD = env.float("SLUICE_AFFINITY_MAX_LOAD", default=2.5)
+SLUICE_AFFINITY_MAX_LOAD = env.float("SLUICE_AFFINITY_MAX_LOAD", default=1.0)
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 # The dispatcher's Prometheus endpoint (its own HTTP port; 0: off, as two dispatchers on one
 # machine would want the same port). Web processes serve theirs at /metrics.

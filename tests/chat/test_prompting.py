@@ -60,6 +60,24 @@ def test_prompt_keeps_the_latest_finished_turns_that_fit(user, settings):
     assert prompt.prompt_tokens_estimate <= 400 - 100
 
 
+def test_passages_sit_just_before_the_question_so_the_turns_keep_their_prefix(user):
+    conversation = conversation_create(owner=user)
+    message_create(conversation=conversation, role="user", text="first question")
+    message_create(conversation=conversation, role="assistant", text="an answer", request_id="r1")
+    message_create(conversation=conversation, role="user", text="second question")
+    first = prompt_build(conversation=conversation, passages="<passages>A</passages>")
+    message_create(conversation=conversation, role="assistant", text="answer 2", request_id="r2")
+    message_create(conversation=conversation, role="user", text="third question")
+    second = prompt_build(conversation=conversation, passages="<passages>B</passages>")
+    assert "<passages>" not in second.messages[0]["content"]
+    assert second.messages[-2:] == [
+        {"role": "user", "content": "<passages>B</passages>"},
+        {"role": "user", "content": "third question"},
+    ]
+    # The follow-up repeats its predecessor's prompt up to the previous passages.
+    assert second.messages[:3] == first.messages[:3]
+
+
 def test_message_create_titles_a_new_chat_and_stores_an_answer_once(user):
     conversation = conversation_create(owner=user)
     message_create(conversation=conversation, role="user", text="  How do rivers form?  ")

@@ -39,7 +39,7 @@ def test_passages_are_numbered_with_component_scores_and_source_links(handbook, 
     assert first.text_score == 1.0  # the best full-text match among the candidates
     assert first.metadata_score == 1.0  # "roll back" is in its section heading
     assert first.score == pytest.approx(
-        0.7 * first.vector_score + 0.2 * first.text_score + 0.1 * first.metadata_score, abs=1e-5
+        0.7 * first.vector_score + 0.07 * first.text_score + 0.03 * first.metadata_score, abs=1e-5
     )
     assert "harbor rollback billing" in first.text
     assert "rollback" in first.snippet.lower()
@@ -71,7 +71,7 @@ def test_reciprocal_rank_fusion_is_an_option(handbook, user):
     passages = retrieve_for_prompt(user=user, query="How many vacation days per year?", k=3)
     assert passages[0].title.startswith("Vacation policy")
     best = passages[0]
-    expected = 0.7 / (60 + best.vector_rank) + 0.2 / (60 + best.text_rank) + 0.1 / 61
+    expected = 0.7 / (60 + best.vector_rank) + 0.07 / (60 + best.text_rank) + 0.03 / 61
     assert best.score == pytest.approx(expected, rel=1e-4)
 
 

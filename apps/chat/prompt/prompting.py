@@ -1,6 +1,12 @@
 """Builds the model's messages for a conversation: a system prompt personalised from the user's
 profile and tags, what the conversation remembers of older turns (see memory.py), then the most
-recent turns that fit the model's context window."""
+recent turns that fit the model's context window.
+
+The layout serves prefix caching: what changes least comes first (system prompt, profile,
+summary), then the turns in order, then this question's passages, in a message of their own just
+before the question. A follow-up then repeats its predecessor's prompt up to the previous
+question, so the engine that served it skips all of that (bench/fleet.py measures the layouts);
+passages inside the system message would change the prompt's first message on every turn."""
 
 from __future__ import annotations
 
@@ -10,11 +16,11 @@ from typing import Any
 
 from django.conf import settings
 
-from apps.chat.models import Conversation
 from apps.chat.prompt import hot
 from apps.chat.prompt.hot import prompt_sources  # Redis when warm, else PostgreSQL
 from apps.chat.prompt.memory import Turn, estimate_tokens, plan_prompt
-from apps.chat.selectors import PromptProfile, PromptSources
+from apps.chat.prompt.models import Conversation
+from apps.chat.prompt.selectors import PromptProfile, PromptSources
 
 __all__ = ["Prompt", "estimate_tokens", "prompt_build", "system_prompt", "system_prompt_for"]
 
@@ -62,6 +68,7 @@ def prompt_build(
     *,
     conversation: Conversation,
     extra_system: str = "",
+    passages: str = "",
     max_tokens: int | None = None,
     pushed: Turn | None = None,
     also: Callable[[Any], None] | None = None,
@@ -71,7 +78,8 @@ def prompt_build(
     key-fact turns), then as many of the latest turns as the context window holds. `pushed`:
     the question just stored, for the hot tier to take in the read's own round trip; `also`
     queues more writes on that round trip (see hot.prompt_sources). `sources`: read already
-    (prompt/read_ahead.py): no read, and nothing pushed."""
+    (read_ahead.py): no read, and nothing pushed. `passages`: this question's retrieved
+    passages (rag/prompting.passages_block), placed just before the question."""
     max_tokens = max_tokens or settings.MODEL_MAX_TOKENS
     if sources is None:
         sources = prompt_sources(
@@ -81,8 +89,14 @@ def prompt_build(
     if extra_system:
         system = f"{system}\n\n{extra_system}"
     budget = settings.MODEL_CONTEXT_TOKENS - max_tokens - estimate_tokens(system)
+    if passages:
+        budget -= estimate_tokens(passages)
     plan = plan_prompt(system=system, sources=sources, budget=budget)
-    messages = [{"role": "system", "content": plan.system}, *plan.turns]
+    turns = plan.turns
+    if passages:  # its own message, so the question stays the last one (estimates read it)
+        cut = len(turns) - 1 if turns and turns[-1]["role"] == "user" else len(turns)
+        turns = [*turns[:cut], {"role": "user", "content": passages}, *turns[cut:]]
+    messages = [{"role": "system", "content": plan.system}, *turns]
     used = sum(estimate_tokens(m["content"]) for m in messages)
     return Prompt(
         messages=messages,
