@@ -16,11 +16,11 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.chat.models import Conversation
 from apps.chat.prompt import hot
 from apps.chat.prompt.hot import prompt_sources  # Redis when warm, else PostgreSQL
 from apps.chat.prompt.memory import Turn, estimate_tokens, plan_prompt
-from apps.chat.prompt.models import Conversation
-from apps.chat.prompt.selectors import PromptProfile, PromptSources
+from apps.chat.selectors import PromptProfile, PromptSources
 
 __all__ = ["Prompt", "estimate_tokens", "prompt_build", "system_prompt", "system_prompt_for"]
 
