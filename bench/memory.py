@@ -1,29 +1,42 @@
-"""Conversation memory: does a fact the user stated early survive into a late question's prompt?
+"""Conversation memory: do facts the user gave early reach a late question's prompt, with their
+current value?
 
-    .venv/bin/python bench/memory.py                    # 50 conversations, SmolLM2 summaries
-    .venv/bin/python bench/memory.py --conversations 10 # a quicker look
+    .venv/bin/python bench/memory.py                     # 8 conversations, SmolLM2 summaries
+    .venv/bin/python bench/memory.py --conversations 50 --answers 5  # the fuller run
+    .venv/bin/python bench/memory.py --max-minutes 30    # starts no conversation after 30 min
 
-Generates long conversations (32 exchanges each, 64 turns) in which early questions state facts
-(a name, a number, a preference, a place) among everyday questions, and whose last question
-needs them all. Each conversation is replayed turn by turn through the prompt builder
-(apps/chat/memory.plan_prompt, the code every chat message goes through): whenever it finds
-turns falling out of the window it asks for a summary, and here the real model (SmolLM2-135M
-through the worker's llama.cpp engine) writes it at once, as a background request would
-between two questions. The last question's prompt is then built two ways at the same token
-budget (the model's context minus the answer's share, as in production):
+The model's work is what takes time: about three summary requests per conversation, and for the
+answers one long prompt per arm (an arm's questions share its prefix, so more `--answers` cost
+little more). Each figure is printed with the number of facts it stands on; 8 conversations make
+8 facts per placement, so read a placement's figure to within one or two facts.
 
-  (a) sliding window: the system prompt and the latest turns that fit;
-  (b) memory: system prompt + summary + pinned/key-fact turns + the latest turns that fit.
+Each conversation (bench/memory_data.py: 32 exchanges) plants five facts about the user, one per
+placement: stated by the user, inside a user's question, named by the assistant and confirmed
+by the user, stated and later corrected, implied in passing. Filler turns are statements, small
+talk, requests, statements about other people and questions. The closing question asks for the
+five facts without naming any of them.
 
-A fact counts as kept when its value appears in the prompt text (the small model's answers are
-too unreliable to grade, so the prompt is checked, not the answer). Figures are printed per
-carrier, to be honest about what keeps facts: the model's summary text alone, the key-fact
-lines (the user's statements, kept verbatim by a rule, not by the model), and the raw
-recent turns. Token counts are the prompt builder's estimate (4 characters a token).
+Each conversation is replayed turn by turn through the prompt builder
+(apps/chat/memory.plan_prompt, the code every chat message goes through); whenever it finds
+turns falling out of the window it asks for a summary, which is written at once, as a
+background request would between two questions. Three arms build the closing question's prompt
+at the same token budget (the model's context minus the answer's share, as in production):
 
-Last line: `memory: facts kept <a> % with summaries vs <b> % sliding window, prompt <t> tokens,
-summary cost <s> tokens/turn` (summary cost: prompt + completion tokens of every summary
-request, over all turns of all conversations).
+  window     the system prompt and the latest turns that fit (no memory);
+  summaries  the pipeline with the demo model (SmolLM2-135M through the worker's llama.cpp
+             engine) writing the summaries from production's summary request;
+  ceiling    the same pipeline with a scripted engine whose summaries are perfect: every fact
+             established in the turns so far, current value only ("formerly" for the old one).
+
+Graded on the prompt: a fact counts when its current value is in it and, for a corrected fact,
+the old value is not presented as current (in the summary or kept lines, a sentence naming it
+without "formerly", "no longer"...; in the raw turns the correction follows it). Reported, not
+targeted: the demo model's answer to a single question per sampled fact, built the same way.
+Also printed: the share of summary sentences not grounded in the turns they summarise (a name,
+number or most content words absent from those turns): what the summary invents.
+
+Last line: `memory: facts kept <s> % with summaries vs <w> % sliding window (ceiling <c> %);
+by placement <user>/<question>/<assistant>/<corrected>/<implied> %` (placements: summaries arm).
 """
 
 from __future__ import annotations
@@ -32,10 +45,9 @@ import argparse
 import asyncio
 import os
 import random
-import re
-import statistics
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,184 +59,51 @@ import django  # noqa: E402
 
 django.setup()
 
+import memory_grade as grade  # noqa: E402
+from memory_data import PLACEMENTS, Conversation, Fact, make_conversation  # noqa: E402
+
 from apps.chat.prompt import memory  # noqa: E402
 from apps.chat.prompt.prompting import BASE_SYSTEM_PROMPT  # noqa: E402
 from apps.chat.selectors import PromptSources, Turn  # noqa: E402
 from worker.engines import EngineRequest  # noqa: E402
 from worker.engines.llamacpp import LlamaCppEngine  # noqa: E402
 
-NAMES = [
-    "Priya",
-    "Tomasz",
-    "Aiyana",
-    "Kenji",
-    "Oluwaseun",
-    "Marisol",
-    "Henrike",
-    "Dmitri",
-    "Farah",
-    "Lachlan",
-    "Ingrid",
-    "Mateo",
-    "Noor",
-    "Bastian",
-    "Yara",
-    "Corentin",
-]
-CITIES = [
-    "Valparaiso",
-    "Tromso",
-    "Nagoya",
-    "Ljubljana",
-    "Cork",
-    "Tucson",
-    "Gdansk",
-    "Mombasa",
-    "Tallinn",
-    "Porto",
-    "Leuven",
-    "Hobart",
-]
-PREFERENCES = [
-    ("tea", "coffee"),
-    ("window seats", "aisle seats"),
-    ("trains", "planes"),
-    ("dark chocolate", "milk chocolate"),
-    ("mornings", "evenings"),
-    ("cats", "dogs"),
-    ("short answers", "long answers"),
-]
-NUMBERS = [
-    ("locker code", 4),
-    ("booking reference", 6),
-    ("flight number", 4),
-    ("membership number", 5),
-    ("room number", 3),
-]
-TOPICS = [
-    "how tides work",
-    "the history of canals",
-    "how to store fresh herbs",
-    "why the sky is blue",
-    "how vaccines are tested",
-    "what a sluice gate does",
-    "how to stretch after running",
-    "the rules of cricket",
-    "how bread rises",
-    "how solar panels work",
-    "what causes earthquakes",
-    "how to learn a language",
-    "how compound interest works",
-    "why cats purr",
-    "how glaciers move",
-    "the difference between weather and climate",
-    "how a bicycle gear works",
-    "how coffee is roasted",
-    "what a black hole is",
-    "how to keep basil alive",
-    "how trains stay on the rails",
-    "how bees make honey",
-    "why leaves change colour",
-    "how lighthouses work",
-    "how to write a cover letter",
-    "what inflation is",
-    "how submarines dive",
-    "how to fold a fitted sheet",
-    "what a sonnet is",
-    "how noise-cancelling headphones work",
-    "how to plan a vegetable garden",
-]
-FILLER = (
-    "It depends on a few things, and the short version is this: {topic} comes down to "
-    "a handful of simple ideas that build on each other. First, the basic mechanism; "
-    "then the conditions that change it; and finally the exceptions people notice in "
-    "everyday life. Ask me about any of these if you want more detail."
-)
+ARMS = ("window", "summaries", "ceiling")
+ANSWER_TOKENS = 40  # enough for a name, a city or a code
 
 
 @dataclass
-class Fact:
-    statement: str  # how the user says it
-    value: str  # what must reach the prompt
-    asked: str  # how the late question asks for it
+class Built:
+    """One prompt: its messages, and the parts graded apart."""
 
-
-@dataclass
-class Conversation:
-    turns: list[Turn]
-    facts: list[Fact]
-    question: str
+    messages: list[dict[str, str]]
+    memory_block: str  # the summary and kept lines: what sits before the turns
+    summary: str
+    key_lines: str
+    recent: str
 
 
 @dataclass
 class Tally:
-    needed: int = 0
-    window: int = 0
-    memory: int = 0
-    in_summary: int = 0
-    in_key_lines: int = 0
-    in_recent: int = 0
-    prompt_tokens: list[int] = field(default_factory=list)
-    window_tokens: list[int] = field(default_factory=list)
-    summary_tokens: int = 0
+    kept: Counter = field(default_factory=Counter)  # (arm, placement) → facts kept
+    needed: Counter = field(default_factory=Counter)  # placement → facts asked
+    carriers: Counter = field(default_factory=Counter)  # (arm, carrier) → facts carried
+    old_current: Counter = field(default_factory=Counter)  # arm → old value shown as current
+    answered: Counter = field(default_factory=Counter)  # arm → right answers
+    asked: Counter = field(default_factory=Counter)  # arm → questions asked
+    perfect_sentences: int = 0  # the scripted summaries' sentences: the check's own error
+    perfect_flagged: int = 0
+    sentences: int = 0  # summary sentences the model wrote
+    invented: int = 0  # of them, not grounded in the turns
+    final_sentences: int = 0  # in the summaries that reached the closing prompts
+    final_invented: int = 0
     summary_calls: int = 0
-    turns: int = 0
+    summary_tokens: int = 0
+    prompt_tokens: Counter = field(default_factory=Counter)  # arm → estimated tokens
+    examples: list[str] = field(default_factory=list)
 
 
-def make_conversation(rng: random.Random, *, exchanges: int) -> Conversation:
-    name, city = rng.choice(NAMES), rng.choice(CITIES)
-    liked, disliked = rng.choice(PREFERENCES)
-    thing, digits = rng.choice(NUMBERS)
-    number = "".join(rng.choice("0123456789") for _ in range(digits))
-    # Several phrasings each, some without a first person or a fact word ("Honestly, tea beat
-    # coffee"), so the figure is not just the rule matching its own generator. The filler turns
-    # are questions only, though: real chats hold more statements competing for the budget.
-    said = rng.choice(
-        [f"My name is {name}.", f"I'm {name}, by the way.", f"Call me {name}.", f"Hi, {name} here."]
-    )
-    home = rng.choice(
-        [f"I live in {city}.", f"We moved to {city} last year.", f"Home for me is {city}."]
-    )
-    likes = rng.choice(
-        [
-            f"I prefer {liked} over {disliked}.",
-            f"I'd rather have {liked} than {disliked}.",
-            f"Honestly, {liked} beat {disliked} every time.",
-        ]
-    )
-    code = rng.choice(
-        [
-            f"My {thing} is {number}.",
-            f"Note that my {thing} is {number}.",
-            f"For the record, the {thing} is {number}.",
-        ]
-    )
-    facts = [
-        Fact(said, name, "what my name is"),
-        Fact(home, city, "where I live"),
-        Fact(likes, liked, f"whether I like {liked} or {disliked} better"),
-        Fact(code, number, f"my {thing}"),
-    ]
-    topics = rng.sample(TOPICS, k=min(len(TOPICS), exchanges))
-    # Facts come in the first few exchanges, each alongside an ordinary question.
-    fact_at = sorted(rng.sample(range(0, 6), k=len(facts)))
-    turns: list[Turn] = []
-    next_id = 1
-    for n in range(exchanges - 1):
-        topic = topics[n % len(topics)]
-        question = f"Can you explain {topic}?"
-        if n in fact_at:
-            question = f"{facts[fact_at.index(n)].statement} {question}"
-        turns.append(Turn(next_id, "user", question))
-        turns.append(Turn(next_id + 1, "assistant", FILLER.format(topic=topic)))
-        next_id += 2
-    asked = ", ".join(f.asked for f in facts[:-1]) + f" and {facts[-1].asked}"
-    last = f"Before we finish, remind me: {asked}?"
-    turns.append(Turn(next_id, "user", last))
-    return Conversation(turns=turns, facts=facts, question=last)
-
-
-def sliding_window(system: str, history: list[Turn], budget: int) -> str:
+def window_prompt(history: list[Turn], budget: int) -> Built:
     """Sluice's prompt before memory: the latest turns that fit, nothing else."""
     kept, left = [], budget
     for turn in history:  # newest first
@@ -232,154 +111,278 @@ def sliding_window(system: str, history: list[Turn], budget: int) -> str:
         if cost > left:
             break
         left -= cost
-        kept.append(turn.text)
-    return "\n".join([system, *reversed(kept)])
+        kept.append(turn)
+    turns = [{"role": t.role, "content": t.text} for t in reversed(kept)]
+    recent = "\n".join(m["content"] for m in turns)
+    return Built([{"role": "system", "content": BASE_SYSTEM_PROMPT}, *turns], "", "", "", recent)
 
 
-class Summariser:
-    def __init__(self, engine: LlamaCppEngine, max_tokens: int) -> None:
-        self.engine, self.max_tokens = engine, max_tokens
-        self.calls = 0
+def memory_prompt(history: list[Turn], summary: str, upto: int, budget: int) -> Built:
+    sources = PromptSources(history=history, profile=None, summary=summary, summary_upto=upto)
+    plan = memory.plan_prompt(system=BASE_SYSTEM_PROMPT, sources=sources, budget=budget)
+    block = plan.system[len(BASE_SYSTEM_PROMPT) :]
+    # The summary as it reached the prompt (clipped to its share), without its heading.
+    summary_part = block.split("Earlier in this conversation:")[0]
+    summary_part = summary_part.replace("What you remember of this conversation so far:", "")
+    recent = "\n".join(m["content"] for m in plan.turns)
+    messages = [{"role": "system", "content": plan.system}, *plan.turns]
+    return Built(messages, block, summary_part, "\n".join(plan.kept_facts), recent)
 
-    async def __call__(self, messages: list[dict[str, str]]) -> tuple[str, int]:
-        """The model's summary and the tokens it cost (prompt + completion)."""
+
+class ModelSummariser:
+    """Production's summary request, answered by the demo model."""
+
+    def __init__(self, engine: LlamaCppEngine) -> None:
+        self.engine = engine
+        self.calls = self.tokens = 0
+
+    async def __call__(self, conversation: Conversation, previous: str, turns: list[Turn]) -> str:
         self.calls += 1
+        messages = memory.summary_messages(previous=previous, turns=turns)
         request = EngineRequest(
             id=f"summary-{self.calls}",
             messages=messages,
-            max_tokens=self.max_tokens,
-            temperature=0.0,
+            max_tokens=memory.SUMMARY_MAX_TOKENS,
+            temperature=0.0,  # as background requests are sent
         )
         text, used = [], 0
         async for out in self.engine.generate(request):
             text.append(out.text)
             used = out.prompt_tokens + out.completion_tokens
-        return "".join(text), used
+        self.tokens += used
+        return memory.summary_text(previous=previous, answer="".join(text))
 
 
-async def replay(
-    conversation: Conversation, summarise: Summariser, budget: int, tally: Tally
-) -> None:
+async def perfect_summary(conversation: Conversation, previous: str, turns: list[Turn]) -> str:
+    """A scripted engine's summary: every fact the turns so far established, current values
+    only, in the third person; what no model can beat."""
+    known = conversation.known_at[turns[-1].id]
+    lines = []
+    for subject, (value, former) in known.items():
+        line = PERFECT[subject].format(value)
+        lines.append(f"{line[:-1]} (formerly {former})." if former else line)
+    return "\n".join(lines) or previous
+
+
+PERFECT = {
+    "city": "The user lives in {}.",
+    "job": "The user's job: {}.",
+    "pet": "The user's cat is called {}.",
+    "partner": "The user's partner is {}.",
+    "allergy": "The user is allergic to {}.",
+    "locker": "The user's gym locker code is {}.",
+}
+
+
+async def replay(conversation: Conversation, summarise, budget: int, on_summary=None):
     """Sends the conversation turn by turn: each question's prompt is planned as production
-    plans it, and a summary that falls due is written before the next question."""
+    plans it, and a summary that falls due is written before the next question. Returns the
+    summary and its upto as they stand at the closing question."""
     summary, upto = "", 0
     turns = conversation.turns
-    for end in range(1, len(turns) + 1):
+    for end in range(1, len(turns)):
         if turns[end - 1].role != "user":
             continue
         history = list(reversed(turns[:end]))
         sources = PromptSources(history=history, profile=None, summary=summary, summary_upto=upto)
         plan = memory.plan_prompt(system=BASE_SYSTEM_PROMPT, sources=sources, budget=budget)
-        if end == len(turns):
-            score(conversation, plan, summary, sources, budget, tally)
-            return
         if plan.to_summarise:
-            messages = memory.summary_messages(previous=summary, turns=plan.to_summarise)
-            answer, used = await summarise(messages)
-            tally.summary_tokens += used
-            tally.summary_calls += 1
-            summary = memory.summary_text(previous=summary, answer=answer)
+            written = await summarise(conversation, summary, plan.to_summarise)
             upto = plan.to_summarise[-1].id
+            if on_summary and written != summary:  # the same notes kept are not new sentences
+                on_summary(written, upto)
+            summary = written
+    return summary, upto
 
 
-def score(conversation, plan, summary, sources, budget, tally: Tally) -> None:
-    full = "\n".join([plan.system, *(m["content"] for m in plan.turns)]).lower()
-    window = sliding_window(BASE_SYSTEM_PROMPT, sources.history, budget).lower()
-    recent = "\n".join(m["content"] for m in plan.turns[:-1]).lower()
-    key_lines = "\n".join(plan.kept_facts).lower()
-    for fact in conversation.facts:
-        found = re.compile(rf"\b{re.escape(fact.value.lower())}\b").search
-        tally.needed += 1
-        tally.window += bool(found(window))
-        tally.memory += bool(found(full))
-        tally.in_summary += bool(found(summary.lower()))
-        tally.in_key_lines += bool(found(key_lines))
-        tally.in_recent += bool(found(recent))
-    tally.prompt_tokens.append(
-        memory.estimate_tokens(plan.system)
-        + sum(memory.estimate_tokens(m["content"]) for m in plan.turns)
+def score(arm: str, fact: Fact, built: Built, tally: Tally) -> None:
+    ok = grade.kept(fact, built.memory_block, built.recent)
+    tally.kept[arm, fact.placement] += ok
+    tally.old_current[arm] += grade.presents_old(fact, built.memory_block)
+    tally.carriers[arm, "summary"] += grade.has(fact.value, built.summary)
+    tally.carriers[arm, "key lines"] += grade.has(fact.value, built.key_lines)
+    tally.carriers[arm, "recent turns"] += grade.has(fact.value, built.recent)
+
+
+async def ask(engine: LlamaCppEngine, built: Built, n: int) -> str:
+    request = EngineRequest(
+        id=f"answer-{n}", messages=built.messages, max_tokens=ANSWER_TOKENS, temperature=0.0
     )
-    tally.window_tokens.append(memory.estimate_tokens(window))
-    tally.turns += len(conversation.turns)
+    return "".join([out.text async for out in engine.generate(request)])
 
 
-def pct(part: int, whole: int) -> float:
+def with_question(turns: list[Turn], text: str) -> list[Turn]:
+    """The history (newest first) with its closing question replaced by `text`."""
+    last = turns[-1]
+    return [Turn(last.id, last.role, text), *reversed(turns[:-1])]
+
+
+async def run_conversation(c: Conversation, engine, summariser, rng, args, tally: Tally):
+    budget = args.budget
+    history = list(reversed(c.turns))
+    source = [t.text for t in c.turns]
+    summaries: dict[str, tuple[str, int]] = {}
+
+    def check(summary: str, upto: int) -> None:
+        covered = grade.source_index(source[:upto])
+        for sentence in grade.sentences(summary):
+            tally.sentences += 1
+            if not grade.grounded(sentence, covered):
+                tally.invented += 1
+                if len(tally.examples) < 4:
+                    tally.examples.append(sentence)
+
+    def check_perfect(summary: str, upto: int) -> None:
+        covered = grade.source_index(source[:upto])
+        for sentence in grade.sentences(summary):
+            tally.perfect_sentences += 1
+            tally.perfect_flagged += not grade.grounded(sentence, covered)
+
+    summaries["summaries"] = await replay(c, summariser, budget, on_summary=check)
+    summaries["ceiling"] = await replay(c, perfect_summary, budget, on_summary=check_perfect)
+
+    def build(arm: str, turns: list[Turn]) -> Built:
+        if arm == "window":
+            return window_prompt(turns, budget)
+        return memory_prompt(turns, *summaries[arm], budget)
+
+    for arm in ARMS:
+        built = build(arm, history)
+        tally.prompt_tokens[arm] += sum(
+            memory.estimate_tokens(m["content"]) for m in built.messages
+        )
+        for fact in c.facts:
+            score(arm, fact, built, tally)
+        if arm == "summaries":  # what of the summary reached the closing prompt
+            covered = grade.source_index(source[: summaries[arm][1]])
+            for sentence in grade.sentences(built.summary):
+                tally.final_sentences += 1
+                tally.final_invented += not grade.grounded(sentence, covered)
+    for fact in c.facts:
+        tally.needed[fact.placement] += 1
+    sampled = rng.sample(c.facts, k=min(args.answers, len(c.facts)))
+    for arm in args.answer_arms:  # an arm's questions share its prompt's prefix: cached
+        for fact in sampled:
+            built = build(arm, with_question(c.turns, fact.question))
+            reply = await ask(engine, built, tally.asked[arm])
+            tally.asked[arm] += 1
+            tally.answered[arm] += grade.answered(fact, reply)
+
+
+def pct(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole else 0.0
+
+
+def report(tally: Tally, args, conversations: int, seconds: float) -> None:
+    total = sum(tally.needed.values())
+    print(
+        f"{conversations} conversations of {args.exchanges} exchanges, {total} facts "
+        f"({total // len(PLACEMENTS)} per placement), budget {args.budget} tokens for turns "
+        f"(context {args.context}, answer {args.answer_tokens}), {seconds:.0f}s"
+    )
+    print(
+        f"  {'arm':10s} {'kept':>6s}   "
+        + " ".join(f"{p:>9s}" for p in PLACEMENTS)
+        + "   old value shown as current   prompt tokens"
+    )
+    for arm in ARMS:
+        kept = sum(tally.kept[arm, p] for p in PLACEMENTS)
+        by = " ".join(f"{pct(tally.kept[arm, p], tally.needed[p]):8.0f}%" for p in PLACEMENTS)
+        print(
+            f"  {arm:10s} {pct(kept, total):5.1f}%   {by}   "
+            f"{tally.old_current[arm]:>3d} of {tally.needed['corrected']} corrected facts"
+            f"{'':10s}{tally.prompt_tokens[arm] / conversations:6.0f}"
+        )
+    for arm in ("summaries", "ceiling"):
+        carried = ", ".join(
+            f"{c} {pct(tally.carriers[arm, c], total):.0f} %"
+            for c in ("summary", "key lines", "recent turns")
+        )
+        print(f"  {arm} carriers (a fact may be in several): {carried}")
+    print(
+        f"  summary sentences not grounded in the turns (invented): "
+        f"{pct(tally.invented, tally.sentences):.0f} % of {tally.sentences} written by the "
+        f"model; {tally.final_invented} of {tally.final_sentences} in the closing prompts"
+    )
+    print(
+        f"    (the check flags {tally.perfect_flagged} of the scripted summaries' "
+        f"{tally.perfect_sentences} sentences, all of them true)"
+    )
+    for example in tally.examples:
+        print(f"    e.g. {example[:110]!r}")
+    print(
+        f"  {tally.summary_calls} summary requests, "
+        f"{tally.summary_calls / conversations:.1f} per conversation, "
+        f"{tally.summary_tokens} tokens"
+    )
+    answers = ", ".join(
+        f"{arm} {pct(tally.answered[arm], tally.asked[arm]):.0f} % of {tally.asked[arm]}"
+        for arm in args.answer_arms
+    )
+    print(f"  the demo model's answers (one question per sampled fact): {answers}")
+    mine = [pct(tally.kept["summaries", p], tally.needed[p]) for p in PLACEMENTS]
+    s, w, c = (
+        pct(sum(tally.kept[a, p] for p in PLACEMENTS), total)
+        for a in ("summaries", "window", "ceiling")
+    )
+    print(
+        f"memory: facts kept {s:.0f} % with summaries vs {w:.0f} % sliding window "
+        f"(ceiling {c:.0f} %); by placement {'/'.join(f'{v:.0f}' for v in mine)} %"
+    )
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--conversations", type=int, default=50)
+    parser.add_argument("--conversations", type=int, default=8)
     parser.add_argument("--exchanges", type=int, default=32, help="question + answer pairs")
     parser.add_argument("--context", type=int, default=2048, help="the model's context window")
     parser.add_argument(
-        "--answer-tokens",
-        type=int,
-        default=512,
-        help="the answer's share of the window (MODEL_MAX_TOKENS)",
+        "--answer-tokens", type=int, default=512, help="the answer's share (MODEL_MAX_TOKENS)"
     )
-    parser.add_argument("--summary-tokens", type=int, default=memory.SUMMARY_MAX_TOKENS)
+    parser.add_argument(
+        "--answers", type=int, default=2, help="facts per conversation asked of the demo model"
+    )
+    parser.add_argument(
+        "--answer-arms", default="window,summaries,ceiling", help="arms whose prompts it answers"
+    )
     parser.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: all)")
+    parser.add_argument(
+        "--max-minutes", type=float, default=0, help="start no conversation after this (0: none)"
+    )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
+    args.answer_arms = [a for a in args.answer_arms.split(",") if a in ARMS]
+    args.budget = args.context - args.answer_tokens - memory.estimate_tokens(BASE_SYSTEM_PROMPT)
 
     rng = random.Random(args.seed)
     conversations = [
         make_conversation(rng, exchanges=args.exchanges) for _ in range(args.conversations)
     ]
-    budget = args.context - args.answer_tokens - memory.estimate_tokens(BASE_SYSTEM_PROMPT)
     engine = LlamaCppEngine(
         slots=1, n_ctx=args.context, threads_per_slot=args.threads or None, seed=args.seed
     )
     await engine.start()
     tally = Tally()
+    summariser = ModelSummariser(engine)
     started = time.perf_counter()
     try:
-        summarise = Summariser(engine, args.summary_tokens)
         for n, conversation in enumerate(conversations, 1):
-            await replay(conversation, summarise, budget, tally)
-            if n % 5 == 0 or n == len(conversations):
-                print(
-                    f"  {n}/{len(conversations)} conversations: facts kept "
-                    f"{pct(tally.memory, tally.needed):.0f} % vs "
-                    f"{pct(tally.window, tally.needed):.0f} %, in summary text "
-                    f"{pct(tally.in_summary, tally.needed):.0f} %, {tally.summary_calls} "
-                    f"summaries, {time.perf_counter() - started:.0f}s",
-                    flush=True,
-                )
+            if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
+                print(f"  time limit: stopped after {n - 1} conversations", flush=True)
+                conversations = conversations[: n - 1]
+                break
+            await run_conversation(conversation, engine, summariser, rng, args, tally)
+            total = sum(tally.needed.values())
+            kept = sum(tally.kept["summaries", p] for p in PLACEMENTS)
+            print(
+                f"  {n}/{len(conversations)}: kept {pct(kept, total):.0f} % with summaries, "
+                f"{summariser.calls} summaries, {time.perf_counter() - started:.0f}s",
+                flush=True,
+            )
     finally:
         await engine.stop()
-
-    print(
-        f"{len(conversations)} conversations of {args.exchanges} exchanges "
-        f"({tally.turns // len(conversations)} turns), {tally.needed} needed facts, "
-        f"budget {budget} tokens for turns (context {args.context}, answer "
-        f"{args.answer_tokens}), model {engine.model_path.name}"
-    )
-    print(
-        f"  sliding window:        {pct(tally.window, tally.needed):5.1f} % of facts in the "
-        f"prompt, {statistics.mean(tally.window_tokens):.0f} tokens"
-    )
-    print(
-        f"  summaries + key turns: {pct(tally.memory, tally.needed):5.1f} % of facts in the "
-        f"prompt, {statistics.mean(tally.prompt_tokens):.0f} tokens"
-    )
-    print("  what carries them (a fact may be in several):")
-    print(f"    the model's summary text   {pct(tally.in_summary, tally.needed):5.1f} %")
-    print(f"    key-fact lines (verbatim)  {pct(tally.in_key_lines, tally.needed):5.1f} %")
-    print(f"    recent turns (raw)         {pct(tally.in_recent, tally.needed):5.1f} %")
-    per_turn = tally.summary_tokens / tally.turns if tally.turns else 0.0
-    print(
-        f"  {tally.summary_calls} summary requests, "
-        f"{tally.summary_calls / len(conversations):.1f} per conversation, "
-        f"{tally.summary_tokens} tokens, {time.perf_counter() - started:.0f}s"
-    )
-    print(
-        f"memory: facts kept {pct(tally.memory, tally.needed):.0f} % with summaries vs "
-        f"{pct(tally.window, tally.needed):.0f} % sliding window, prompt "
-        f"{statistics.mean(tally.prompt_tokens):.0f} tokens, summary cost {per_turn:.0f} "
-        "tokens/turn"
-    )
+    tally.summary_calls, tally.summary_tokens = summariser.calls, summariser.tokens
+    report(tally, args, len(conversations), time.perf_counter() - started)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,11 @@ tokens, refitted after each batch of answers, over features that are cheap to re
     ("what is", "who", "yes or no"...) and max_tokens;
 
 plus how much longer or shorter than predicted the recent answers of this user and of this plan
-have been: a lean per user and per plan (in log tokens), moved towards each answer's error.
+have been: a lean per user and per plan (in log tokens), moved towards each answer's error; and
+a weight per word of the question (hashed into `WORD_BUCKETS`), learned from the answers the same
+way. The keyword lists know a few dozen words; people ask for long answers in words no list
+holds ("walk me through", "a thorough rundown"), and the word weights learn those from the
+answers themselves (bench/estimates.py measures both on phrasings the lists have never seen).
 
 The statistics decay (`DECAY` per answer), so the model follows a workload that changes. Until
 `MIN_SAMPLES` answers are learned it predicts `max_tokens`, the old rule. The prediction never
@@ -30,6 +34,7 @@ import json
 import math
 import statistics
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass
 
@@ -57,6 +62,9 @@ PLAN_RATE = 0.05  # and its plan's
 ERRORS_KEPT = 1000
 SAVE_SECONDS = 1.0  # what was learned is written to Redis at most this often
 QUESTION_CHARS = 2000  # what the text features read of the question (its start)
+WORD_BUCKETS = 1024  # words of the question, hashed; each bucket has a learned weight
+WORDS_READ = 32  # distinct words (buckets) read of a question, from its start
+WORD_RATE = 0.1  # how far one answer moves the weights of its words (in log tokens, all told)
 # Words and phrases that ask for a long answer, or a short one (matched on the lowered text).
 LONG_WORDS = frozenset(
     "explain describe write essay story list steps code implement compare "
@@ -160,6 +168,7 @@ class Estimator:
         self.w = [0.0] * size
         self.samples = 0
         self.plans: dict[str, float] = {}  # plan → its lean
+        self.words = [0.0] * WORD_BUCKETS  # word bucket → its weight
         self.users: dict[str, float] = {}
         self.errors: deque[tuple[float, float]] = deque(maxlen=ERRORS_KEPT)
         self._dirty_users: set[str] = set()
@@ -192,8 +201,9 @@ class Estimator:
         return Guess(max(1, min(max_tokens, round(predicted))), x)
 
     def _log_tokens(self, x: list[float], user_id: str, plan: str) -> float:
-        shared = sum(w * v for w, v in zip(self.w, x, strict=True))
-        return shared + self.users.get(user_id, 0.0) + self.plans.get(plan, 0.0)
+        shared = sum(w * v for w, v in zip(self.w, x[: len(FEATURES)], strict=True))
+        leans = self.users.get(user_id, 0.0) + self.plans.get(plan, 0.0)
+        return shared + leans + self._words(x)[1]
 
     def features(
         self,
@@ -209,6 +219,8 @@ class Estimator:
         words = text.translate(_PUNCTUATION).split()
         asks_long = not LONG_WORDS.isdisjoint(words) or any(p in text for p in LONG_PHRASES)
         asks_short = not SHORT_WORDS.isdisjoint(words) or any(p in text for p in SHORT_PHRASES)
+        # After the dense features, the question's word buckets: they travel with the work
+        # item as the rest do, so the answer can teach their weights.
         return [
             1.0,
             float(kind == RAG),
@@ -219,7 +231,15 @@ class Estimator:
             math.log1p(max(1, max_tokens)) / 8,
             float(asks_long),
             float(asks_short),
+            *_buckets(words),
         ]
+
+    def _words(self, x: list[float]) -> tuple[list[int], float]:
+        """The word buckets of features `x`, and their share of the prediction."""
+        buckets = [int(v) for v in x[len(FEATURES) :] if 0 <= v < WORD_BUCKETS]
+        if not buckets:
+            return buckets, 0.0
+        return buckets, sum(self.words[b] for b in buckets) / math.sqrt(len(buckets))
 
     # -- learning --------------------------------------------------------------------------------
 
@@ -227,20 +247,24 @@ class Estimator:
         if not samples:
             return
         for sample in samples:
-            if len(sample.x) != len(FEATURES) or sample.real <= 0:
+            if len(sample.x) < len(FEATURES) or sample.real <= 0:
                 continue
             y = math.log(sample.real)
             user, plan = self.users.get(sample.user_id, 0.0), self.plans.get(sample.plan, 0.0)
-            # The leans move by this answer's error; the shared model learns what is left of
-            # the answer once they are taken out.
+            buckets, said = self._words(sample.x)
+            # The leans and the word weights move by this answer's error; the shared model
+            # learns what is left of the answer once they are taken out.
             error = y - self._log_tokens(sample.x, sample.user_id, sample.plan)
             self.users[sample.user_id] = user + USER_RATE * error
             self.plans[sample.plan] = plan + PLAN_RATE * error
+            for b in buckets:
+                self.words[b] += WORD_RATE * error / math.sqrt(len(buckets))
             self._dirty_users.add(sample.user_id)
-            target = y - user - plan
-            for i, xi in enumerate(sample.x):
+            target = y - user - plan - said
+            dense = sample.x[: len(FEATURES)]
+            for i, xi in enumerate(dense):
                 row = self.a[i]
-                for j, xj in enumerate(sample.x):
+                for j, xj in enumerate(dense):
                     row[j] = DECAY * row[j] + xi * xj
                 self.b[i] = DECAY * self.b[i] + xi * target
             self.samples += 1
@@ -276,7 +300,8 @@ class Estimator:
             return
         self._saved_at = time.monotonic()
         k = self.keys
-        model = {"a": self.a, "b": self.b, "n": self.samples, "plans": self.plans}
+        words = [round(v, 4) for v in self.words]
+        model = {"a": self.a, "b": self.b, "n": self.samples, "plans": self.plans, "words": words}
         pipe.set(k.estimates("model"), json.dumps(model), ex=ADMISSION_STATE_TTL_SECONDS)
         if self._dirty_users:
             pipe.hset(
@@ -310,6 +335,9 @@ class Estimator:
                     self.b = [float(v) for v in b]
                     self.samples = int(model["n"])
                     self.plans = {str(p): float(v) for p, v in model["plans"].items()}
+                    words = model.get("words") or []  # absent in state saved before them
+                    if len(words) == WORD_BUCKETS:
+                        self.words = [float(v) for v in words]
                     self.w = _solve(
                         [
                             [v + (RIDGE if i == j else 0.0) for j, v in enumerate(row)]
@@ -323,6 +351,19 @@ class Estimator:
                 self.errors.append((float(learned), float(rule)))
         except (ValueError, TypeError, KeyError):
             self.reset()  # a model that cannot be read is relearned, never trusted
+
+
+def _buckets(words: list[str]) -> list[float]:
+    """The distinct hashed buckets of `words`, from the first, at most WORDS_READ of them
+    (crc32, not hash(): every process must put a word in the same bucket)."""
+    found: list[float] = []
+    for word in words:
+        bucket = float(zlib.crc32(word.encode()) % WORD_BUCKETS)
+        if bucket not in found:
+            found.append(bucket)
+            if len(found) == WORDS_READ:
+                break
+    return found
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float]:

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from apps.admission.estimates import MIN_SAMPLES, Estimator, question_of
+from apps.admission.estimates import MIN_SAMPLES, Estimator, Sample, question_of
 from apps.admission.models import Plan
 from apps.chat.submission import request_publish
 from core.redis_client import get_redis
@@ -168,6 +168,28 @@ def test_metrics_and_the_ops_page_show_the_estimates_error(
     assert 'sluice_estimate_underestimated_share{estimator="max_tokens rule"}' in body
     page = staff.get("/admin/ops/").content.decode()
     assert "Answer-length estimate" in page
+
+
+def test_words_no_keyword_list_knows_are_learned_from_the_answers():
+    """Neither phrasing holds a word of the keyword lists; the answers teach which one asks
+    for a long answer, and a standby inherits the word weights."""
+    terse = "Quick check on Redis, one line is fine."
+    thorough = "Walk me through Redis, be thorough."
+    estimator = Estimator(keys())
+    asked = dict(kind="chat", user_id="7", plan="free", prompt_tokens=40, max_tokens=MAX_TOKENS)
+    for i in range(120):
+        question, real = (terse, 20) if i % 2 else (thorough, 300)
+        guess = estimator.guess(**asked, question=question)
+        assert not any(guess.x[7:9])  # no keyword feature fires
+        estimator.learn([Sample(guess.x, guess.tokens, MAX_TOKENS, "7", "free", real)])
+    short, long = (estimator.guess(**asked, question=q).tokens for q in (terse, thorough))
+    assert short < 40 and long > 150
+    pipe = get_redis().pipeline()
+    estimator.save(pipe, force=True)
+    pipe.execute()
+    standby = Estimator(keys())
+    standby.load(get_redis())
+    assert standby.guess(**asked, question=thorough).tokens == long
 
 
 def test_the_question_is_read_without_decoding_the_prompt():
