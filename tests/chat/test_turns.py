@@ -221,6 +221,7 @@ def test_a_new_chat_asks_the_model_for_its_title_and_a_rename_wins(user, setting
         "task": "title",
         "conversation": conversation.id,
         "provisional": "What is a sluice gate",
+        "wait_s": titles.WAIT_SECONDS,  # a title waits this long for a quiet line, then is dropped
     }
     assert purpose in asked
 
