@@ -248,7 +248,7 @@ def rebuilt_prompts(user, phases: Phases) -> list[tuple[Asked, list[dict]]]:
             continue
         conversation = Conversation.objects.get(pk=asked.conversation_id)
         block = passages_block(passages_for(user=user, question=asked.question))
-        messages = prompt_build(conversation=conversation, extra_system=block).messages
+        messages = prompt_build(conversation=conversation, passages=block).messages
         last = max(
             i
             for i, m in enumerate(messages)
