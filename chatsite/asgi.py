@@ -14,6 +14,7 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (after Django setup)
 
+from apps.api.handler import ApiHandler, route_api  # noqa: E402
 from apps.streams.ws_auth import SessionAuthMiddleware  # noqa: E402
 from chatsite.routing import websocket_urlpatterns  # noqa: E402
 from core.origin import SameOriginValidator  # noqa: E402
@@ -22,7 +23,7 @@ from worker.gc_tuning import freeze_startup_objects  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": with_reused_threads(django_asgi_app, ReusedThreads()),
+        "http": route_api(with_reused_threads(django_asgi_app, ReusedThreads()), ApiHandler()),
         "websocket": SameOriginValidator(SessionAuthMiddleware(URLRouter(websocket_urlpatterns))),
     }
 )

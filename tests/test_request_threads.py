@@ -1,10 +1,11 @@
-"""Django's HTTP requests without a thread started per request: a request gets a thread of its
-own for as long as it runs, reused by later requests. Django alone starts (and stops) two
-threads for every request."""
+"""Django's HTTP requests without a thread started per request: the API's requests share one
+thread for Django's request signals; a page request gets a thread of its own for as long as it
+runs, reused by later requests. Django alone starts (and stops) two threads for every request."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -12,6 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.asgi import get_asgi_application
 
+from apps.api.handler import ApiHandler
 from core.request_threads import ReusedThreads, with_reused_threads
 
 
@@ -61,6 +63,26 @@ def started(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(threading.Thread, "start", counted)
     return names
+
+
+def test_api_requests_start_no_thread_of_their_own(started):
+    app = ApiHandler()
+
+    async def requests():
+        first = await get(app, "/v1/models")  # starts what lives on: the shared thread
+        warm = len(started)
+        more = [await get(app, "/v1/models") for _ in range(5)]
+        return [first, *more], started[warm:]
+
+    replies, started_later = asyncio.run(requests())
+    assert [status for status, _ in replies] == [401] * 6  # no key: OpenAI's error shape
+    assert all(json.loads(body)["error"]["code"] == "invalid_api_key" for _, body in replies)
+    # Django logs a 4xx through the loop's shared default executor (`thread_sensitive=False`),
+    # a pool that starts a thread only when none of its own is idle: on a busy machine its
+    # first thread may still be finishing the previous log line. Its threads are not per request.
+    per_request = [name for name in started_later if not name.startswith("asyncio_")]
+    assert per_request == []  # Django's own handler: two threads a request
+    app.signals_thread.shutdown()
 
 
 @pytest.mark.django_db
