@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -26,6 +26,7 @@ from worker.ahead import EngineAhead
 from worker.batching import CommandBatcher
 from worker.engines import Engine, EngineRequest
 from worker.heartbeat import WorkerStats
+from worker.isolation import Isolation
 from worker.loops import LoopDetector
 from worker.output import OutputBuffer, OutputWriter
 from worker.protocol import Answer, Keys, State, WorkItem
@@ -43,7 +44,7 @@ class Attempts:
     """What running an attempt needs from its worker.
 
     Args:
-        max_attempts: a request started this many times already is not run again: it goes to
+        max_attempts: a request that failed this many attempts is not run again: it goes to
             the dead-letter stream and fails visibly (it may be what kills its workers).
         answer_timeout: seconds an answer may take; a hung engine fails the answer and frees
             its slot instead of holding it forever.
@@ -62,6 +63,7 @@ class Attempts:
     answer_timeout: float = 600.0
     redis_patience: float = 300.0
     stop_loops: bool = False
+    isolation: Isolation = field(default_factory=Isolation)
 
     async def write(
         self, queue: Callable[[Any], Any], *, sent: Callable[[], Any] | None = None
@@ -90,15 +92,34 @@ class Attempts:
         (cancelled), the work item goes back to the shared stream for another worker.
         `fresh`: the item's first delivery, whose generation begins beside its claim
         (ahead.py)."""
+        token = f"{self.worker_id}/{uuid.uuid4().hex[:12]}"
         finished = False
         try:
-            finished = await self._run(entry_id, fields, stream, fresh)
+            if not fresh and await self._suspect(fields):
+                if self.isolation.holding_suspect:  # one at a time: another worker takes it
+                    log.warning("request %s is suspect; handed on to be run alone", fields["id"])
+                    await self._give_back(entry_id, fields, stream, token)
+                    return
+                log.warning("request %s is suspect; running it alone", fields["id"])
+                async with self.isolation.alone():
+                    finished = await self._run(entry_id, fields, stream, fresh, token)
+            else:
+                finished = await self._run(entry_id, fields, stream, fresh, token)
         except asyncio.CancelledError:
             if not finished:
-                await self._give_back(entry_id, fields, stream)
+                await self._give_back(entry_id, fields, stream, token)
             raise
 
-    async def _run(self, entry_id: str, fields: dict[str, str], stream: str, fresh: bool) -> bool:
+    async def _suspect(self, fields: dict[str, str]) -> bool:
+        """Whether the request's last attempt vanished with its worker (isolation.py)."""
+        if not fields.get("id"):
+            return False  # malformed: _run dead-letters it
+        reply = await self.write(lambda p: transitions.vanished(p, self.keys, fields["id"]))
+        return bool(reply)
+
+    async def _run(
+        self, entry_id: str, fields: dict[str, str], stream: str, fresh: bool, token: str
+    ) -> bool:
         try:
             item = WorkItem.from_fields(fields)
         except (KeyError, ValueError, TypeError) as exc:
@@ -119,7 +140,6 @@ class Attempts:
                 )
             )
             return True
-        token = f"{self.worker_id}/{uuid.uuid4().hex[:12]}"
         begun: list[EngineAhead] = []
 
         def claim_sent() -> None:
@@ -179,11 +199,11 @@ class Attempts:
         if start.code == transitions.START_STOPPED:
             answer.state = State.CANCELLED
         elif exhausted:
-            log.error("request %s was started %d times; dead-lettered", item.id, start.attempt - 1)
+            log.error("request %s failed %d times; dead-lettered", item.id, start.charged - 1)
             answer.state = State.FAILED
             answer.error = (
                 "This answer could not be generated: it was tried "
-                f"{start.attempt - 1} times and failed each time. Please try again "
+                f"{start.charged - 1} times and failed each time. Please try again "
                 "or rephrase the question."
             )
         else:
@@ -195,7 +215,8 @@ class Attempts:
                     start.attempt,
                 )
                 return True  # the current attempt acknowledges the work item
-        return await self._end(answer, token, stream, entry_id, fields, exhausted=exhausted)
+        dead_letter = f"started {start.charged - 1} times without finishing" if exhausted else ""
+        return await self._end(answer, token, stream, entry_id, fields, dead_letter=dead_letter)
 
     async def _generate(
         self, item: WorkItem, answer: Answer, token: str, ahead: EngineAhead | None
@@ -271,7 +292,7 @@ class Attempts:
         entry_id: str,
         fields: dict[str, str],
         *,
-        exhausted: bool,
+        dead_letter: str,
     ) -> bool:
         """Ends the request, then records the answer and acknowledges the work item. The work
         item stays pending if another attempt owns the request: that one acknowledges it."""
@@ -289,7 +310,7 @@ class Attempts:
         def after(pipe) -> None:
             if result == transitions.ENDED_NOW:
                 transitions.answer_record(pipe, self.keys, answer)
-            if exhausted:
+            if dead_letter:
                 transitions.dead_letter(
                     pipe,
                     self.keys,
@@ -297,19 +318,26 @@ class Attempts:
                     stream=stream,
                     entry_id=entry_id,
                     fields=fields,
-                    reason=f"started {answer.attempt - 1} times without finishing",
+                    reason=dead_letter,
                 )
             transitions.work_done(pipe, stream, entry_id)
 
         await self.write(after)
         return True
 
-    async def _give_back(self, entry_id: str, fields: dict[str, str], stream: str) -> None:
+    async def _give_back(
+        self, entry_id: str, fields: dict[str, str], stream: str, token: str
+    ) -> None:
+        """Back to the shared stream; an attempt this task began is released, not charged."""
+
+        def queue(pipe) -> None:
+            if fields.get("id"):
+                transitions.released(pipe, self.keys, fields["id"], token=token)
+            transitions.work_returned(pipe, self.keys, stream, entry_id, fields)
+
         try:
             async with asyncio.timeout(5):
-                await self.batcher.call(
-                    lambda p: transitions.work_returned(p, self.keys, stream, entry_id, fields)
-                )
+                await self.batcher.call(queue)
             log.info("returned %s to the shared stream for another worker", fields.get("id"))
         except (TimeoutError, *TRANSIENT) as exc:  # left pending: a live worker reclaims it
             log.warning("could not return %s (%s); it will be reclaimed", fields.get("id"), exc)

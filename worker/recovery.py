@@ -13,8 +13,9 @@ Every few seconds (`interval_seconds`) a worker with free slots looks for:
   worker that was only paused is not raced for the answer it is writing. The stream and its
   group stay, so a paused worker finds the rest when it resumes.
 
-Each run is a new attempt (`transitions.start` counts them and fences the old one out); a
-request started too often is dead-lettered there, so work that kills its workers ends visibly.
+Each run is a new attempt (`transitions.start` counts them and fences the old one out). What a
+dead worker was running is suspect and runs alone (isolation.py); a request that failed too many
+attempts is dead-lettered there, so work that kills its workers ends visibly.
 """
 
 from __future__ import annotations

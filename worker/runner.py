@@ -26,6 +26,7 @@ from worker.breaker import BreakerSettings, CircuitBreaker
 from worker.cancelling import cancel_and_wait, raise_if_cancelled
 from worker.engines import Engine
 from worker.heartbeat import WorkerStats
+from worker.isolation import Isolation
 from worker.output import OutputWriter
 from worker.protocol import Keys
 from worker.recovery import Reclaimer
@@ -111,6 +112,7 @@ class Worker:
             max_chars=batch_chars,
             check_interval=CHECK_SECONDS,
         )
+        self.isolation = Isolation()  # suspect work runs alone (isolation.py)
         self.attempts = Attempts(
             batcher=self.batcher,
             keys=keys,
@@ -121,6 +123,7 @@ class Worker:
             max_attempts=max_attempts,
             answer_timeout=answer_timeout,
             stop_loops=stop_loops,
+            isolation=self.isolation,
         )
         # Its own affinity stream first, then its model's, then work naming no model.
         self.shared_streams = tuple(dict.fromkeys((keys.work_for_model(model), keys.work)))
@@ -236,6 +239,8 @@ class Worker:
         delay = 0.2
         while not self._stopping.is_set():
             raise_if_cancelled()  # one a Redis write swallowed (cancelling.py)
+            if not await self._until(self.isolation.clear):  # a suspect runs alone
+                break
             permits = await self._acquire_free_slots()
             if not permits:  # stopped while every slot was busy
                 break
@@ -303,6 +308,17 @@ class Worker:
             async with asyncio.timeout(min(seconds, self.read_block_ms / 1000)):
                 await self._stopping.wait()
 
+    async def _until(self, event: asyncio.Event) -> bool:
+        """Waits for `event`; False when the worker stops first."""
+        if event.is_set():
+            return True
+        stop = asyncio.ensure_future(self._stopping.wait())
+        wait = asyncio.ensure_future(event.wait())
+        await asyncio.wait((stop, wait), return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        wait.cancel()
+        return event.is_set()
+
     async def _acquire_free_slots(self) -> int:
         """Waits for one free slot, then takes every other free one: the read's COUNT. 0 when
         the worker stops first (a full worker must not wait for a slot to begin its drain)."""
@@ -330,11 +346,13 @@ class Worker:
         `fresh`: its first delivery (not reclaimed, not given back: Attempts.run)."""
         task = asyncio.create_task(self.attempts.run(entry_id, fields, stream, fresh=fresh))
         self._tasks[(stream, entry_id)] = (task, fields.get("id", ""))
+        self.isolation.task_started()
         self.breaker.started(fields.get("id", ""))
 
         def done(finished: asyncio.Task) -> None:
             self._tasks.pop((stream, entry_id), None)
             self._free.release()
+            self.isolation.task_ended()
             if not finished.cancelled() and finished.exception() is not None:
                 # Redis stayed away past the attempt's patience: the entry stays pending
                 # and is re-run by this worker once Redis is back (recovery.py).

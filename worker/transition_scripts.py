@@ -9,24 +9,36 @@ _ENDED = (
 )
 
 # KEYS: request hash, output stream, cancel flag
+# Every start is an attempt (readers drop the text of earlier ones); those handed back unfinished
+# by a stopping worker are not charged against the most a request may have.
 # ARGV: token, worker, now ms, request ttl, output ttl, output maxlen, max attempts (0: any),
 #       prompt tokens (what the model reads before its first word: the page says so meanwhile)
 START = (
     _ENDED
     + """
 local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
+local charged = attempt - (tonumber(redis.call('HGET', KEYS[1], 'handed_back')) or 0)
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'worker', ARGV[2], 'updated_ms', ARGV[3], 'seq', 0)
 redis.call('EXPIRE', KEYS[1], ARGV[4])
-if redis.call('EXISTS', KEYS[3]) == 1 then return {2, attempt} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {2, attempt, charged} end
 local most = tonumber(ARGV[7])
-if most > 0 and attempt > most then return {3, attempt} end
+if most > 0 and charged > most then return {3, attempt, charged} end
 redis.call('HSET', KEYS[1], 'state', 'streaming')
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*',
            'type', 'start', 'attempt', attempt, 'worker', ARGV[2], 'prompt_tokens', ARGV[8])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
-return {1, attempt}
+return {1, attempt, charged}
 """
 )
+
+# KEYS: request hash. ARGV: token. An attempt handed back unfinished (its worker is stopping)
+# no longer owns the request, and is not charged as a failed attempt.
+RELEASE = """
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+redis.call('HDEL', KEYS[1], 'owner')
+redis.call('HINCRBY', KEYS[1], 'handed_back', 1)
+return 1
+"""
 
 # KEYS: request hash, output stream, cancel flag. ARGV: token, output maxlen, text, batch number
 # A batch resent after a lost reply (Redis restarted) is written once: its number is not above

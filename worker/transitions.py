@@ -47,7 +47,8 @@ class Start:
     """What `start` found: run the attempt (`code` STARTED), or not, and why."""
 
     code: int
-    attempt: int = 0
+    attempt: int = 0  # every start counts here
+    charged: int = 0  # those not handed back: what `max_attempts` limits
 
 
 # -- the web ----------------------------------------------------------------------------------
@@ -201,7 +202,19 @@ def start(
 def start_result(reply) -> Start:
     if not reply:  # the script's early `return 0`: the request has ended
         return Start(START_ENDED)
-    return Start(int(reply[0]), int(reply[1]))
+    return Start(int(reply[0]), int(reply[1]), int(reply[2]))
+
+
+def vanished(pipe, keys: Keys, request_id: str) -> None:
+    """Whether the request's last attempt vanished: it started and neither ended nor was handed
+    back, so its worker died or was paused past its claim (worker/isolation.py). Reply: 0 or 1."""
+    pipe.hexists(keys.request(request_id), "owner")
+
+
+def released(pipe, keys: Keys, request_id: str, *, token: str) -> None:
+    """The attempt `token` hands its request back unfinished (its worker is stopping): it owns
+    it no more, and the start is not charged against the request's attempts."""
+    pipe.eval(scripts.RELEASE, 1, keys.request(request_id), token)
 
 
 def delta(pipe, keys: Keys, request_id: str, *, token: str, text: str, batch: int) -> None:

@@ -109,6 +109,29 @@ def test_work_that_kills_every_worker_fails_visibly_while_other_work_flows(
     assert len(survivors) == 1
 
 
+def test_an_answer_that_ran_beside_poison_is_rerun_alone_and_never_dead_lettered(
+    stack, roomy_plan, make_api
+):
+    base = stack.up({"w1": 2})
+    api = make_api("alice", base)
+    neighbour = api.submit()
+    wait_until(lambda: _running_on(stack, "w1", [neighbour]), what="an answer streaming on w1")
+    poison = api.submit("[[sim:crash]] this question kills the worker that runs it")
+    wait_until(lambda: stack.processes["w1"].poll() is not None, what="w1 to die on the poison")
+    # Both were pending on w1 when it died: nobody can tell which one killed it. Each of the
+    # next workers could take both at once; each runs one alone.
+    for name in ("w2", "w3", "w4"):
+        stack.worker(name, slots=2)
+    ended = assert_every_request_ended(api, stack, [neighbour, poison], timeout=120)
+    assert ended == {neighbour: "done", poison: "failed"}
+    starts = [k for k, _ in output_texts(stack, neighbour) if k == "start"]
+    assert len(starts) == 2  # beside the poison, then alone
+    _one_clean_answer(stack, neighbour)
+    keys = Keys(prefix=stack.env["SLUICE_REDIS_PREFIX"])
+    client = stack.redis_server.client()
+    assert [f["request_id"] for _, f in client.xrange(keys.dead)] == [poison]
+
+
 def test_a_malformed_work_entry_is_dead_lettered_and_holds_up_nothing(stack, roomy_plan, make_api):
     base = stack.up({"w1": 1})
     keys = Keys(prefix=stack.env["SLUICE_REDIS_PREFIX"])
