@@ -21,6 +21,7 @@ LAYERS = [
     ("apps.admission",),
     ("apps.rag",),
     ("apps.inbox",),
+    ("apps.usage",),  # written by the recorder (apps.chat), read by the API and the admin
     ("apps.chat",),
     ("apps.api",),
     ("apps.ops",),

@@ -193,6 +193,7 @@ class Attempts:
             attempt=start.attempt,
             prompt_tokens_estimate=item.prompt_tokens_estimate,
             max_tokens=item.max_tokens,
+            model=item.model,
         )
         exhausted = start.code == transitions.START_EXHAUSTED
         metrics.started(item.id, attempt=start.attempt, worker_id=self.worker_id)

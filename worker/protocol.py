@@ -25,7 +25,11 @@ from worker.keys import FLEET_TAG, Keys
 
 __all__ = ["FLEET_TAG", "Keys"]  # the contract's names, kept where every reader looks
 
+# Written in every work item, answer record and heartbeat. Raised only for a change an older
+# reader would misread; a reader accepts every version in READABLE_VERSIONS and ignores fields it
+# does not know, so new optional fields need no new version (docs/deploy.md: rolling upgrades).
 PROTOCOL_VERSION = "1"
+READABLE_VERSIONS = frozenset({"1"})
 
 WORKER_GROUP = "workers"  # consumer group of every worker on the work streams
 RETURNED = "returned"  # a given-back work item's mark: not a first delivery (worker/ahead.py)
@@ -111,7 +115,7 @@ class WorkItem:
     @classmethod
     def from_fields(cls, fields: dict[str, str]) -> WorkItem:
         """Raises KeyError or ValueError for an entry that is not a work item."""
-        if fields.get("v") != PROTOCOL_VERSION:
+        if fields.get("v") not in READABLE_VERSIONS:
             raise ValueError(f"unsupported work item version {fields.get('v')!r}")
         messages = json.loads(fields["messages"])
         if not isinstance(messages, list) or not all(
@@ -175,6 +179,9 @@ class Answer:
     code: str = ""
     prompt_tokens_estimate: int = 0
     max_tokens: int = 0
+    # The model that answered ("" when none ran, or the record predates the field): what usage
+    # accounting files the answer's tokens under.
+    model: str = ""
 
     def to_fields(self) -> dict[str, str]:
         fields = {
@@ -196,6 +203,8 @@ class Answer:
             fields["retry_after"] = str(int(self.retry_after))
         if self.code:
             fields["code"] = self.code
+        if self.model:
+            fields["model"] = self.model
         return fields
 
     @classmethod
@@ -220,6 +229,7 @@ class Answer:
             code=fields.get("code", ""),
             prompt_tokens_estimate=int(fields.get("prompt_tokens_estimate") or 0),
             max_tokens=int(fields.get("max_tokens") or 0),
+            model=fields.get("model", ""),
         )
 
 

@@ -64,27 +64,36 @@ class FirstEvent:
 
 
 def submitted(
-    pipe, keys: Keys, item: WorkItem, *, citations: list, stream: str, submit_by_ms: int
+    pipe,
+    keys: Keys,
+    item: WorkItem,
+    *,
+    citations: list,
+    stream: str,
+    submit_by_ms: int,
+    api_key: str = "",
 ) -> FirstEvent:
     """A new request: its state, the conversation's active request, the first event for
     readers, and the admission entry. `submit_by_ms`: the web gives up waiting for Redis by
-    then, so an entry Redis only runs later (it was frozen) is withdrawn by the dispatcher."""
+    then, so an entry Redis only runs later (it was frozen) is withdrawn by the dispatcher.
+    `api_key`: the SHA-256 of the API key it came with, which the recorder files its usage
+    under (the hash PostgreSQL stores, never the key)."""
     cited = json.dumps(citations)
     now = protocol.now_ms()
     request_key, out_key = keys.request(item.id), keys.output(item.id)
-    pipe.hset(
-        request_key,
-        mapping={
-            "state": State.QUEUED,
-            "user_id": item.user_id,
-            "conversation_id": item.conversation_id,
-            "kind": item.kind,
-            "created_ms": now,
-            "updated_ms": now,
-            "citations": cited,
-            "purpose": json.dumps(item.purpose) if item.purpose else "",
-        },
-    )
+    mapping = {
+        "state": State.QUEUED,
+        "user_id": item.user_id,
+        "conversation_id": item.conversation_id,
+        "kind": item.kind,
+        "created_ms": now,
+        "updated_ms": now,
+        "citations": cited,
+        "purpose": json.dumps(item.purpose) if item.purpose else "",
+    }
+    if api_key:
+        mapping["api_key"] = api_key
+    pipe.hset(request_key, mapping=mapping)
     pipe.expire(request_key, protocol.REQUEST_TTL_SECONDS)
     if item.conversation_id:  # a stateless API request belongs to no conversation
         pipe.set(

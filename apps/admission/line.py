@@ -68,6 +68,7 @@ class QueuedRequest:
     # Not stored: after a reload everyone hears their position again.
     told_position: int = 0
     told_at_ms: int = 0
+    told_eta_s: int = 0
 
     @property
     def cost(self) -> int:
@@ -170,6 +171,7 @@ class QueuedRequest:
                 "est": self.estimate,
                 "max": self.max_tokens,
                 "model": self.model,
+                "kind": self.kind,
                 "x": [round(v, 4) for v in self.features],
             }
         )
@@ -188,6 +190,7 @@ class QueuedRequest:
             code=code,
             prompt_tokens_estimate=self.prompt_tokens,
             max_tokens=self.max_tokens,
+            model=self.model,  # as asked ("": the default): usage files a refusal under it
         )
 
 
@@ -284,12 +287,19 @@ class Line:
         return request
 
     def next_to_run(
-        self, may_run: Callable[[Flow], bool], *, background: bool = True
+        self,
+        may_run: Callable[[Flow], bool],
+        *,
+        background: bool = True,
+        background_may_run: Callable[[Flow], bool] | None = None,
     ) -> QueuedRequest | None:
         """Takes the next charged request in fair order among the flows (user, model)
-        `may_run` allows: a model without a free slot holds back only its own requests.
-        `background` False: background work stays in line."""
-        entry = self.fair.pop(may_run, background=background)
+        `may_run` allows (`background_may_run` for background work, which has limits of its
+        own): a model without a free slot holds back only its own requests. `background`
+        False: background work stays in line."""
+        entry = self.fair.pop(
+            may_run, background=background, background_eligible=background_may_run
+        )
         return None if entry is None else self.requests.pop(entry.id)
 
     def charged(self, request: QueuedRequest) -> None:

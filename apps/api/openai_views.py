@@ -23,6 +23,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.views.decorators.csrf import csrf_exempt
 from redis.exceptions import RedisError
 
+from apps.accounts.services import api_key_hash
 from apps.admission import selectors as admission
 from apps.admission.models import Plan
 from apps.api import openai_errors as errors
@@ -130,7 +131,9 @@ def start_completion(
         raise errors.no_worker(model or "(default)")
     prompt_tokens = asked.prompt_tokens_estimate
     room = errors.context_room(
-        window=settings.MODEL_CONTEXT_TOKENS, prompt_tokens=prompt_tokens, asked=asked.max_tokens
+        window=admission.model_context_tokens(model=model),
+        prompt_tokens=prompt_tokens,
+        asked=asked.max_tokens,
     )
     item = WorkItem(
         id=protocol.new_request_id(),
@@ -147,7 +150,10 @@ def start_completion(
         top_p=None if asked.top_p is None else float(asked.top_p),
         stop=asked.stop,
     )
-    first_event = submission.request_publish(item=item, citations=[])
+    # The key's hash goes with the request, so its usage is filed under the key (apps/usage).
+    first_event = submission.request_publish(
+        item=item, citations=[], api_key=api_key_hash(raw_key or "")
+    )
     return caller, asked, Started(item.id, model, int(time.time()), first_event)
 
 

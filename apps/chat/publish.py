@@ -26,6 +26,7 @@ def request_publish(
     citations: list | None = None,
     also: Callable[[Any], None] | None = None,
     first: WritesAhead | None = None,
+    api_key: str = "",
 ) -> Entry:
     """Hands the request to admission; returns the first event of its output stream (id and
     fields), for the caller's reader to start after. Past the Redis client's timeout the
@@ -34,7 +35,7 @@ def request_publish(
     more commands on the same pipeline (the tabs' event): their failure is not the request's,
     so it is not raised. `first`: the writes a prompt read ahead left (the question's turn,
     the settled answer's), queued before the request's own; a failure of theirs drops what
-    they would have written."""
+    they would have written. `api_key`: the SHA-256 of the API key the request came with."""
     k = keys()
     # Set by Sluice from what the request is (the dispatcher adds "long" by the plan's size).
     item.kind = web_kind(requested=item.kind)
@@ -50,6 +51,7 @@ def request_publish(
         citations=citations or [],
         stream=submit_stream(k, model=item.model),
         submit_by_ms=submit_by_ms,
+        api_key=api_key,
     )
     own = len(pipe)
     if also is not None:

@@ -22,6 +22,7 @@ from apps.chat import background, services
 from apps.chat.models import Conversation, Message
 from apps.chat.prompt import hot
 from apps.rag.prompting import citations_used
+from apps.usage import services as usage_services
 from core.redis_client import get_redis, keys
 from worker import protocol, transitions
 from worker.protocol import Answer, EventType, State
@@ -53,7 +54,11 @@ def answer_store(*, answer: Answer, citations: list | None = None) -> Message | 
         return None
 
 
-def answer_message(answer: Answer, citations: list) -> services.NewMessage | None:
+def answer_message(
+    answer: Answer, citations: list, *, cited: bool = False
+) -> services.NewMessage | None:
+    """The assistant message to store for `answer`; `cited`: `citations` are those the answer
+    uses already (citations_used), else all the web attached."""
     if not answer.conversation_id:
         return None  # an API request: its caller keeps the conversation, Sluice stores none
     if answer.state == State.CANCELLED and not answer.text:
@@ -67,16 +72,16 @@ def answer_message(answer: Answer, citations: list) -> services.NewMessage | Non
         completion_tokens=answer.usage.completion_tokens or None,
         status=STATUS_FOR_STATE[answer.state],
         error=answer.error[:300],
-        citations=citations_used(citations, answer.text),
+        citations=citations if cited else citations_used(citations, answer.text),
         finish_reason=answer.finish_reason[:16],
     )
 
 
 # What the recorder reads of each request's hash, for the whole batch in one round trip:
 # the citations the web attached, when and as what it was submitted (the inbox's "your answer is
-# ready"), the purpose of Sluice's own background requests, and whether the web stored the
-# answer already.
-REQUEST_FIELDS = ("citations", "created_ms", "kind", "purpose", "stored")
+# ready"), the purpose of Sluice's own background requests, whether the web stored the answer
+# already, and the API key it came with (usage accounting).
+REQUEST_FIELDS = ("citations", "created_ms", "kind", "purpose", "stored", "api_key")
 
 
 def requests_read(answers: list[Answer]) -> list[dict[str, str | None]]:
@@ -274,13 +279,26 @@ def _record_batch(
     answers = [answer for _, answer in parsed]
     requests = requests_read(answers) if parsed else []
     if parsed:
-        # An answer the web stored already (request_ended) is not inserted again.
+        cited = [
+            citations_used(_citations(fields["citations"]), answer.text)
+            if fields["citations"] and fields["citations"] != "[]"
+            else []
+            for answer, fields in zip(answers, requests, strict=True)
+        ]
+        # An answer the web stored already (request_ended) is not inserted again; its usage
+        # is still counted here, once: usage has no other writer.
         messages = [
-            (entry_id, answer_message(answer, _citations(fields["citations"])))
-            for (entry_id, answer), fields in zip(parsed, requests, strict=True)
+            (entry_id, answer_message(answer, citations, cited=True))
+            for (entry_id, answer), fields, citations in zip(parsed, requests, cited, strict=True)
             if fields["stored"] != "1"
         ]
-        rejected += _store([(i, m) for i, m in messages if m is not None])
+        usage = usage_services.usage_rows(
+            answers,
+            requests,
+            [[c["chunk_id"] for c in citations if "chunk_id" in c] for citations in cited],
+            now_ms=protocol.now_ms(),
+        )
+        rejected += _store([(i, m) for i, m in messages if m is not None], usage)
         background.answers_ready_post(answers, requests=requests)
         # Background answers go to their task instead of the conversation; chat answers may
         # ask for follow-ups.
@@ -317,18 +335,28 @@ def _record_batch(
     return len(entries)
 
 
-def _store(messages: list[tuple[str, services.NewMessage]]) -> list[tuple[str, str]]:
-    """The batch in one round trip; if one answer cannot be stored (its conversation deleted
-    that instant, a figure out of range), the others one by one, so one bad record never holds
-    back the rest, nor comes back forever. Returns (entry id, reason) of those not stored."""
-    if len(messages) <= 1:  # one statement is atomic on its own: no BEGIN and COMMIT trips
+def _store(
+    messages: list[tuple[str, services.NewMessage]], usage: list[dict] | None = None
+) -> list[tuple[str, str]]:
+    """The batch in one round trip, with the usage of every answer read (apps/usage) in the
+    same transaction, so a crash or a failover never stores one without the other; if one
+    answer cannot be stored (its conversation deleted that instant, a figure out of range),
+    the others one by one, so one bad record never holds back the rest, nor comes back
+    forever. Returns (entry id, reason) of those not stored."""
+    if not messages:  # one statement is atomic on its own: no BEGIN and COMMIT trips
+        usage_services.usage_record(rows=usage or [])
+        return []
+    if len(messages) == 1 and not usage:
         return _store_each(messages)
     try:
         with transaction.atomic():  # all or none, so the fallback below starts clean
+            usage_services.usage_record(rows=usage or [])
             services.messages_store([m for _, m in messages])
         return []
     except UNSTORABLE:
-        return _store_each(messages)
+        with transaction.atomic():
+            usage_services.usage_record_alone(rows=usage or [])
+            return _store_each(messages)
 
 
 def _store_each(messages: list[tuple[str, services.NewMessage]]) -> list[tuple[str, str]]:

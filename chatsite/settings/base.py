@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "apps.admission",
     "apps.rag",
     "apps.inbox",
+    "apps.usage",
     "apps.chat",
     "apps.api",
     "apps.ops",
@@ -165,6 +166,10 @@ HEALTH_CHECK_TIMEOUT = env.float("HEALTH_CHECK_TIMEOUT", default=0.5)
 
 # Chat limits checked before anything is stored.
 CHAT_MESSAGE_MAX_CHARS = env.int("CHAT_MESSAGE_MAX_CHARS", default=8000)
+# Usage accounting (apps/usage): each answer's own row is kept this many days, the hourly
+# sums this many (`manage.py apply_retention` deletes older ones).
+USAGE_REQUEST_DAYS = env.int("USAGE_REQUEST_DAYS", default=90)
+USAGE_ROLLUP_DAYS = env.int("USAGE_ROLLUP_DAYS", default=730)
 CHAT_TITLE_MAX_CHARS = 120
 # Conversation data (apps/chat inbox, hot tier, retention).
 # An answer that took this long (or a `long` request) leaves "your answer is ready" in the inbox.
@@ -238,6 +243,14 @@ RAG_HNSW_EF_SEARCH = env.int("RAG_HNSW_EF_SEARCH", default=50)
 RAG_FULLTEXT_POOL_PER_TERM = env.int("RAG_FULLTEXT_POOL_PER_TERM", default=50)
 RAG_TOP_K = env.int("RAG_TOP_K", default=5)
 RAG_MIN_SIMILARITY = env.float("RAG_MIN_SIMILARITY", default=0.2)
+# The share of each corpus's mean embedding taken out of the question and the passage before
+# their cosine (apps/rag/centering.py): passages near the corpus's centre (introductions,
+# overviews) then stop matching every question. 0 is the plain cosine.
+RAG_MEAN_REMOVAL = env.float("RAG_MEAN_REMOVAL", default=0.5)
+# A cross-encoder (a local sentence-transformers folder) that reorders the best
+# RAG_RERANK_CANDIDATES passages after the relevance gate; none by default.
+RAG_RERANK_MODEL = env.str("RAG_RERANK_MODEL", default="")
+RAG_RERANK_CANDIDATES = env.int("RAG_RERANK_CANDIDATES", default=20)
 # The passages' share of a prompt, in model tokens (about four characters each): every token
 # is read before the first word of the answer, so the passages are cut to this.
 RAG_PROMPT_TOKENS = env.int("RAG_PROMPT_TOKENS", default=400)

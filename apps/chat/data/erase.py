@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 from apps.chat.models import Conversation, Message
 from apps.chat.prompt import hot
 from apps.inbox import services as inbox
+from apps.usage import services as usage
 from core.commits import after_commit
 from core.redis_client import get_redis, keys
 from worker import transitions
@@ -24,6 +25,8 @@ def conversation_erase(*, conversation: Conversation) -> None:
     conversation_id = conversation.pk
     request_ids = [r for r in conversation.messages.values_list("request_id", flat=True) if r]
     inbox.inbox_forget_conversation(user_id=conversation.owner_id, conversation_id=conversation_id)
+    # Votes and comments on its answers are the person's words about it: they go with it.
+    usage.feedback_erase(conversation_ids=[conversation_id])
     # Its messages in one statement: through the ORM, each would be loaded to send its delete
     # signal (the hot tier's), and the whole conversation is dropped from the hot tier below.
     with connection.cursor() as cursor:
