@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from apps.chat.prompt.memory import summary_messages
+from apps.chat.prompt.memory_summary import summary_messages
 from apps.chat.prompt.prompting import prompt_build
 from apps.chat.selectors import PromptProfile, PromptSources, Turn
 from apps.rag.prompting import passages_block

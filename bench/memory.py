@@ -45,6 +45,7 @@ import argparse
 import asyncio
 import os
 import random
+import re
 import sys
 import time
 from collections import Counter
@@ -62,7 +63,7 @@ django.setup()
 import memory_grade as grade  # noqa: E402
 from memory_data import PLACEMENTS, Conversation, Fact, make_conversation  # noqa: E402
 
-from apps.chat.prompt import memory  # noqa: E402
+from apps.chat.prompt import memory, memory_facts, memory_summary  # noqa: E402
 from apps.chat.prompt.prompting import BASE_SYSTEM_PROMPT  # noqa: E402
 from apps.chat.selectors import PromptSources, Turn  # noqa: E402
 from worker.engines import EngineRequest  # noqa: E402
@@ -79,8 +80,9 @@ class Built:
     messages: list[dict[str, str]]
     memory_block: str  # the summary and kept lines: what sits before the turns
     summary: str
-    key_lines: str
+    key_lines: str  # the entries about the user (and quoted statements)
     recent: str
+    others_lines: str = ""  # the entries about other people
 
 
 @dataclass
@@ -97,6 +99,9 @@ class Tally:
     invented: int = 0  # of them, not grounded in the turns
     final_sentences: int = 0  # in the summaries that reached the closing prompts
     final_invented: int = 0
+    others_as_user: Counter = field(default_factory=Counter)  # arm → lines that do so
+    others_lines: int = 0  # what the user said of other people, kept as theirs
+    raw_sentences: int = 0  # summary sentences as the model wrote them
     summary_calls: int = 0
     summary_tokens: int = 0
     prompt_tokens: Counter = field(default_factory=Counter)  # arm → estimated tokens
@@ -117,16 +122,32 @@ def window_prompt(history: list[Turn], budget: int) -> Built:
     return Built([{"role": "system", "content": BASE_SYSTEM_PROMPT}, *turns], "", "", "", recent)
 
 
-def memory_prompt(history: list[Turn], summary: str, upto: int, budget: int) -> Built:
-    sources = PromptSources(history=history, profile=None, summary=summary, summary_upto=upto)
+def memory_prompt(
+    history: list[Turn], summary: str, upto: int, budget: int, entries: list[dict]
+) -> Built:
+    sources = PromptSources(
+        history=history, profile=None, summary=summary, summary_upto=upto, facts=entries
+    )
     plan = memory.plan_prompt(system=BASE_SYSTEM_PROMPT, sources=sources, budget=budget)
-    block = plan.system[len(BASE_SYSTEM_PROMPT) :]
-    # The summary as it reached the prompt (clipped to its share), without its heading.
-    summary_part = block.split("Earlier in this conversation:")[0]
-    summary_part = summary_part.replace("What you remember of this conversation so far:", "")
+    block = plan.remembered
     recent = "\n".join(m["content"] for m in plan.turns)
     messages = [{"role": "system", "content": plan.system}, *plan.turns]
-    return Built(messages, block, summary_part, "\n".join(plan.kept_facts), recent)
+    return Built(
+        messages,
+        block.text,
+        "\n".join(block.summary),
+        "\n".join(e.text() for e in block.facts),
+        recent,
+        "\n".join(e.text() for e in block.others),
+    )
+
+
+def fold_entries(entries: list[dict], turns: list[Turn]) -> list[dict]:
+    """The entries a summary's row keeps as of its last turn (memory_summary.summary_store)."""
+    merged = memory_facts.merge(
+        memory_facts.entries_from_json(entries), turns, newer=lambda a, b: a > b
+    )
+    return memory_facts.entries_to_json(merged)
 
 
 class ModelSummariser:
@@ -135,22 +156,28 @@ class ModelSummariser:
     def __init__(self, engine: LlamaCppEngine) -> None:
         self.engine = engine
         self.calls = self.tokens = 0
+        self.raw: list[tuple[str, str]] = []  # each answer as the model wrote it, with its turns
 
     async def __call__(self, conversation: Conversation, previous: str, turns: list[Turn]) -> str:
         self.calls += 1
-        messages = memory.summary_messages(previous=previous, turns=turns)
+        messages = memory_summary.summary_messages(previous=previous, turns=turns)
         request = EngineRequest(
             id=f"summary-{self.calls}",
             messages=messages,
-            max_tokens=memory.SUMMARY_MAX_TOKENS,
+            max_tokens=memory_summary.SUMMARY_MAX_TOKENS,
             temperature=0.0,  # as background requests are sent
         )
-        text, used = [], 0
+        text, used, finish = [], 0, ""
         async for out in self.engine.generate(request):
             text.append(out.text)
             used = out.prompt_tokens + out.completion_tokens
+            finish = getattr(out, "finish_reason", "") or finish
         self.tokens += used
-        return memory.summary_text(previous=previous, answer="".join(text))
+        self.raw.append(("".join(text), "\n".join(t.text for t in turns if t.role == "user")))
+        said = "\n".join(t.text for t in turns if t.role == "user")
+        return memory_summary.summary_text(
+            previous=previous, answer="".join(text), finish_reason=finish, said=said
+        )
 
 
 async def perfect_summary(conversation: Conversation, previous: str, turns: list[Turn]) -> str:
@@ -176,23 +203,41 @@ PERFECT = {
 
 async def replay(conversation: Conversation, summarise, budget: int, on_summary=None):
     """Sends the conversation turn by turn: each question's prompt is planned as production
-    plans it, and a summary that falls due is written before the next question. Returns the
-    summary and its upto as they stand at the closing question."""
-    summary, upto = "", 0
+    plans it, and a summary that falls due is written before the next question, with the
+    entries its row keeps. Returns the summary, its upto and those entries as they stand at
+    the closing question."""
+    summary, upto, entries = "", 0, []
     turns = conversation.turns
     for end in range(1, len(turns)):
         if turns[end - 1].role != "user":
             continue
         history = list(reversed(turns[:end]))
-        sources = PromptSources(history=history, profile=None, summary=summary, summary_upto=upto)
+        sources = PromptSources(
+            history=history, profile=None, summary=summary, summary_upto=upto, facts=entries
+        )
         plan = memory.plan_prompt(system=BASE_SYSTEM_PROMPT, sources=sources, budget=budget)
         if plan.to_summarise:
             written = await summarise(conversation, summary, plan.to_summarise)
+            entries = fold_entries(entries, plan.to_summarise)
             upto = plan.to_summarise[-1].id
             if on_summary and written != summary:  # the same notes kept are not new sentences
                 on_summary(written, upto)
             summary = written
-    return summary, upto
+    return summary, upto, entries
+
+
+_RELATION = re.compile(rf"\b(?:{memory_facts.RELATIONS})\b", re.IGNORECASE)
+
+
+def others_as_user(c: Conversation, built: Built) -> int:
+    """Lines of the memory block about the user (the summary, the user's entries) that name
+    something the user said of another person without saying whom it is about."""
+    lines = [*built.summary.splitlines(), *built.key_lines.splitlines()]
+    return sum(
+        1
+        for line in lines
+        if any(grade.has(v, line) for v in c.others) and not _RELATION.search(line)
+    )
 
 
 def score(arm: str, fact: Fact, built: Built, tally: Tally) -> None:
@@ -221,7 +266,7 @@ async def run_conversation(c: Conversation, engine, summariser, rng, args, tally
     budget = args.budget
     history = list(reversed(c.turns))
     source = [t.text for t in c.turns]
-    summaries: dict[str, tuple[str, int]] = {}
+    summaries: dict[str, tuple[str, int, list]] = {}
 
     def check(summary: str, upto: int) -> None:
         covered = grade.source_index(source[:upto])
@@ -244,7 +289,7 @@ async def run_conversation(c: Conversation, engine, summariser, rng, args, tally
     def build(arm: str, turns: list[Turn]) -> Built:
         if arm == "window":
             return window_prompt(turns, budget)
-        return memory_prompt(turns, *summaries[arm], budget)
+        return memory_prompt(turns, *summaries[arm][:2], budget, summaries[arm][2])
 
     for arm in ARMS:
         built = build(arm, history)
@@ -253,6 +298,9 @@ async def run_conversation(c: Conversation, engine, summariser, rng, args, tally
         )
         for fact in c.facts:
             score(arm, fact, built, tally)
+        tally.others_as_user[arm] += others_as_user(c, built)
+        if arm == "summaries":
+            tally.others_lines += len(built.others_lines.splitlines())
         if arm == "summaries":  # what of the summary reached the closing prompt
             covered = grade.source_index(source[: summaries[arm][1]])
             for sentence in grade.sentences(built.summary):
@@ -310,6 +358,23 @@ def report(tally: Tally, args, conversations: int, seconds: float) -> None:
     )
     for example in tally.examples:
         print(f"    e.g. {example[:110]!r}")
+    kept = tally.sentences
+    print(
+        f"  summary sentences the model wrote: {tally.raw_sentences}; kept by the grounding "
+        f"check: {kept} ({pct(tally.raw_sentences - kept, tally.raw_sentences):.0f} % dropped)"
+    )
+    corrected = tally.needed["corrected"]
+    print(
+        f"  corrected facts with only the new value as current (summaries arm): "
+        f"{tally.kept['summaries', 'corrected']} of {corrected}; facts in questions kept: "
+        f"{pct(tally.kept['summaries', 'question'], tally.needed['question']):.0f} % of "
+        f"{tally.needed['question']}"
+    )
+    print(
+        "  lines presenting what the user said of others as the user's: "
+        + ", ".join(f"{arm} {tally.others_as_user[arm]}" for arm in ("summaries", "ceiling"))
+        + f"; statements about others kept as theirs: {tally.others_lines}"
+    )
     print(
         f"  {tally.summary_calls} summary requests, "
         f"{tally.summary_calls / conversations:.1f} per conversation, "
@@ -382,6 +447,7 @@ async def main() -> None:
     finally:
         await engine.stop()
     tally.summary_calls, tally.summary_tokens = summariser.calls, summariser.tokens
+    tally.raw_sentences = sum(len(grade.sentences(text)) for text, _ in summariser.raw)
     report(tally, args, len(conversations), time.perf_counter() - started)
 
 

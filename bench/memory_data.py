@@ -17,7 +17,7 @@ questions; not all of them end in "?".
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from memory_facts import (
     ALLERGIES,
@@ -54,6 +54,8 @@ class Conversation:
     # Turn id → the facts (subject, value) the conversation has established by that turn:
     # what a perfect summary of the turns up to it says.
     known_at: dict[int, dict[str, tuple[str, str]]]
+    # Names, places, jobs and codes the user said of other people: never the user's.
+    others: set[str] = field(default_factory=set)
 
 
 TOPICS = [
@@ -124,6 +126,11 @@ DONE = (
 )
 
 
+# What the fillers of the conversation being made said of other people (make_conversation
+# collects it).
+OTHERS_SAID: set[str] = set()
+
+
 def _filler(rng: random.Random, avoid: set[str]) -> tuple[str, str]:
     kind = rng.choices(["question", "small", "request", "others", "mixed"], [3, 2, 2, 2, 2])[0]
     topic = rng.choice(TOPICS)
@@ -140,14 +147,16 @@ def _filler(rng: random.Random, avoid: set[str]) -> tuple[str, str]:
         "partner": [p for p in PARTNERS if p not in avoid],
         "allergy": [a for a in ALLERGIES if a not in avoid],
     }
-    other = rng.choice(OTHERS).format(
-        city=rng.choice(pick["city"]),
-        a_job=with_article(rng.choice(pick["job"])),
-        pet=rng.choice(pick["pet"]),
-        partner=rng.choice(pick["partner"]),
-        allergy=rng.choice(pick["allergy"]),
-        code=random_code(rng),
-    )
+    values = {
+        "city": rng.choice(pick["city"]),
+        "job": rng.choice(pick["job"]),
+        "pet": rng.choice(pick["pet"]),
+        "partner": rng.choice(pick["partner"]),
+        "allergy": rng.choice(pick["allergy"]),
+        "code": random_code(rng),
+    }
+    other = rng.choice(OTHERS).format(a_job=with_article(values["job"]), **values)
+    OTHERS_SAID.update(v for v in values.values() if v in other)
     if kind == "others":
         return other, ACK
     return f"{other} Anyway, can you explain {topic}?", REPLY.format(topic=topic)
@@ -180,6 +189,7 @@ def make_conversation(rng: random.Random, *, exchanges: int) -> Conversation:
     planted = dict(zip(sorted(rng.sample(range(third), len(early))), early, strict=True))
     late_range = range(third, third + max(len(late), third // 2))
     planted.update(zip(sorted(rng.sample(late_range, len(late))), late, strict=True))
+    OTHERS_SAID.clear()
     turns: list[Turn] = []
     known: dict[str, tuple[str, str]] = {}
     known_at: dict[int, dict[str, tuple[str, str]]] = {}
@@ -206,4 +216,6 @@ def make_conversation(rng: random.Random, *, exchanges: int) -> Conversation:
         if fact.value.lower() in last.lower() or (fact.old and fact.old.lower() in last.lower()):
             raise ValueError(f"closing question names {fact.value!r}")
     add("user", last)
-    return Conversation(turns=turns, facts=facts, question=last, known_at=known_at)
+    return Conversation(
+        turns=turns, facts=facts, question=last, known_at=known_at, others=set(OTHERS_SAID)
+    )

@@ -28,9 +28,9 @@ from django.urls import reverse
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from apps.chat import suggestions, titles
+from apps.chat import suggestions
 from apps.chat.models import Conversation
-from apps.chat.prompt import memory
+from apps.chat.prompt import memory, memory_summary
 from apps.chat.prompt.prompting import Prompt
 from apps.inbox import services as inbox
 from apps.inbox.models import InboxMessage
@@ -129,12 +129,14 @@ def summary_schedule(*, conversation: Conversation, prompt: Prompt) -> str | Non
             "previous": prompt.summary,
             "wait_s": SUMMARY_WAIT_SECONDS,
         }
-        messages = memory.summary_messages(previous=prompt.summary, turns=prompt.to_summarise)
+        messages = memory_summary.summary_messages(
+            previous=prompt.summary, turns=prompt.to_summarise
+        )
         return background_submit(
             user_id=conversation.owner_id,
             purpose=purpose,
             messages=messages,
-            max_tokens=memory.SUMMARY_MAX_TOKENS,
+            max_tokens=memory_summary.SUMMARY_MAX_TOKENS,
             model=conversation.model,
         )
     except RedisError:
@@ -221,16 +223,14 @@ def _finished(answer: Answer, purpose: dict) -> None:
     if task == Task.SUMMARY:
         conversation_id = int(purpose["conversation"])
         if done:
-            stored = memory.summary_store(
+            stored = memory_summary.summary_written(
                 conversation_id=conversation_id,
                 upto_message_id=int(purpose["upto"]),
-                text=memory.summary_text(
-                    previous=purpose.get("previous", ""),
-                    answer=answer.text,
-                    finish_reason=answer.finish_reason,
-                ),
-                model=_model_of(answer),
                 covered_from=int(purpose["from"]),
+                previous=purpose.get("previous", ""),
+                answer=answer.text,
+                finish_reason=answer.finish_reason,
+                model=_model_of(answer),
             )
             log.info(
                 "summary of conversation %s %s",
@@ -255,8 +255,8 @@ def _finished(answer: Answer, purpose: dict) -> None:
                     "questions": questions,
                 },
             )
-    elif task == titles.TASK and done:
-        titles.title_finished(purpose=purpose, answer_text=answer.text)
+    elif task == suggestions.TITLE_TASK and done:
+        suggestions.title_finished(purpose=purpose, answer_text=answer.text)
     elif task == Task.TAGS:
         if done:
             tags = suggestions.tags_open_for(user_id=int(answer.user_id))

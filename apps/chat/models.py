@@ -94,6 +94,10 @@ class ConversationSummary(models.Model):
     upto_message_id = models.BigIntegerField()
     model = models.CharField(max_length=200, blank=True)  # the model that wrote it
     updated = models.DateTimeField(auto_now=True)
+    # What the user told Sluice about themselves (and others), as of `upto_message_id`, with
+    # the corrections and deletions they made on the page: memory_facts.Entry dicts. A row
+    # with upto 0 and no text holds only such edits, before any summary was written.
+    facts = models.JSONField(default=list, blank=True, db_default=[])
 
     objects = NotifyingManager()  # bulk writes reach the caches (querysets.py)
 

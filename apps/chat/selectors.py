@@ -3,6 +3,7 @@ the user does not own."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -48,7 +49,7 @@ def _memory_sql() -> str:
     """The conversation's summary (if any) and its pinned turns, newest first: one row per
     pinned turn, or one row of NULLs when none is pinned."""
     return f"""
-        SELECT s.text, s.upto_message_id, m.id, m.role, m.text
+        SELECT s.text, s.upto_message_id, s.facts, m.id, m.role, m.text
         FROM (SELECT 1) one
         LEFT JOIN {ConversationSummary._meta.db_table} s ON s.conversation_id = %(c)s
         LEFT JOIN {Message._meta.db_table} m ON m.conversation_id = %(c)s AND m.pinned
@@ -111,6 +112,7 @@ class PromptSources:
     summary: str = ""  # what the conversation remembers of older turns
     summary_upto: int = 0  # the newest message id the summary covers (0: none)
     pinned: list[Turn] = field(default_factory=list)  # pinned turns of any age, newest first
+    facts: list[dict] = field(default_factory=list)  # memory entries as the summary row keeps them
 
 
 PINNED_MAX = 20  # pinned turns read per prompt
@@ -144,8 +146,11 @@ def prompt_sources(*, conversation: Conversation, limit: int) -> PromptSources:
         sources = PromptSources(
             [Turn(*row) for row in history.fetchall()], _prompt_profile(profile.fetchone())
         )
-        for summary, upto, pin_id, role, text in memory.fetchall():
+        for summary, upto, entries, pin_id, role, text in memory.fetchall():
             sources.summary, sources.summary_upto = summary or "", upto or 0
+            # Django leaves jsonb undecoded on its connections: a string here.
+            entries = json.loads(entries) if isinstance(entries, str) else entries
+            sources.facts = entries if isinstance(entries, list) else []
             if pin_id is not None:
                 sources.pinned.append(Turn(pin_id, role, text, True))
         return sources

@@ -1,5 +1,6 @@
 """What background requests ask the model for suggestions, and how their answers are read:
-follow-up questions after an answer, and profile tags proposed from a user's questions.
+follow-up questions after an answer, profile tags proposed from a user's questions, and a new
+chat's title.
 
 The model is small and its format loose, so parsing is forgiving (numbering, bullets, quotes)
 but strict about what comes out: at most three real questions; only tag names the admin
@@ -10,7 +11,10 @@ from __future__ import annotations
 
 import re
 
+from django.db import connection
+
 from apps.accounts.models import Profile, Tag, TagProposal
+from apps.chat import tab_sync
 from apps.chat.models import Conversation, Message
 
 FOLLOWUPS_MAX = 3
@@ -157,3 +161,85 @@ def answer_message_id(*, request_id: str) -> int | None:
     if not request_id:
         return None
     return Message.objects.filter(request_id=request_id).values_list("id", flat=True).first()
+
+
+# -- a new chat's title ------------------------------------------------------------------------
+#
+# A conversation is named at once from its first question (turns.title_from_question), so the
+# sidebar never shows "New chat"; a background request then asks the model for a short title,
+# and when it comes back it replaces that first name, unless the user renamed the chat in the
+# meantime, and every open tab of the user shows it (tab_sync.py).
+
+TITLE_TASK = "title"
+TITLE_MAX_TOKENS = 16
+TITLE_MAX_WORDS = 8
+TITLE_MAX = 60
+# How long the request may wait in line while the service degrades; then it is dropped
+# quietly and the chat keeps the name its first question gave it.
+TITLE_WAIT_SECONDS = 180
+
+TITLE_INSTRUCTION = "You write short titles for chats. Reply with the title only."
+# Examples teach the small demo model the task better than any instruction (it otherwise
+# answers the question).
+TITLE_EXAMPLES = (
+    ("How can I make my sourdough bread rise more?", "Sourdough bread rising tips"),
+    ("what's the difference between TCP and UDP", "TCP versus UDP"),
+    ("Write a poem about autumn leaves", "Poem about autumn leaves"),
+)
+TITLE_ASK = "Title for a chat that starts: "
+
+
+def title_messages(*, question: str) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": TITLE_INSTRUCTION}]
+    for example, title in TITLE_EXAMPLES:
+        messages += [
+            {"role": "user", "content": TITLE_ASK + example},
+            {"role": "assistant", "content": title},
+        ]
+    messages.append({"role": "user", "content": TITLE_ASK + question[:600]})
+    return messages
+
+
+def title_purpose(*, conversation: Conversation) -> dict:
+    """What the finished request needs: whose title, and the name it may replace."""
+    return {
+        "task": TITLE_TASK,
+        "conversation": conversation.id,
+        "provisional": conversation.title,
+        "wait_s": TITLE_WAIT_SECONDS,
+    }
+
+
+_TITLE_PREFIX = re.compile(r"^(title|chat title|here is a title|sure)\b[^:]*:\s*", re.IGNORECASE)
+_TITLE_DECORATION = "\"'\u201c\u201d\u2018\u2019`*#_[]()<>"  # quotes, Markdown marks
+
+
+def title_from_answer(text: str) -> str:
+    """The title in the model's reply, tidied; "" when there is none worth showing."""
+    line = next((part for part in (text or "").splitlines() if part.strip()), "")
+    line = _TITLE_PREFIX.sub("", line.strip()).strip().strip(_TITLE_DECORATION).strip()
+    line = " ".join(line.split()).rstrip(".!:;,").strip(_TITLE_DECORATION).strip()
+    words = line.split(" ")
+    if not line or len(words) > TITLE_MAX_WORDS or len(line) > TITLE_MAX:
+        return ""
+    return line[0].upper() + line[1:]
+
+
+def title_finished(*, purpose: dict, answer_text: str) -> bool:
+    """Stores the model's title unless the chat was renamed (or deleted) since it was asked;
+    True when stored (and told to the user's tabs)."""
+    title = title_from_answer(answer_text)
+    if not title:
+        return False
+    table = Conversation._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET title = %s WHERE id = %s AND title = %s RETURNING owner_id",
+            [title, int(purpose["conversation"]), purpose.get("provisional", "")],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    conversation = Conversation(id=int(purpose["conversation"]), owner_id=row[0], title=title)
+    tab_sync.title_published(conversation=conversation)
+    return True

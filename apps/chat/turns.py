@@ -6,7 +6,7 @@ deleted, and the conversation continues from the edited text, as if it had been 
 first time. One linear history keeps prompts, memory and exports simple; the old text is
 gone from the page, from later prompts and from the conversation's summary.
 
-A new chat is named at once from its question; the model's own title follows (titles.py).
+A new chat is named at once from its question; the model's own title follows (suggestions.py).
 
 Continue: an answer cut short (the length cap, a cap while Sluice sheds load, or stopped
 because it looped) goes on in a new request. The new request reads the conversation as it is,
@@ -29,8 +29,9 @@ from django.http import Http404
 from redis.exceptions import RedisError
 
 from apps.accounts.models import User
-from apps.chat import background, services, submission, tab_sync, titles
-from apps.chat.models import Conversation, ConversationSummary, Message
+from apps.chat import background, services, submission, suggestions, tab_sync
+from apps.chat.models import Conversation, Message
+from apps.chat.prompt import memory_summary
 from apps.chat.submission import (
     ConversationBusy,
     Submitted,
@@ -83,9 +84,9 @@ def title_schedule(*, conversation: Conversation, question: str) -> str | None:
     try:
         return background.background_submit(
             user_id=conversation.owner_id,
-            purpose=titles.title_purpose(conversation=conversation),
-            messages=titles.title_messages(question=question),
-            max_tokens=titles.MAX_TOKENS,
+            purpose=suggestions.title_purpose(conversation=conversation),
+            messages=suggestions.title_messages(question=question),
+            max_tokens=suggestions.TITLE_MAX_TOKENS,
             model=conversation.model,
         )
     except RedisError:
@@ -120,13 +121,11 @@ def message_edit(
     except (Message.DoesNotExist, ValueError, TypeError):
         raise Http404 from None
     with transaction.atomic():
+        # A summary that covers the discarded turns speaks for them no more (memory.py
+        # asks for a new one when the conversation grows long again).
+        memory_summary.summary_discard_from(conversation_id=conversation.id, message_id=edited.id)
         conversation.messages.filter(
             Q(created__gt=edited.created) | Q(created=edited.created, id__gte=edited.id)
-        ).delete()
-        # A summary that covers the discarded turns speaks for them no more (memory.py
-        # writes a new one when the conversation grows long again).
-        ConversationSummary.objects.filter(
-            conversation=conversation, upto_message_id__gte=edited.id
         ).delete()
     submitted = submission.request_submit(user=user, conversation=conversation, text=text)
     return submitted, edited.id

@@ -16,6 +16,7 @@ urlpatterns = [
     path("c/<int:id>/delete/", views.conversation_delete, name="delete"),
     path("c/<int:id>/messages/", views.message_send, name="send"),
     path("c/<int:id>/messages/<int:message_id>/pin/", views.message_pin, name="pin"),
+    path("c/<int:id>/memory/", views.memory_edit, name="memory"),
     path("c/<int:id>/archive/", data_views.conversation_archive, name="archive"),
     path("c/<int:id>/export.<str:fmt>", data_views.conversation_export, name="export"),
     path("search/", data_views.conversation_search, name="search"),

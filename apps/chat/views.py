@@ -8,6 +8,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from redis.exceptions import RedisError
 
@@ -183,3 +184,18 @@ def message_pin(request: HttpRequest, id: int, message_id: int) -> HttpResponse:
     if "application/json" in request.headers.get("Accept", ""):
         return JsonResponse({"id": message.id, "pinned": message.pinned})
     return redirect("chat:conversation", id=conversation.id)
+
+
+@login_required
+@require_POST
+def memory_edit(request: HttpRequest, id: int) -> HttpResponse:
+    """Corrects (action=save, with the new value) or deletes (action=delete, or an empty value)
+    one entry of what the conversation remembers; 404 for anyone else's conversation. The page
+    comes back with the note open, showing the memory the next prompt holds."""
+    conversation = selectors.conversation_get_for_user(user=request.user, id=id)
+    key = request.POST.get("key", "")
+    value = "" if request.POST.get("action") == "delete" else request.POST.get("value", "")
+    if not memory.memory_entry_edit(conversation=conversation, key=key, value=value.strip()):
+        flash.error(request, "That memory entry is not there any more.")
+    url = reverse("chat:conversation", args=[conversation.id])
+    return redirect(f"{url}?memory=1#memory-note")

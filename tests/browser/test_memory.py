@@ -66,3 +66,51 @@ def test_follow_up_chips_send_their_question_and_pins_stay(
     first = page.locator(".message.user").first
     expect(first.locator(".pin-button")).to_have_attribute("aria-pressed", "true")
     assert page.evaluate("document.documentElement.scrollWidth") <= 375
+
+
+@pytest.fixture
+def small_window(monkeypatch, settings):
+    # Read by the web process started after this: a long chat overflows it, so the page's
+    # note shows the memory block the next prompt holds.
+    monkeypatch.setenv("MODEL_CONTEXT_TOKENS", "900")
+    monkeypatch.setenv("MODEL_MAX_TOKENS", "100")
+    settings.MODEL_CONTEXT_TOKENS, settings.MODEL_MAX_TOKENS = 900, 100
+
+
+def test_what_i_remember_is_corrected_and_deleted_on_the_page(
+    small_window, user, live_web, browser_page
+):
+    from apps.chat.services import conversation_create, message_create
+
+    conversation = conversation_create(owner=user, title="Moving house")
+    said = ["I live in Tallinn.", "My boss has a cat called Mochi."]
+    for n, text in enumerate(
+        [*said, *(f"Tell me about river {n} and its banks." for n in range(24))]
+    ):
+        message_create(conversation=conversation, role="user", text=text)
+        message_create(
+            conversation=conversation,
+            role="assistant",
+            request_id=f"a{n}",
+            text=f"River {n} runs past farms and mills; its banks are " + "mud " * 20,
+        )
+    page = browser_page
+    log_in(page, live_web)
+    page.goto(f"{live_web}/c/{conversation.id}/")
+    note = page.locator("#memory-note")
+    note.locator("summary").click()
+    city = note.locator('.memory-entry[data-key="city"]')
+    expect(city.locator(".memory-fact")).to_have_text("The user lives in Tallinn.")
+    city.locator("input[name=value]").fill("Tartu")
+    city.locator("button[value=save]").click()
+
+    # Back with the note open: the entry holds the correction, as the next prompt will.
+    note = page.locator("#memory-note")
+    expect(note).to_have_attribute("open", "")
+    city = note.locator('.memory-entry[data-key="city"]')
+    expect(city.locator(".memory-fact")).to_have_text("The user lives in Tartu.")
+    boss = note.locator(".memory-entry", has_text="boss has a cat called Mochi")
+    boss.locator("button[value=delete]").click()
+    expect(page.locator("#memory-note .memory-entry", has_text="Mochi")).to_have_count(0)
+    expect(page.locator('#memory-note .memory-entry[data-key="city"]')).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375

@@ -37,8 +37,9 @@ WINDOW = 240  # tokens: the turns of three exchanges fill it, summaries come due
 @pytest.fixture
 def all_background_work(monkeypatch, settings, short_answers):
     """Titles and follow-ups on (tests turn them off), and a small window, so summaries come
-    due within a few questions; the web and the dispatcher read these from their environment.
-    Requested before the processes start."""
+    due within a few questions; the web and the dispatcher read these from their environment
+    (the window until the worker reports its own, the same). Requested before the processes
+    start."""
     monkeypatch.setenv("SLUICE_TITLES", "1")
     monkeypatch.setenv("SLUICE_FOLLOWUPS", "1")
     monkeypatch.setenv("MODEL_CONTEXT_TOKENS", str(WINDOW))
@@ -73,11 +74,61 @@ def answered(request_id: str) -> bool:
 def test_one_person_asking_back_to_back_keeps_level_0_and_gets_all_background_work(
     all_background_work, dispatcher, start_worker, live_web, user
 ):
+    back_to_back(QUESTIONS, user=user, live_web=live_web, start_worker=start_worker)
+
+
+# Issue 40's measure: one user, 30 questions back to back, as on `make run`.
+THIRTY = [
+    *QUESTIONS,
+    *(
+        f"In one sentence, what is {topic}?"
+        for topic in (
+            "a weir",
+            "a lock keeper",
+            "a towpath",
+            "a canal basin",
+            "a flood gate",
+            "a dam",
+            "a reservoir",
+            "a water wheel",
+            "a culvert",
+            "a spillway",
+            "a levee",
+            "an aqueduct",
+            "a mill pond",
+            "a sluice keeper",
+            "a fish ladder",
+            "a tide mill",
+            "a dyke",
+            "a polder",
+            "a floodplain",
+            "a river delta",
+            "an estuary",
+            "a marsh",
+            "a beaver dam",
+        )
+    ),
+    "What do I keep, and what is my name?",
+]
+
+
+def test_thirty_questions_back_to_back_keep_level_0_and_get_all_background_work(
+    all_background_work, dispatcher, start_worker, live_web, user
+):
+    assert len(THIRTY) == 30
+    back_to_back(THIRTY, user=user, live_web=live_web, start_worker=start_worker)
+
+
+def back_to_back(questions: list[str], *, user, live_web, start_worker) -> None:
+    """Asks `questions` in one conversation, each once the previous one is answered, then
+    waits for every background task they asked for; asserts level 0 throughout and every
+    task written."""
     roomy()
-    start_worker("quiet-w1", slots=2)  # as `make run` starts it
+    # As `make run` starts it, with the small window: the worker reports it, prompts fit it.
+    start_worker("quiet-w1", slots=2, extra=("--prompt-window", str(WINDOW)))
     key = api_key_create(user=user, name="quiet")[1]
     # The first question starts the chat as the page does (which asks for its title)...
-    first = turns.conversation_start(user=user, text=QUESTIONS[0])
+    first = turns.conversation_start(user=user, text=questions[0])
     conversation = first.conversation_id
     wait_until(lambda: answered(first.request_id), timeout=120, what="the first answer")
     levels = [degradation_get()]
@@ -85,7 +136,7 @@ def test_one_person_asking_back_to_back_keeps_level_0_and_gets_all_background_wo
     with httpx.Client(
         base_url=live_web, headers={"Authorization": f"Bearer {key}"}, timeout=120
     ) as api:
-        for text in QUESTIONS[1:]:
+        for text in questions[1:]:
             ask(api, text, conversation)
             levels.append(degradation_get())
 
@@ -95,9 +146,9 @@ def test_one_person_asking_back_to_back_keeps_level_0_and_gets_all_background_wo
         pending = background.summary_pending(conversation_id=conversation)
         # The last answer's follow-ups are asked once the dispatcher has recorded it.
         asked = sum(json.loads(f["purpose"])["task"] == "followups" for f in found)
-        return found if ended and not pending and asked == len(QUESTIONS) else []
+        return found if ended and not pending and asked == len(questions) else []
 
-    tasks = wait_until(settled, timeout=150, what="every background task to end")
+    tasks = wait_until(settled, timeout=60 + 25 * len(questions), what="every background task")
     levels.append(degradation_get())
     assert [d.level for d in levels] == [0] * len(levels)
     # The CPU signal is Sluice's own processes' (the web publishes its share), not the
@@ -106,9 +157,10 @@ def test_one_person_asking_back_to_back_keeps_level_0_and_gets_all_background_wo
     assert levels[-1].sources["cpu"].startswith("busiest Sluice process")
     assert [f["state"] for f in tasks] == ["done"] * len(tasks), tasks
     named = [json.loads(f["purpose"])["task"] for f in tasks]
-    assert named.count("followups") == len(QUESTIONS) and "title" in named and "summary" in named
+    assert named.count("followups") == len(questions) and "title" in named and "summary" in named
     assert ConversationSummary.objects.filter(conversation_id=conversation).exists()
     assert Conversation.objects.filter(id=conversation).exists()
     counts = get_redis().hgetall(keys().metrics)
     assert "requests:rejected:background" not in counts
     assert "requests:background_dropped" not in counts
+    print(f"{len(questions)} questions: {len(tasks)} background tasks, all done: {named}")

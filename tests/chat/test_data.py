@@ -14,7 +14,7 @@ from apps.chat.data.export import conversation_export_data, conversation_import
 from apps.chat.data.retention import retention_apply
 from apps.chat.data.search import conversation_search_for_user, highlight
 from apps.chat.models import Conversation, Message, RetentionPolicy
-from apps.chat.prompt.memory import summary_store
+from apps.chat.prompt.memory_summary import summary_store
 from apps.chat.services import conversation_create, message_create
 from apps.inbox import services as inbox
 from apps.inbox.models import InboxMessage
@@ -121,7 +121,7 @@ def test_an_export_round_trips(user, other_user, client_for):
     copy = conversation_import(owner=other_user, data=exported)
     assert copy.owner == other_user and copy.id != original.id
     again = conversation_export_data(conversation=copy)
-    assert exported["summary"] == {"text": "- bakes bread", "model": "", "covers": 1}
+    assert exported["summary"] == {"text": "- bakes bread", "model": "", "covers": 1, "facts": []}
     assert [m["pinned"] for m in exported["messages"]] == [False, True]
     for volatile in ("created", "updated"):
         exported.pop(volatile), again.pop(volatile)

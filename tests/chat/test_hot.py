@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from apps.accounts.models import Profile, Tag
 from apps.chat import selectors
 from apps.chat.models import Conversation
-from apps.chat.prompt import hot, memory
+from apps.chat.prompt import hot, memory, memory_summary
 from apps.chat.prompt.prompting import HISTORY_TURNS_MAX, system_prompt, system_prompt_for
 from apps.chat.services import (
     NewMessage,
@@ -128,7 +128,9 @@ def test_deletes_edits_pins_and_summaries_drop_the_cached_turns(chat):
     assert queries > 0 and [t.text for t in got.pinned] == ["turn 0"]
 
     sources(chat)
-    memory.summary_store(conversation_id=chat.id, upto_message_id=message.id, text="- likes rivers")
+    memory_summary.summary_store(
+        conversation_id=chat.id, upto_message_id=message.id, text="- likes rivers"
+    )
     got, queries = sources(chat)
     assert queries > 0 and got.summary == "- likes rivers"
     assert sources(chat)[0] == from_postgres(chat)

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from apps.chat import background
 from apps.chat.models import ConversationSummary, Message
-from apps.chat.prompt import memory
+from apps.chat.prompt import memory_summary
 from apps.chat.prompt.prompting import prompt_build
 from apps.chat.recorder import ensure_group, record_pending
 from apps.chat.services import conversation_create, message_create
@@ -93,7 +93,7 @@ def test_the_summary_replaces_the_turns_it_covers(user, small_window):
     conversation = long_chat(user)
     turns = list(conversation.messages.order_by("id"))
     covered = turns[39]  # the summary speaks for the first 40 messages
-    memory.summary_store(
+    memory_summary.summary_store(
         conversation_id=conversation.id,
         upto_message_id=covered.id,
         text="- The user is Oriel.\n- Rivers 1 to 19 were discussed.",
@@ -171,7 +171,7 @@ def test_sending_a_question_asks_for_the_summary_and_its_answer_becomes_the_summ
     messages_before = conversation.messages.count()
     record_answer(item.id, user.id, "- The user is Oriel; locker code 4471.")
     summary = ConversationSummary.objects.get(conversation=conversation)
-    assert summary.text == "- The user is Oriel; locker code 4471."
+    assert summary.text == "The user is Oriel; locker code 4471."
     assert summary.upto_message_id == item.purpose["upto"]
     assert conversation.messages.count() == messages_before  # no chat message from it
     assert "locker code 4471" in prompt_build(conversation=conversation).messages[0]["content"]
@@ -179,7 +179,7 @@ def test_sending_a_question_asks_for_the_summary_and_its_answer_becomes_the_summ
     # The same answer delivered again changes nothing; a new question asks for the next part.
     record_answer(item.id, user.id, "- something else")
     summary.refresh_from_db()
-    assert summary.text == "- The user is Oriel; locker code 4471."
+    assert summary.text == "The user is Oriel; locker code 4471."
 
 
 def test_only_one_summary_is_in_flight_per_conversation(user, small_window, settings):
@@ -189,10 +189,12 @@ def test_only_one_summary_is_in_flight_per_conversation(user, small_window, sett
     first = background.summary_schedule(conversation=conversation, prompt=prompt)
     assert first is not None
     assert background.summary_schedule(conversation=conversation, prompt=prompt) is None
-    record_answer(first, user.id, "- notes")
+    record_answer(first, user.id, "- The user is Oriel.")
     # Stored, the summary is where the next one starts: only turns after it are due.
     later = prompt_build(conversation=conversation)
-    assert later.summary == "- notes" and later.summary_upto == prompt.to_summarise[-1].id
+    assert (
+        later.summary == "The user is Oriel." and later.summary_upto == prompt.to_summarise[-1].id
+    )
     assert all(t.id > later.summary_upto for t in later.to_summarise)
 
 
@@ -202,13 +204,6 @@ def test_a_short_chat_is_sent_whole_and_asks_for_no_summary(user):
     prompt = prompt_build(conversation=conversation)
     assert prompt.messages[1:] == [{"role": "user", "content": "Hi, I'm Ada."}]
     assert prompt.to_summarise == []
-
-
-def test_key_facts_are_statements_not_questions():
-    assert memory.fact_sentences("My flight is BA 212. What gate is my flight at?") == [
-        "My flight is BA 212."
-    ]
-    assert memory.fact_sentences("What is the capital of France?") == []
 
 
 def test_a_failed_summary_frees_the_conversation_for_the_next_try(user, small_window, settings):
@@ -228,22 +223,23 @@ def test_a_failed_summary_frees_the_conversation_for_the_next_try(user, small_wi
     assert Message.objects.filter(request_id=first).count() == 0
 
 
-def test_the_page_shows_what_sluice_remembers(user, client_for):
+def test_the_page_shows_what_sluice_remembers(user, client_for, small_window):
     conversation = long_chat(user, exchanges=3)
     page = client_for(user).get(f"/c/{conversation.id}/").content.decode()
-    assert "What I remember" not in page  # nothing summarised yet
+    assert "What I remember" not in page  # it all fits: the prompt holds it as it was said
     assert 'class="link pin-button" aria-pressed="false">Pin<' in page
+    conversation = long_chat(user)
     last = conversation.messages.order_by("id").last()
-    memory.summary_store(
+    memory_summary.summary_store(
         conversation_id=conversation.id,
         upto_message_id=last.id - 2,
-        text="- The user is Oriel <b>and</b> likes canals.",
-        model="smollm2",
+        text="The user Oriel <b>asked</b> about river number 3.",
     )
     page = client_for(user).get(f"/c/{conversation.id}/").content.decode()
     assert "What I remember" in page
-    assert "- The user is Oriel &lt;b&gt;and&lt;/b&gt; likes canals." in page  # text, not HTML
-    assert "written by smollm2" in page
+    assert "The user Oriel &lt;b&gt;asked&lt;/b&gt; about river number 3." in page  # text
+    assert "The user&#x27;s locker code is 4471." in page  # an entry, with its edit form
+    assert 'name="key" value="code:locker code"' in page
 
 
 def chat_with_an_answer_stored_after_the_next_question(user, *, late: int = 10):
@@ -291,7 +287,7 @@ def test_the_summary_covers_turns_in_the_conversations_order_not_by_id(user, sma
     late_answer = conversation.messages.get(request_id="a10")
     next_question = conversation.messages.get(text__startswith="Tell me about river number 11 ")
     assert late_answer.id > next_question.id and late_answer.created < next_question.created
-    memory.summary_store(
+    memory_summary.summary_store(
         conversation_id=conversation.id, upto_message_id=late_answer.id, text="- Rivers 0 to 10."
     )
     prompt = prompt_build(conversation=conversation)
@@ -300,7 +296,7 @@ def test_the_summary_covers_turns_in_the_conversations_order_not_by_id(user, sma
     roles = [m["role"] for m in prompt.messages[1:]]
     assert all(a != b for a, b in itertools.pairwise(roles))  # turns alternate
     # A summary that goes on from there moves memory forward, whatever the ids say.
-    stored = memory.summary_store(
+    stored = memory_summary.summary_store(
         conversation_id=conversation.id,
         upto_message_id=next_question.id,
         text="- Rivers 0 to 11.",
@@ -327,7 +323,7 @@ def test_a_summary_cut_by_its_length_cap_keeps_only_complete_notes(user, small_w
     )
     record()
     summary = ConversationSummary.objects.get(conversation=conversation)
-    assert summary.text == "- The user is Oriel.\n- Locker code 4471."
+    assert summary.text == "The user is Oriel.\nLocker code 4471."
 
 
 def test_a_summary_waiting_in_line_marks_its_conversation_and_a_dropped_one_frees_it(

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.http import Http404
 from django.urls import reverse
 
-from apps.chat import titles, turns
+from apps.chat import suggestions, turns
 from apps.chat.models import Conversation, ConversationSummary
 from apps.chat.services import conversation_create, message_create
 from apps.chat.submission import ConversationBusy
@@ -200,7 +200,7 @@ async def test_other_tabs_see_questions_edits_titles_and_deletions(user, client_
     ],
 )
 def test_the_models_title_is_tidied_or_refused(reply, title):
-    assert titles.title_from_answer(reply) == title
+    assert suggestions.title_from_answer(reply) == title
 
 
 def _chat_events(action: str) -> list[dict]:
@@ -221,19 +221,19 @@ def test_a_new_chat_asks_the_model_for_its_title_and_a_rename_wins(user, setting
         "task": "title",
         "conversation": conversation.id,
         "provisional": "What is a sluice gate",
-        "wait_s": titles.WAIT_SECONDS,  # a title waits this long for a quiet line, then is dropped
+        "wait_s": suggestions.TITLE_WAIT_SECONDS,  # waits this long for a quiet line, then dropped
     }
     assert purpose in asked
 
     # The model's title replaces the first name, and the user's tabs hear of it.
-    assert titles.title_finished(purpose=purpose, answer_text="Sluice gates")
+    assert suggestions.title_finished(purpose=purpose, answer_text="Sluice gates")
     conversation.refresh_from_db()
     assert conversation.title == "Sluice gates"
     assert _chat_events("title")[-1]["title"] == "Sluice gates"
     # A title that comes back after the user renamed the chat is dropped.
     conversation.title = "Mine"
     conversation.save()
-    assert not titles.title_finished(purpose=purpose, answer_text="Something else")
+    assert not suggestions.title_finished(purpose=purpose, answer_text="Something else")
     conversation.refresh_from_db()
     assert conversation.title == "Mine"
 
@@ -252,7 +252,7 @@ def test_the_real_model_names_a_new_chat(user, settings, start_worker, dispatche
         return title if title != first else None
 
     title = wait_until(named, timeout=240, what="the model's title")
-    assert 0 < len(title) <= titles.TITLE_MAX and "\n" not in title
+    assert 0 < len(title) <= suggestions.TITLE_MAX and "\n" not in title
 
 
 @pytest.mark.django_db(transaction=True)

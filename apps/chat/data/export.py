@@ -12,8 +12,10 @@ from django.utils import timezone
 
 from apps.accounts.models import Profile, User
 from apps.chat.models import Conversation, ConversationSummary, Message
+from apps.chat.prompt import memory_facts
 from apps.chat.services import clean_title
 from apps.inbox.models import InboxMessage
+from apps.usage import selectors as usage_selectors
 
 FORMAT = "sluice-conversation"
 ALL_FORMAT = "sluice-export"
@@ -38,7 +40,11 @@ def _when(value: datetime | None) -> str:
 def conversation_export_data(*, conversation: Conversation) -> dict:
     messages = list(conversation.messages.order_by("created", "id"))
     summary = ConversationSummary.objects.filter(conversation=conversation).first()
-    covered = [i for i, m in enumerate(messages) if summary and m.id <= summary.upto_message_id]
+    # Messages by their place in the conversation: the summary covers those up to its last
+    # turn in that order (ids are not the order: an answer stored with the next question may
+    # have the higher id while it comes first), and memory entries name their turn by place.
+    place = {m.id: n for n, m in enumerate(messages)}
+    covers = place.get(summary.upto_message_id, -1) + 1 if summary else 0
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -54,7 +60,16 @@ def conversation_export_data(*, conversation: Conversation) -> dict:
         # What the conversation remembers of older turns, and how many messages it covers.
         "summary": None
         if summary is None
-        else {"text": summary.text, "model": summary.model, "covers": len(covered)},
+        else {
+            "text": summary.text,
+            "model": summary.model,
+            "covers": covers,
+            "facts": [
+                {**entry, "at": place.get(entry.get("at"), -1)}
+                for entry in summary.facts
+                if isinstance(entry, dict)
+            ],
+        },
     }
 
 
@@ -113,6 +128,8 @@ def user_export_all(*, user: User) -> dict:
             }
             for m in InboxMessage.objects.filter(user=user).order_by("id")
         ],
+        # Their votes on answers, with any comment (those on API answers too).
+        "feedback": usage_selectors.feedback_for_user(user=user),
     }
 
 
@@ -161,14 +178,30 @@ def conversation_import(*, owner: User, data: dict) -> Conversation:
     summary = data.get("summary")
     if isinstance(summary, dict) and isinstance(summary.get("text"), str):
         covers = summary.get("covers")
-        if isinstance(covers, int) and 0 < covers <= len(created):
+        entries = _entries(summary.get("facts"), created)
+        covered = isinstance(covers, int) and 0 < covers <= len(created)
+        if covered or entries:
             ConversationSummary.objects.create(
                 conversation=conversation,
-                text=summary["text"],
-                upto_message_id=created[covers - 1].id,
-                model=str(summary.get("model") or ""),
+                text=summary["text"] if covered else "",
+                upto_message_id=created[covers - 1].id if covered else 0,
+                model=str(summary.get("model") or "") if covered else "",
+                facts=entries,
             )
     return conversation
+
+
+def _entries(raw, created: list[Message]) -> list[dict]:
+    """Memory entries from an export, each naming its turn by place, as stored entries naming
+    the imported message there."""
+    entries = []
+    for item in raw if isinstance(raw, list) else []:
+        entry = memory_facts.Entry.from_dict(item) if isinstance(item, dict) else None
+        if entry is None or not isinstance(entry.at, int):
+            continue
+        entry.at = created[entry.at].id if 0 <= entry.at < len(created) else 0
+        entries.append(entry)
+    return memory_facts.entries_to_json(entries)
 
 
 def _count(value) -> int | None:

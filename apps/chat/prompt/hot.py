@@ -141,6 +141,7 @@ def prompt_sources(
                 sources.summary,
                 sources.summary_upto,
                 pinned_json,
+                json.dumps(sources.facts),
                 *(_entry(t) for t in sources.history),
             )
         if profile_filled != "1":
@@ -175,7 +176,7 @@ def sources_from(replies: list, limit: int, newer: Sequence[Turn] = ()) -> Promp
     when the conversation or its owner is not in the tier. `newer`: turns stored after the
     read (newest first), ahead of those read."""
     conv, profile = replies[:2]
-    conv_filled, summary, upto, pinned, raw_turns = (conv + [None] * 6)[1:6]
+    conv_filled, summary, upto, pinned, raw_turns, entries = (conv + [None] * 7)[1:7]
     if conv_filled != "1" or profile[1] != "1":
         return None
     history = _turns(raw_turns, limit)
@@ -188,6 +189,7 @@ def sources_from(replies: list, limit: int, newer: Sequence[Turn] = ()) -> Promp
         summary=summary or "",
         summary_upto=int(upto or 0),
         pinned=[Turn(*t) for t in json.loads(pinned or "[]")],
+        facts=json.loads(entries or "[]"),
     )
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 # KEYS: conversation hash, turns list. ARGV: ttl, last list index to read. Returns the hash's
 # generation and, when it is filled, its fields and the turns; refreshes both TTLs.
 READ = """
-local conv = redis.call('HMGET', KEYS[1], 'gen', 'filled', 'summary', 'upto', 'pinned')
+local conv = redis.call('HMGET', KEYS[1], 'gen', 'filled', 'summary', 'upto', 'pinned', 'facts')
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 if conv[2] ~= '1' then return {conv[1], false} end
 redis.call('EXPIRE', KEYS[2], ARGV[1])
 return {conv[1], conv[2], conv[3], conv[4], conv[5],
-        redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[2]))}
+        redis.call('LRANGE', KEYS[2], 0, tonumber(ARGV[2])), conv[6]}
 """
 # KEYS: conversation hash, turns list. ARGV: ttl, cap, entries (oldest first).
 PUSH = """
@@ -31,14 +31,14 @@ if KEYS[2] then redis.call('DEL', KEYS[2]) end
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 """
 # KEYS: conversation hash, turns list. ARGV: ttl, generation seen, summary, upto, pinned,
-# entries (newest first).
+# memory entries (JSON), turns (newest first).
 FILL_CONVERSATION = """
 local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
 if gen ~= ARGV[2] then return 0 end
 redis.call('DEL', KEYS[2])
-for i = 6, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
+for i = 7, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
 redis.call('HSET', KEYS[1], 'gen', gen, 'filled', '1', 'summary', ARGV[3], 'upto', ARGV[4],
-           'pinned', ARGV[5])
+           'pinned', ARGV[5], 'facts', ARGV[6])
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[2], ARGV[1])
 return 1

@@ -1,51 +1,44 @@
 """Conversation memory: what of a long conversation goes into the prompt, and its summary.
 
-A prompt is the system prompt (with the user's profile), then what the conversation remembers
-of turns that no longer fit: the rolling summary, the turns the user pinned and what the user
-stated in older turns (statements, not questions: a name, a number, a preference; those that
-look most like facts about the user first), then the most recent turns that fit. When recent
-turns start falling out, the oldest of them are folded into the summary by a background
-request: the previous summary plus only the newly dropped turns, so each turn is summarised
-once, never the whole history again.
+A prompt is the system prompt (with the user's profile), then the memory block, then the most
+recent turns that fit. The memory block holds, within MEMORY_SHARE of the turns' budget:
 
-The summary comes from the model, and a small model drops details; the user's statements are
-kept verbatim, so a fact the user stated survives even when the summary lost it
-(bench/memory.py measures which of the two carries the facts).
+- the turns the user pinned;
+- what the user told Sluice about themselves, as entries with a subject and a value
+  (memory_facts.py), newest first; a correction replaces the value ("formerly ..."), the
+  user may correct or delete an entry on the page, and statements about other people are
+  kept as theirs, apart;
+- the rolling summary's sentences, each grounded in the turns it summarises (names, numbers
+  and most content words said there), in the third person, and none that a later entry
+  contradicts.
+
+When recent turns start falling out, the oldest of them are folded into the summary by a
+background request: the previous summary plus only the newly dropped turns, so each turn is
+summarised once. The summary's row also keeps the entries as of its last turn, so facts
+outlive the turns a prompt reads. bench/memory.py measures what reaches the prompt.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 
+from apps.chat import selectors
 from apps.chat.models import Conversation, ConversationSummary, Message
+from apps.chat.prompt import memory_facts as facts
+from apps.chat.prompt.memory_facts import Entry
+from apps.chat.prompt.memory_summary import SUMMARY_INPUT_TOKENS, summary_lines
+from apps.chat.prompt.memory_summary import clip as _clip
 from apps.chat.selectors import PromptSources, Turn
 
-# Shares of the turns' token budget that remembered context may take, so recent turns always
-# keep most of it.
-SUMMARY_SHARE = 0.25
-KEY_SHARE = 0.25
+# The share of the turns' token budget the memory block may take, so recent turns always keep
+# most of it.
+MEMORY_SHARE = 0.4
 # A summary folds in old turns until the raw recent turns take at most this share of their
 # budget: room for several more exchanges before the next summary is due.
 KEEP_RAW_SHARE = 0.5
-# The most of the conversation one summary request reads (the summariser's own window is the
-# model's context too); a longer backlog is folded in over several requests.
-SUMMARY_INPUT_TOKENS = 900
-# Room for a few dozen short lines of notes; an answer that still runs into the cap is kept up
-# to its last complete line or sentence (summary_text), never cut mid-word.
-SUMMARY_MAX_TOKENS = 240
-
-# The summariser reads what the user said, not the answers: a small model given a transcript
-# continues it instead of summarising it, and the answers say little about the user.
-SUMMARY_SYSTEM = "You write short notes about a user."
-SUMMARY_INSTRUCTIONS = (
-    "Rewrite the notes: one short line per fact the user stated about themselves (name, "
-    "numbers, places, preferences), copied exactly, then one line listing the topics they "
-    "asked about."
-)
 
 
 def estimate_tokens(text: str) -> int:
@@ -53,50 +46,22 @@ def estimate_tokens(text: str) -> int:
     return len(text) // 4 + 4
 
 
-# -- key facts --------------------------------------------------------------------------------
-
-# What the user asserts (not what they ask or request) is what they told the assistant: every
-# statement of theirs is a candidate, and those that look like facts about them come first.
-_REQUEST = re.compile(
-    r"^(please\s+)?(tell|explain|show|give|write|list|help|describe|summari[sz]e|compare|"
-    r"translate|make|find|can|could|would|will|what|why|how|when|where|who|which|is|are|do|"
-    r"does|thanks|thank|ok|okay|yes|no)\b",
-    re.IGNORECASE,
-)
-_FIRST_PERSON = re.compile(r"\b(my|mine|me|i|i'm|i'd|i've|we|our|us)\b", re.IGNORECASE)
-_STRONG = re.compile(
-    r"\b(my name|call me|remember|prefer|rather|favou?rite|allergic|birthday|born|live|"
-    r"moved|work|number|code|reference|budget|deadline)\b",
-    re.IGNORECASE,
-)
-_NAME_LIKE = re.compile(r"(?<=\s)[A-Z][a-z]+")  # a capitalised word inside a sentence
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
+# -- the memory block ------------------------------------------------------------------------
 
 
-def fact_sentences(text: str) -> list[str]:
-    """The statements of a user's turn: not questions, not requests, not one or two words."""
-    found = []
-    for match in _SENTENCE.finditer(text):
-        sentence = match.group().strip()
-        if sentence.endswith("?") or len(sentence.split()) < 3 or _REQUEST.match(sentence):
-            continue
-        found.append(sentence)
-    return found
+@dataclass
+class Remembered:
+    """The memory block of a prompt, part by part: what the page's note shows."""
 
+    summary: list[str] = field(default_factory=list)  # summary sentences, in order
+    facts: list[Entry] = field(default_factory=list)  # about the user, newest first
+    others: list[Entry] = field(default_factory=list)  # about other people, newest first
+    pinned: list[Turn] = field(default_factory=list)  # newest first
+    left_out: int = 0  # summary sentences and entries the budget left out
+    text: str = ""  # the block as the prompt holds it
 
-def fact_score(sentence: str) -> int:
-    """How much a statement looks like a fact about the user: first person, the words facts
-    come with, names and numbers."""
-    number = 2 if re.search(r"\d", sentence) else 0
-    return (
-        2 * len(_STRONG.findall(sentence))
-        + len(_FIRST_PERSON.findall(sentence))
-        + len(_NAME_LIKE.findall(sentence))
-        + number
-    )
-
-
-# -- the prompt -------------------------------------------------------------------------------
+    def __bool__(self) -> bool:
+        return bool(self.text)
 
 
 @dataclass
@@ -106,7 +71,70 @@ class Plan:
     system: str  # the system prompt with the remembered context appended
     turns: list[dict[str, str]]  # the recent turns, oldest first
     to_summarise: list[Turn] = field(default_factory=list)  # oldest first; [] when none due
-    kept_facts: list[str] = field(default_factory=list)
+    remembered: Remembered = field(default_factory=Remembered)
+
+
+def entries_for(sources: PromptSources) -> list[Entry]:
+    """The conversation's entries, oldest first: those the summary's snapshot holds (and the
+    user's edits), updated by the user turns after the summary, in the conversation's order."""
+    history = sources.history
+    position = {turn.id: index for index, turn in enumerate(reversed(history))}
+
+    def newer(turn_id: int, than: int) -> bool:  # a message not read is older than all read
+        return position.get(turn_id, -1) > position.get(than, -1)
+
+    uncovered = after_summary(history, sources.summary_upto)
+    return facts.merge(facts.entries_from_json(sources.facts), reversed(uncovered), newer=newer)
+
+
+def remembered(
+    *, sources: PromptSources, entries: list[Entry], budget: int, pinned: list[Turn]
+) -> Remembered:
+    """The memory block within `budget` tokens. Filled in this order, so what leaves first
+    when it is full is the last of it: pinned turns, the user's facts (newest first), the
+    summary's sentences (in order), then what the user said of other people (newest first)."""
+    block = Remembered()
+    used = 0
+
+    def fits(line: str) -> bool:
+        nonlocal used
+        cost = estimate_tokens(line)
+        if used + cost > budget:
+            block.left_out += 1
+            return False
+        used += cost
+        return True
+
+    for turn in pinned:
+        speaker = "User" if turn.role == Message.Role.USER else "Assistant"
+        if fits(f"- {speaker} (pinned): {_clip(turn.text, 120)}"):
+            block.pinned.append(turn)
+    current = [e for e in reversed(entries) if e.value]
+    block.facts = [e for e in current if e.kind != facts.OTHER and fits(e.text())]
+    if sources.summary:
+        block.summary = [s for s in summary_lines(sources.summary, entries) if fits(s)]
+    block.others = [e for e in current if e.kind == facts.OTHER and fits(e.text())]
+    parts = []
+    if block.summary:
+        parts.append("What you remember of this conversation so far:\n" + "\n".join(block.summary))
+    if block.facts:
+        lines = "\n".join(f"- {e.text()}" for e in block.facts)
+        parts.append(f"What the user told you (newest first; these values are current):\n{lines}")
+    if block.others:
+        lines = "\n".join(f"- {e.text()}" for e in block.others)
+        parts.append(f"What the user said about other people (not about the user):\n{lines}")
+    if block.pinned:
+        lines = "\n".join(
+            f"- {'User' if t.role == Message.Role.USER else 'Assistant'} (pinned): "
+            f"{_clip(t.text, 120)}"
+            for t in reversed(block.pinned)
+        )
+        parts.append(f"Earlier in this conversation:\n{lines}")
+    block.text = "\n\n".join(parts)
+    return block
+
+
+# -- the prompt -------------------------------------------------------------------------------
 
 
 def _fill(turns: list[Turn], budget: int) -> list[Turn]:
@@ -121,48 +149,10 @@ def _fill(turns: list[Turn], budget: int) -> list[Turn]:
     return kept
 
 
-def _clip(text: str, tokens: int) -> str:
-    chars = max(0, tokens - 4) * 4
-    return text if len(text) <= chars else text[: max(0, chars - 1)] + "…"
-
-
-def _remembered_block(pinned: list[Turn], dropped: list[Turn], budget: int) -> tuple[str, list]:
-    """Pinned turns first (newest first), then fact sentences of dropped questions, the
-    strongest first, within `budget` tokens; listed oldest first."""
-    lines: list[tuple[int, str]] = []
-    used = estimate_tokens("Earlier in this conversation:")
-    for turn in pinned:
-        speaker = "User" if turn.role == Message.Role.USER else "Assistant"
-        line = f"- {speaker} (pinned): {_clip(turn.text, 120)}"
-        if used + estimate_tokens(line) > budget:
-            break
-        used += estimate_tokens(line)
-        lines.append((turn.id, line))
-    pinned_ids = {turn.id for turn in pinned}
-    facts = [
-        (fact_score(s), turn.id, s)
-        for turn in dropped
-        if turn.role == Message.Role.USER and turn.id not in pinned_ids
-        for s in fact_sentences(turn.text)
-    ]
-    facts.sort(key=lambda fact: (-fact[0], -fact[1]))
-    kept_facts = []
-    for _, turn_id, sentence in facts:
-        line = f"- User said: {_clip(sentence, 60)}"
-        if used + estimate_tokens(line) > budget:
-            continue  # a shorter one may still fit
-        used += estimate_tokens(line)
-        lines.append((turn_id, line))
-        kept_facts.append(sentence)
-    if not lines:
-        return "", []
-    lines.sort()
-    return "Earlier in this conversation:\n" + "\n".join(line for _, line in lines), kept_facts
-
-
 def plan_prompt(*, system: str, sources: PromptSources, budget: int) -> Plan:
     """Fits the conversation into `budget` tokens (what the window leaves after the system
-    prompt and the answer): summary, pinned and key-fact turns, then the latest turns."""
+    prompt and the answer): the memory block (at most MEMORY_SHARE of it), then the latest
+    turns. A conversation that fits is sent whole, with the entries the user edited."""
     history = sources.history
     if not history:
         return Plan(system=system, turns=[])
@@ -171,33 +161,35 @@ def plan_prompt(*, system: str, sources: PromptSources, budget: int) -> Plan:
     total = sum(estimate_tokens(t.text) for t in uncovered)
     read = {t.id for t in history}
     if not sources.summary and total <= budget and all(t.id in read for t in pinned):
-        # Everything fits: the whole conversation, as it was said.
-        return Plan(system=system, turns=_as_messages(reversed(history)))
+        # Everything fits: the whole conversation, as it was said, and what the user corrected
+        # of it on the page (the turns still say the old value).
+        block = Remembered()
+        if any(d.get("edited") for d in sources.facts if isinstance(d, dict)):
+            entries = [e for e in entries_for(sources) if e.edited]
+            block = remembered(sources=sources, entries=entries, budget=budget - total, pinned=[])
+        blocks = [b for b in (system, block.text) if b]
+        turns = _as_messages(reversed(history))
+        return Plan(system="\n\n".join(blocks), turns=turns, remembered=block)
 
     question = history[0]
     if estimate_tokens(question.text) > budget:  # the latest question alone is too long
         clipped = {"role": question.role, "content": question.text[-max(0, budget - 4) * 4 :]}
         return Plan(system=system, turns=[clipped])
 
-    summary = ""
-    if sources.summary:
-        summary = "What you remember of this conversation so far:\n" + _clip(
-            sources.summary, int(budget * SUMMARY_SHARE)
-        )
-    remaining = budget - (estimate_tokens(summary) if summary else 0)
-    key_cap = int(budget * KEY_SHARE)
-    recent = _fill(uncovered, remaining - key_cap) or [question]
-    recent_ids = {t.id for t in recent}
-    dropped = [t for t in history if t.id not in recent_ids]
-    remembered, kept_facts = _remembered_block(
-        [t for t in pinned if t.id not in recent_ids], dropped, key_cap
+    turns_room = budget - int(budget * MEMORY_SHARE)
+    block = remembered(
+        sources=sources,
+        entries=entries_for(sources),
+        budget=int(budget * MEMORY_SHARE),
+        # A pinned turn among the recent ones is in the prompt already.
+        pinned=[t for t in pinned if t.id not in {u.id for u in _fill(uncovered, turns_room)}],
     )
-    remaining -= estimate_tokens(remembered) if remembered else 0
-    # What the remembered block left unused goes back to recent turns.
-    recent = _fill(uncovered, remaining) or recent
-    blocks = [b for b in (system, summary, remembered) if b]
+    remaining = budget - (estimate_tokens(block.text) if block else 0)
+    recent = _fill(uncovered, remaining) or [question]
     plan = Plan(
-        system="\n\n".join(blocks), turns=_as_messages(reversed(recent)), kept_facts=kept_facts
+        system="\n\n".join(b for b in (system, block.text) if b),
+        turns=_as_messages(reversed(recent)),
+        remembered=block,
     )
     if len(recent) < len(uncovered):
         plan.to_summarise = due_for_summary(uncovered, budget=int(remaining * KEEP_RAW_SHARE))
@@ -233,85 +225,29 @@ def _as_messages(turns) -> list[dict[str, str]]:
     return [{"role": t.role, "content": t.text} for t in turns]
 
 
-# -- the summary ------------------------------------------------------------------------------
-
-
-def summary_messages(*, previous: str, turns: list[Turn]) -> list[dict[str, str]]:
-    """The background request that folds `turns` into the previous summary: the notes so far,
-    then the user's own words from the turns, then the instruction (last, where a small model
-    heeds it)."""
-    said = [f"- {_clip(t.text, 150)}" for t in turns if t.role == Message.Role.USER]
-    notes = previous.strip() or "(none)"
-    return [
-        {"role": "system", "content": SUMMARY_SYSTEM},
-        {
-            "role": "user",
-            "content": f"Notes so far:\n{notes}\n\nThe user said:\n"
-            + "\n".join(said)
-            + f"\n\n{SUMMARY_INSTRUCTIONS}",
-        },
-    ]
-
-
-# Where a note or a sentence ends: a line break, or an end mark before a space or the end.
-_COMPLETE = re.compile(r"\n|[.!?\u2026][\"')\]\u201d\u2019]*(?=\s|$)")
-
-
-def summary_text(*, previous: str, answer: str, finish_reason: str = "") -> str:
-    """The stored summary: the model's notes; the previous ones kept when it wrote nothing.
-    Notes the answer cap cut (`finish_reason` "length") end at their last complete line or
-    sentence: half a fact stored as memory would be repeated as if it were whole."""
-    text = answer.strip()
-    if finish_reason == "length":
-        ends = [match.end() for match in _COMPLETE.finditer(text)]
-        text = text[: ends[-1]].strip() if ends else ""
-    return text or previous
+# The turns an edit reads to find the entry it changes, as many as a prompt reads
+# (prompting.HISTORY_TURNS_MAX).
+EDIT_READS_TURNS = 100
 
 
 @transaction.atomic
-def summary_store(
-    *,
-    conversation_id: int,
-    upto_message_id: int,
-    text: str,
-    model: str = "",
-    covered_from: int = 0,
-) -> ConversationSummary | None:
-    """Stores the summary if it moves the conversation's memory forward: a late or repeated
-    answer for turns already summarised, or one written from an older summary than the one
-    stored now (`covered_from`: the upto it started from), changes nothing."""
-    if not Conversation.objects.filter(id=conversation_id).exists():
-        return None
-    current = (
-        ConversationSummary.objects.select_for_update()
-        .filter(conversation_id=conversation_id)
-        .first()
+def memory_entry_edit(*, conversation: Conversation, key: str, value: str) -> bool:
+    """The user corrects (or, with "", deletes) one entry of the conversation's memory, as the
+    page's note shows it; False when there is no such entry. The edit is kept on the summary's
+    row (one with no summary yet is made for it) and holds against every turn said so far."""
+    row, _ = ConversationSummary.objects.select_for_update().get_or_create(
+        conversation=conversation, defaults={"text": "", "upto_message_id": 0}
     )
-    if current is not None and (
-        current.upto_message_id != covered_from
-        or not _comes_after(conversation_id, upto_message_id, current.upto_message_id)
-    ):
-        return None
-    if current is None:
-        return ConversationSummary.objects.create(
-            conversation_id=conversation_id, text=text, upto_message_id=upto_message_id, model=model
-        )
-    current.text, current.upto_message_id, current.model = text, upto_message_id, model
-    current.save()
-    return current
-
-
-def _comes_after(conversation_id: int, later: int, earlier: int) -> bool:
-    """Whether message `later` comes after `earlier` in the conversation's order (created,
-    then id); a gone `earlier` is passed, a gone `later` is not."""
-    created = dict(
-        Message.objects.filter(
-            conversation_id=conversation_id, id__in=(later, earlier)
-        ).values_list("id", "created")
-    )
-    if later not in created:
+    sources = selectors.prompt_sources(conversation=conversation, limit=EDIT_READS_TURNS)
+    sources.facts = row.facts
+    newest = conversation.messages.order_by("-created", "-id").values_list("id", flat=True)
+    edited = facts.entry_edit(entries_for(sources), key=key, value=value, at=newest.first() or 0)
+    if edited is None:
         return False
-    return earlier not in created or (created[later], later) > (created[earlier], earlier)
+    kept = [e for e in facts.entries_from_json(row.facts) if e.key != key]
+    row.facts = facts.entries_to_json([*kept, edited])
+    row.save(update_fields=["facts"])
+    return True
 
 
 def summary_for(*, conversation: Conversation) -> ConversationSummary | None:

@@ -1,0 +1,294 @@
+"""The rolling summary: the background request that folds turns falling out of the prompt into
+it, the check that keeps only its grounded sentences, and its storage (with the memory entries
+as of its last turn, memory_facts.py). memory.py decides when a summary is due and puts it in
+the prompt (summary_lines: none of its sentences that a later entry contradicts).
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.db import transaction
+
+from apps.chat.models import Conversation, ConversationSummary, Message
+from apps.chat.prompt import memory_facts as facts
+from apps.chat.prompt.memory_facts import Entry
+from apps.chat.selectors import Turn
+
+# The most of the conversation one summary request reads (the summariser's own window is the
+# model's context too); a longer backlog is folded in over several requests.
+SUMMARY_INPUT_TOKENS = 900
+# Room for a few dozen short lines of notes; an answer that still runs into the cap is kept up
+# to its last complete line or sentence (summary_text), never cut mid-word.
+SUMMARY_MAX_TOKENS = 240
+
+# The summariser reads what the user said, not the answers: a small model given a transcript
+# continues it instead of summarising it, and the answers say little about the user.
+SUMMARY_SYSTEM = "You write short notes about a user, in the third person."
+SUMMARY_INSTRUCTIONS = (
+    "Rewrite the notes in the third person: one short line per fact the user stated about "
+    'themselves (name, numbers, places, preferences), each starting with "The user", then '
+    'one line "The user asked about: ..." listing the topics. Write only what the user said.'
+)
+
+
+def clip(text: str, tokens: int) -> str:
+    chars = max(0, tokens - 4) * 4
+    return text if len(text) <= chars else text[: max(0, chars - 1)] + "…"
+
+
+# -- the summary ------------------------------------------------------------------------------
+
+
+def summary_messages(*, previous: str, turns: list[Turn]) -> list[dict[str, str]]:
+    """The background request that folds `turns` into the previous summary: the notes so far,
+    then the user's own words from the turns, then the instruction (last, where a small model
+    heeds it)."""
+    said = [f"- {clip(t.text, 150)}" for t in turns if t.role == Message.Role.USER]
+    notes = previous.strip() or "(none)"
+    return [
+        {"role": "system", "content": SUMMARY_SYSTEM},
+        {
+            "role": "user",
+            "content": f"Notes so far:\n{notes}\n\nThe user said:\n"
+            + "\n".join(said)
+            + f"\n\n{SUMMARY_INSTRUCTIONS}",
+        },
+    ]
+
+
+# Where a note or a sentence ends: a line break, or an end mark before a space or the end.
+_COMPLETE = re.compile(r"\n|[.!?\u2026][\"')\]\u201d\u2019]*(?=\s|$)")
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
+_WORDS = re.compile(r"[A-Za-z][A-Za-z'-]*|\d+")
+_STOP = frozenset(
+    """a an the and or but if of to in on at by for with from as is are was were be been it its
+    this that these those there they them their he she his her not no do does did have has had
+    can could would should will may might so than then too very also just about into over more
+    most some any all each other such only own same what which who when where why how user
+    user's users assistant assistant's mentioned said says stated asked asks notes note topics
+    topic discussed talked conversation fact facts line lines summary previous new like""".split()
+)
+_OPENS_AS_USER = re.compile(r"^(?:i|i'm|i've|i'd|my|we|we're|our|me)\b", re.IGNORECASE)
+_ADDRESSES = re.compile(r"\b(?:you|your|yours|you're|i|i'm|me|my|we|our|us)\b", re.IGNORECASE)
+
+
+def _stem(word: str) -> str:
+    """Enough of a word to match "lives" with "live" and "working" with "work"."""
+    for suffix in ("ing", "ed", "es", "s", "ly"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    return word.rstrip("e")[:5]
+
+
+def _sentences(text: str) -> list[str]:
+    found = []
+    for match in _SENTENCE.finditer(text):
+        sentence = re.sub(r"^[\s\-*\u2022\d.)]+", "", match.group()).strip()
+        if len(sentence.split()) >= 3:
+            found.append(sentence)
+    return found
+
+
+def grounded(sentence: str, source: str) -> bool:
+    """Whether the summary sentence says only what `source` (the turns it summarises, and the
+    notes it rewrites) says: every name and number in it occurs there, and at least two thirds
+    of its other content words do (by stem)."""
+    words = _WORDS.findall(source)
+    exact = {w.lower() for w in words}
+    stems = {_stem(w.lower()) for w in words}
+    content = []
+    for word in _WORDS.findall(sentence):
+        lower = word.lower()
+        if lower in _STOP:
+            continue
+        if (word.isdigit() or word[0].isupper()) and lower not in exact:
+            return False
+        content.append(lower)
+    return sum(_stem(w) in stems for w in content) * 3 >= len(content) * 2
+
+
+def summary_text(*, previous: str, answer: str, finish_reason: str = "", said: str = "") -> str:
+    """The stored summary: the model's notes that are grounded in what the user `said` in the
+    summarised turns or in the `previous` notes, in the third person; the previous notes kept
+    when none is. Notes the answer cap cut (`finish_reason` "length") end at their last
+    complete line or sentence: half a fact stored as memory would be repeated as if whole.
+    A note that opens in the first person copies the user's words ("I live in ..."): it is
+    kept as their quote when it is theirs; one that speaks to someone ("I'm glad you ...") or
+    is not grounded is dropped, as a small model invents events and answers the user."""
+    text = answer.strip()
+    if finish_reason == "length":
+        ends = [match.end() for match in _COMPLETE.finditer(text)]
+        text = text[: ends[-1]].strip() if ends else ""
+    source = f"{previous}\n{said}"
+    kept = []
+    for sentence in _sentences(text):
+        if not grounded(sentence, source):
+            continue
+        if _OPENS_AS_USER.match(sentence):
+            words = [w.lower() for w in _WORDS.findall(sentence)]
+            theirs = {w.lower() for w in _WORDS.findall(said)}
+            if words and sum(w in theirs for w in words) * 5 >= len(words) * 4:
+                kept.append(f'The user said: "{sentence.rstrip(".")}."')
+        elif not _ADDRESSES.search(sentence):
+            kept.append(sentence)
+    return "\n".join(dict.fromkeys(kept)) or previous
+
+
+def summary_written(
+    *,
+    conversation_id: int,
+    upto_message_id: int,
+    covered_from: int,
+    previous: str,
+    answer: str,
+    finish_reason: str = "",
+    model: str = "",
+) -> ConversationSummary | None:
+    """The summariser's answer stored as the conversation's summary (see summary_store), its
+    notes checked against the user's words in the turns it covers."""
+    turns = turns_between(conversation_id, after=covered_from, upto=upto_message_id)
+    said = "\n".join(t.text for t in turns if t.role == Message.Role.USER)
+    text = summary_text(previous=previous, answer=answer, finish_reason=finish_reason, said=said)
+    return summary_store(
+        conversation_id=conversation_id,
+        upto_message_id=upto_message_id,
+        text=text,
+        model=model,
+        covered_from=covered_from,
+    )
+
+
+def _order(conversation_id: int) -> dict[int, int]:
+    """The conversation's messages by their place in it (created, then id)."""
+    ids = Message.objects.filter(conversation_id=conversation_id).order_by("created", "id")
+    return {message_id: n for n, message_id in enumerate(ids.values_list("id", flat=True))}
+
+
+def turns_between(conversation_id: int, *, after: int, upto: int) -> list[Turn]:
+    """The finished turns after message `after` (0: from the start) up to `upto`, in the
+    conversation's order."""
+    order = _order(conversation_id)
+    start, end = order.get(after, -1), order.get(upto, -1)
+    rows = Message.objects.filter(
+        conversation_id=conversation_id,
+        role__in=(Message.Role.USER, Message.Role.ASSISTANT),
+        status=Message.Status.DONE,
+    ).values_list("id", "role", "text")
+    return sorted(
+        (Turn(*row) for row in rows if start < order[row[0]] <= end), key=lambda t: order[t.id]
+    )
+
+
+@transaction.atomic
+def summary_store(
+    *,
+    conversation_id: int,
+    upto_message_id: int,
+    text: str,
+    model: str = "",
+    covered_from: int = 0,
+) -> ConversationSummary | None:
+    """Stores the summary if it moves the conversation's memory forward: a late or repeated
+    answer for turns already summarised, or one written from an older summary than the one
+    stored now (`covered_from`: the upto it started from), changes nothing."""
+    if not Conversation.objects.filter(id=conversation_id).exists():
+        return None
+    current = (
+        ConversationSummary.objects.select_for_update()
+        .filter(conversation_id=conversation_id)
+        .first()
+    )
+    if current is not None and (
+        current.upto_message_id != covered_from
+        or not _comes_after(conversation_id, upto_message_id, current.upto_message_id)
+    ):
+        return None
+    # The entries as of the summary's last turn: what they were, updated by the turns it folds
+    # in (an entry the user edited since holds against the turns said before the edit).
+    order = _order(conversation_id)
+    entries = facts.merge(
+        facts.entries_from_json(current.facts if current else []),
+        turns_between(conversation_id, after=covered_from, upto=upto_message_id),
+        newer=lambda turn_id, than: order.get(turn_id, -1) > order.get(than, -1),
+    )
+    if current is None:
+        current = ConversationSummary(conversation_id=conversation_id)
+    current.text, current.upto_message_id, current.model = text, upto_message_id, model
+    current.facts = facts.entries_to_json(entries)
+    current.save()
+    return current
+
+
+def _comes_after(conversation_id: int, later: int, earlier: int) -> bool:
+    """Whether message `later` comes after `earlier` in the conversation's order (created,
+    then id); a gone `earlier` is passed, a gone `later` is not."""
+    created = dict(
+        Message.objects.filter(
+            conversation_id=conversation_id, id__in=(later, earlier)
+        ).values_list("id", "created")
+    )
+    if later not in created:
+        return False
+    return earlier not in created or (created[later], later) > (created[earlier], earlier)
+
+
+# Words that mark a sentence naming an old value as about the past.
+_PAST = re.compile(r"\b(formerly|previously|used to|no longer|moved from|before)\b", re.I)
+
+
+def summary_lines(summary: str, entries: list[Entry]) -> list[str]:
+    """The stored summary's sentences that the entries do not contradict: none that names a
+    value the user corrected (unless as past) or deleted, or a name or number said of someone
+    else without saying whom it is about."""
+    replaced = {e.former.lower() for e in entries if e.kind == facts.USER and e.former}
+    # What the user corrected or deleted on the page was wrong: not even as past.
+    deleted = {e.former.lower() for e in entries if e.edited and e.former}
+    theirs = facts.values_of(entries, facts.OTHER) - facts.values_of(entries, facts.USER)
+    kept = []
+    for sentence in _sentences(summary):
+        words = {w.lower() for w in _WORDS.findall(sentence)}
+        lower = sentence.lower()
+        if any(v in lower for v in deleted):
+            continue
+        if any(_names(v, lower) for v in replaced) and not _PAST.search(sentence):
+            continue
+        if words & theirs and not re.search(facts.RELATIONS, lower):
+            continue
+        kept.append(sentence)
+    return kept
+
+
+def _names(value: str, text: str) -> bool:
+    return re.search(rf"\b{re.escape(value)}\b", text) is not None
+
+
+def summary_discard_from(*, conversation_id: int, message_id: int) -> None:
+    """Before an edit discards message `message_id` and every message after it: a summary whose
+    last turn is among them speaks for them no more, and goes (its row keeps the user's own
+    edits of the memory, if any). Which turns those are is the conversation's order, not ids:
+    an answer stored with the next question may have the higher id while it comes first."""
+    row = ConversationSummary.objects.select_for_update().filter(conversation_id=conversation_id)
+    row = row.first()
+    if row is None:
+        return
+    order = _order(conversation_id)
+    cut = order.get(message_id, len(order))
+    kept_before = next((m for m, n in order.items() if n == cut - 1), 0)
+    entries = facts.entries_from_json(row.facts)
+    for entry in entries:  # an edit made after the discarded turns holds from the last kept one
+        if entry.edited and order.get(entry.at, -1) >= cut:
+            entry.at = kept_before
+    # A last turn gone already (retention keeps summaries of deleted turns) came before all.
+    if order.get(row.upto_message_id, -1) < cut:
+        row.facts = facts.entries_to_json(entries)
+        row.save(update_fields=["facts"])
+        return
+    edits = [e for e in entries if e.edited]
+    if not edits:
+        row.delete()
+        return
+    row.text, row.upto_message_id, row.model = "", 0, ""
+    row.facts = facts.entries_to_json(edits)
+    row.save()
