@@ -139,6 +139,8 @@ def rankings(corpus, question: str, embedding) -> dict[str, list]:
     from apps.rag.retrieval import Weights
 
     def run(**options):
+        # The fusion arms compare first stages; only the service runs the reranker (if any).
+        options.setdefault("rerank", False)
         options.update(corpora=[corpus], query=question, embedding=embedding, k=DEPTH)
         return retrieval.search(min_similarity=-1.0, **options)
 
@@ -150,7 +152,7 @@ def rankings(corpus, question: str, embedding) -> dict[str, list]:
         ],
         "weighted": run(fusion="weighted", weights=weights),
         "rrf": run(fusion="rrf", weights=weights),
-        "service": run(),
+        "service": run(rerank=True),
     }
 
 

@@ -8,7 +8,6 @@ here on those few dozen rows, where each candidate's own corpus weights apply.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -18,9 +17,12 @@ from django.conf import settings
 from django.db import connection
 from django.urls import reverse
 
+from apps.rag import centering
+from apps.rag import rerank as reranking
 from apps.rag.chunking import HEADING_SEPARATOR
 from apps.rag.models import Corpus
 from apps.rag.query_vector import QueryVector, vector_dumper, vector_oid
+from apps.rag.snippets import display_title, snippet
 
 RRF_K = 60  # the usual constant of reciprocal rank fusion: dampens the head of each list
 
@@ -37,12 +39,13 @@ class Passage:
     snippet: str
     source_url: str
     score: float  # fused
-    vector_score: float  # cosine similarity
+    vector_score: float  # cosine similarity, centred (apps.rag.centering)
     text_score: float  # ts_rank_cd relative to the best full-text candidate
     metadata_score: float  # 1 when its section heading matches the query or the boost matches
     vector_rank: int | None = None
     text_rank: int | None = None
     metadata: dict = field(default_factory=dict)
+    rerank_score: float | None = None  # the cross-encoder's, when that stage ran
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -71,7 +74,11 @@ SECTION_SQL = f"regexp_replace(c.heading, '^.*{HEADING_SEPARATOR}', '')"
 # statistics of the column list the common ones), the first RAG_FULLTEXT_POOL_PER_TERM passages
 # holding it. A rare word (a name, an identifier) thus always brings its passages.
 CANDIDATES_SQL = """
-WITH terms AS (
+WITH means AS MATERIALIZED (
+    SELECT m.corpus_id, m.mean::vector AS mean
+    FROM unnest(%(mean_ids)s::bigint[], %(means)s::text[]) AS m(corpus_id, mean)
+),
+terms AS (
     SELECT plainto_tsquery('simple', lexeme) AS q
     FROM unnest(to_tsvector(%(config)s::regconfig, %(query)s))
     WHERE lexeme <> ALL(%(common)s::text[])
@@ -106,6 +113,7 @@ txt AS (
 cand AS (SELECT id FROM vec UNION SELECT id FROM txt)
 SELECT c.id, c.corpus_id, c.document_id, d.title, c.heading, c.text, c.metadata,
        1 - (c.embedding <=> %(embedding)s::vector) AS vector_score,
+       (SELECT -(c.embedding <#> m.mean) FROM means m WHERE m.corpus_id = c.corpus_id) AS mean_dot,
        COALESCE(ts_rank_cd(c.search, tq.q), 0) AS text_rank,
        COALESCE(to_tsvector(%(config)s::regconfig, {section}) @@ tq.q, false) AS title_match,
        {boost} AS boost_match,
@@ -127,17 +135,21 @@ def search(
     candidates: int | None = None,
     min_similarity: float | None = None,
     exact: bool = False,
+    rerank: bool = True,
 ) -> list[Passage]:
     """The top `k` passages of `corpora` for `query` (whose embedding the caller computed).
 
     `corpora` must already be the ones the caller may search: this function trusts the list.
     `fusion` and `weights` override the corpora's own (the admin's "try a query" page does).
     `exact`: both candidate lists without approximation (an exact vector scan, every passage
-    sharing a word ranked): what the service's search is measured against.
+    sharing a word ranked): what the service's search is measured against. `rerank`: the
+    cross-encoder stage, when settings.RAG_RERANK_MODEL names one (apps.rag.rerank).
     """
     if not corpora or not query.strip() or k < 1:
         return []
     candidates = max(candidates or settings.RAG_CANDIDATES, k)
+    share = settings.RAG_MEAN_REMOVAL
+    means = centering.corpus_means(corpora) if share > 0 else {}
     rows = _candidates(
         corpora=corpora,
         query=query,
@@ -146,7 +158,19 @@ def search(
         boost=boost,
         candidates=candidates,
         exact=exact,
+        means=means,
     )
+    query_vector = np.asarray(embedding, dtype=np.float32)
+    for r in rows:
+        mean = means.get(r["corpus_id"])
+        if mean is not None and r["mean_dot"] is not None:
+            r["vector_score"] = centering.centered(
+                float(r["vector_score"]),
+                query_dot=float(query_vector @ mean),
+                passage_dot=float(r["mean_dot"]),
+                mean_sq=float(mean @ mean),
+                share=share,
+            )
     by_corpus = {c.pk: c for c in corpora}
     if fusion is None:
         # Scores of the two methods are not comparable: mixing corpora of both fuses by weights.
@@ -160,8 +184,9 @@ def search(
         for s in ranked
         if relevant(s, by_corpus[s.row["corpus_id"]], min_similarity, best[s.row["corpus_id"]])
     ]
-    ranked = ranked[:k]
-    return [s.passage(number, query) for number, s in enumerate(ranked, start=1)]
+    if rerank:
+        ranked = reranking.reorder(query, ranked)
+    return [s.passage(number, query) for number, s in enumerate(ranked[:k], start=1)]
 
 
 # Below a calibrated floor, how far a passage of an admitted question may sit.
@@ -189,9 +214,10 @@ def relevant(
 
 
 def _candidates(
-    *, corpora, query, embedding, metadata_filter, boost, candidates, exact=False
+    *, corpora, query, embedding, metadata_filter, boost, candidates, exact=False, means
 ) -> list[dict]:
     params = {
+        **centering.means_params(means),
         "config": settings.RAG_TEXT_SEARCH_CONFIG,
         "query": query,
         "corpora": [c.pk for c in corpora],
@@ -291,6 +317,7 @@ class _Scored:
     metadata: float
     vector_rank: int
     text_rank: int | None
+    rerank: float | None = None
 
     def passage(self, number: int, query: str) -> Passage:
         r = self.row
@@ -311,6 +338,7 @@ class _Scored:
             vector_rank=self.vector_rank,
             text_rank=self.text_rank,
             metadata=_json(r["metadata"]),
+            rerank_score=None if self.rerank is None else round(self.rerank, 6),
         )
 
 
@@ -345,33 +373,3 @@ def _fuse(rows, *, by_corpus, fusion, weights) -> list[_Scored]:
 def _json(value) -> dict:
     # Django's psycopg setup hands jsonb over as text.
     return json.loads(value) if isinstance(value, str) else (value or {})
-
-
-def display_title(title: str, heading: str) -> str:
-    section = heading.split(HEADING_SEPARATOR)[-1] if heading else ""
-    return f"{title}{HEADING_SEPARATOR}{section}" if section and section != title else title
-
-
-WORD = re.compile(r"\w{4,}", re.UNICODE)
-
-
-def snippet(text: str, query: str, *, width: int = 240) -> str:
-    """About `width` characters of `text`, around the first word it shares with `query`."""
-    flat = " ".join(text.split())
-    flat = re.sub(r"^#{1,6} ", "", flat)
-    if len(flat) <= width:
-        return flat
-    start = 0
-    lowered = flat.lower()
-    positions = [lowered.find(w.lower()) for w in WORD.findall(query)]
-    positions = [p for p in positions if p > 0]
-    if positions:
-        start = max(0, min(positions) - width // 3)
-        if start:
-            space = flat.find(" ", start)
-            start = space + 1 if 0 <= space < start + 30 else start
-    end = min(len(flat), start + width)
-    if end < len(flat):
-        space = flat.rfind(" ", start + width // 2, end)
-        end = space if space > 0 else end
-    return ("…" if start else "") + flat[start:end].strip() + ("…" if end < len(flat) else "")

@@ -1,0 +1,65 @@
+"""An optional second stage: a cross-encoder reorders the best passages after the gate.
+
+The first stage scores the question and each passage apart (two embeddings, one cosine), which
+is what makes it fast and what makes it miss a passage that answers in other words. A
+cross-encoder reads the question and the passage together and scores the pair, far better at
+telling the answer from a neighbour, at one model pass per pair: so it only reorders the first
+settings.RAG_RERANK_CANDIDATES passages that passed the relevance gate (the gate stays the
+calibrated one, so turning the stage on changes the order, never whether passages are given).
+
+settings.RAG_RERANK_MODEL names a local sentence-transformers CrossEncoder folder (for example
+a downloaded cross-encoder/ms-marco-MiniLM-L-6-v2, ~90 MB, ~2 ms a pair on a CPU core); empty,
+the stage is off. No package the project installs ships such weights, so it is off by default.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from django.conf import settings
+
+_lock = threading.Lock()
+_models: dict[str, object] = {}
+
+
+def get_reranker(path: str):
+    """The CrossEncoder at `path`, loaded once per process (never from a hub: a missing folder
+    fails loudly)."""
+    model = _models.get(path)
+    if model is None:
+        with _lock:
+            model = _models.get(path)
+            if model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                from sentence_transformers import CrossEncoder
+
+                if not os.path.isdir(path):
+                    raise FileNotFoundError(f"RAG_RERANK_MODEL: no model folder at {path}")
+                model = CrossEncoder(path, device="cpu")
+                _models[path] = model
+    return model
+
+
+def passage_input(row: dict) -> str:
+    # The section heading says what a passage is about when its own words do not repeat it.
+    return f"{row['heading']}\n{row['text']}" if row.get("heading") else row["text"]
+
+
+def reorder(query: str, ranked: list, *, model_path: str | None = None, pool: int | None = None):
+    """`ranked` (best first) with its first `pool` entries in the cross-encoder's order, each
+    given its score in `.rerank`; the rest follow unchanged."""
+    path = settings.RAG_RERANK_MODEL if model_path is None else model_path
+    pool = settings.RAG_RERANK_CANDIDATES if pool is None else pool
+    head, rest = ranked[:pool], ranked[pool:]
+    if not path or len(head) < 2:
+        return ranked
+    scores = get_reranker(path).predict(
+        [(query, passage_input(s.row)) for s in head], show_progress_bar=False
+    )
+    for s, score in zip(head, scores, strict=True):
+        s.rerank = float(score)
+    # Stable: equal model scores keep the first stage's order.
+    head = sorted(head, key=lambda s: -s.rerank)
+    return head + rest
