@@ -40,6 +40,7 @@ class PlanAdmin(admin.ModelAdmin):
             {
                 "fields": (
                     "max_concurrent",
+                    "max_background_concurrent",
                     "max_queue_wait_seconds",
                     "max_tokens_cap",
                     "cost_weights",

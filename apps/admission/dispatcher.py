@@ -155,6 +155,7 @@ class Dispatcher:
             share=o.position_share,
             service=self.service,
             plans=self.plans,
+            running=self.running,
         )
         self.active = self.loaded = False
         self.loads = 0  # how many times the mirrors were rebuilt from Redis
@@ -244,6 +245,7 @@ class Dispatcher:
         self.running.load(self.client)
         self.estimator.load(self.client)
         self.service.load(self.client)
+        self.samples.users.load()
         self.intake.reset()
         fail_unreadable(self.client, self.keys, unreadable)
         self.loaded = True

@@ -102,11 +102,17 @@ class FairQueue:
         return len(self.tiers[tier])
 
     def pop(
-        self, eligible: Callable[[str], bool] = lambda user: True, *, background: bool = True
+        self,
+        eligible: Callable[[str], bool] = lambda user: True,
+        *,
+        background: bool = True,
+        background_eligible: Callable[[str], bool] | None = None,
     ) -> Entry | None:
-        """The next entry; `background` False leaves background entries waiting."""
+        """The next entry; `background` False leaves background entries waiting.
+        `background_eligible` (default: `eligible`) decides for the background tier."""
         for tier in self.tiers if background else self.tiers[:1]:
-            entry = tier.pop(eligible)
+            is_people = tier is self.tiers[PEOPLE]
+            entry = tier.pop(eligible if is_people else background_eligible or eligible)
             if entry is not None:
                 del self._tier_of[entry.id]
                 return entry

@@ -262,7 +262,7 @@ class Intake:
     def _parse(self, fields: dict[str, str], now: int, level: Degradation):
         """The request an entry describes, its plan, and the time the web gave up waiting for
         Redis (0: none given). Raises KeyError, ValueError or TypeError for a bad entry."""
-        if fields.get("v") != protocol.PROTOCOL_VERSION:
+        if fields.get("v") not in protocol.READABLE_VERSIONS:
             raise ValueError(f"unsupported work item version {fields.get('v')!r}")
         if "messages" not in fields:
             raise KeyError("messages")

@@ -45,6 +45,13 @@ class Plan(models.Model):
     max_concurrent = models.PositiveIntegerField(
         default=2, validators=positive, help_text="Requests running on workers at once."
     )
+    max_background_concurrent = models.PositiveIntegerField(
+        default=1,
+        db_default=1,  # rows the previous release inserts during an upgrade (docs/deploy.md)
+        validators=positive,
+        help_text="Background requests (summaries, titles, follow-ups) of one user running at "
+        "once; they never count against max concurrent.",
+    )
     max_queue_wait_seconds = models.PositiveIntegerField(
         default=120,
         validators=positive,

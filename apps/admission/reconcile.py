@@ -99,7 +99,9 @@ class Reconcile:
             user_id, plan_slug, estimate, record = charge
             used = _used(answer)
             tokens[plan_slug] += used
-            self.service.learn_answer(str(record.get("model") or ""), answer)
+            since = self.running.since.get(answer.id)
+            held_s = (self.now_ms() - since[1]) / 1000 if since else 0.0
+            self.service.learn_answer(str(record.get("model") or ""), answer, held_s=held_s)
             sample = _sample(answer, record, user_id, plan_slug)
             if sample is not None:
                 learned.append(sample)
@@ -120,6 +122,7 @@ class Reconcile:
         if tokens:
             MetricsBatch(tokens=dict(tokens)).write(pipe, self.keys.metrics)
         if self.samples is not None:  # when each was submitted and dispatched, same round trip
+            self.samples.settle_users(pipe, answers)
             for answer in answers:
                 pipe.hmget(self.keys.request(answer.id), "created_ms", "dispatched_ms")
         replies = pipe.execute()

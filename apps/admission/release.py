@@ -345,14 +345,20 @@ class Release:
             return 0
         targets: dict[Flow, str] = {}  # (user, model asked for) → the model it runs on
 
-        def may_run(flow: Flow) -> bool:
-            user_id, model = flow
-            plan = self.plans.for_user(user_id)
-            if self.running.count(user_id) >= plan.max_concurrent:
-                return False
+        def has_room(flow: Flow, plan: Plan) -> bool:
             if flow not in targets:
-                targets[flow] = self.fleet.target(model, plan)
+                targets[flow] = self.fleet.target(flow[1], plan)
             return room.get(targets[flow], 0) > 0
+
+        def may_run(flow: Flow) -> bool:
+            plan = self.plans.for_user(flow[0])
+            return self.running.count(flow[0]) < plan.max_concurrent and has_room(flow, plan)
+
+        def background_may_run(flow: Flow) -> bool:
+            # An allowance of its own: a summary never takes one of its user's places.
+            plan = self.plans.for_user(flow[0])
+            allowed = plan.max_background_concurrent
+            return self.running.count_background(flow[0]) < allowed and has_room(flow, plan)
 
         picked: list[tuple[QueuedRequest, str]] = []
         own = pipe is None
@@ -360,7 +366,9 @@ class Release:
             pipe = self.client.pipeline(transaction=True)
         now = self.now_ms()
         while True:
-            request = line.next_to_run(may_run, background=background)
+            request = line.next_to_run(
+                may_run, background=background, background_may_run=background_may_run
+            )
             if request is None:
                 break
             if not is_background(request.kind):
@@ -369,7 +377,7 @@ class Release:
             if model != request.model:  # the default, decided now: the worker reads it
                 request.fields["model"] = model
             room[model] -= 1
-            self.running.add(pipe, request.id, request.user_id, now_ms=now)  # max_concurrent
+            self.running.add(pipe, request, model=model, now_ms=now)  # the user's limits, ETAs
             picked.append((request, model))
         if not picked:
             return 0

@@ -2,8 +2,8 @@
 level in force.
 
 Retrieval (apps/rag) asks `retrieval_degraded()` before its expensive steps; the level itself is
-computed by the dispatcher and published in Redis every few seconds. The models come from the
-workers' heartbeats, read at most once a second per process.
+computed by the dispatcher and published in Redis every few seconds. The models, and each one's
+context window, come from the workers' heartbeats, read at most once a second per process.
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ class ModelFleet:
     live: dict[str, int]  # model → slots of its live, healthy, not draining workers
     known: dict[str, int]  # served within KNOWN_MODEL_SECONDS → when last announced (ms)
     read_at: float = 0.0
+    # model → the smallest context window its live workers report (a request of that model
+    # may run on any of them); a model whose workers report none is absent.
+    context: dict[str, int] = field(default_factory=dict)
 
 
 _fleets: dict[str, ModelFleet] = {}  # by key prefix (tests use one each)
@@ -57,16 +60,35 @@ def model_fleet(*, fresh: bool = False) -> ModelFleet:
     pipe.hgetall(k.models)
     ids, seen = pipe.execute()
     live: dict[str, int] = {}
+    context: dict[str, int] = {}
     for beat in parsed_heartbeats(client.mget([k.heartbeat(w) for w in ids]) if ids else []):
         model = beat_model(beat)
         if model and beat.get("healthy", True) and not beat.get("draining"):
             live[model] = live.get(model, 0) + int(beat.get("slots") or 0)
+        window = _int(beat.get("context_tokens"))
+        if window > 0:  # absent from workers of older releases and engines that cannot know
+            context[model] = min(window, context.get(model, window))
     now = protocol.now_ms()
     known = {m: _int(at) for m, at in seen.items() if _int(at) >= now - KNOWN_MODEL_SECONDS * 1000}
     for model in live:
         known.setdefault(model, now)
-    fleet = _fleets[prefix] = ModelFleet(live, known, time.monotonic())
+    fleet = _fleets[prefix] = ModelFleet(live, known, time.monotonic(), context)
     return fleet
+
+
+def model_context_tokens(*, model: str) -> int:
+    """The context window, in tokens, that prompts for `model` are built to fit: the smallest
+    its live workers report, else MODEL_CONTEXT_TOKENS. A request that names no model ("")
+    runs on the configured default (SLUICE_DEFAULT_MODEL) when there is one; else on whichever
+    live model the dispatcher picks (or a worker that announces none), so it gets the smallest
+    window among them."""
+    fleet, fallback = model_fleet(), settings.MODEL_CONTEXT_TOKENS
+    if model or settings.SLUICE_DEFAULT_MODEL:
+        return fleet.context.get(model or settings.SLUICE_DEFAULT_MODEL, fallback)
+    windows = [fleet.context.get(m, fallback) for m in fleet.live]
+    if "" in fleet.context:  # workers that announce no model, and report their window
+        windows.append(fleet.context[""])
+    return min(windows, default=fallback)
 
 
 def models_for_plan(*, plan: Plan) -> list[str]:
@@ -164,11 +186,11 @@ def api_key_caller(*, raw: str) -> tuple[User, Plan] | None:
 
 
 def _plan_from_json(row: dict) -> Plan:
-    """A plan from its row as `to_jsonb` writes it, each value as its field reads it."""
+    """A plan from its row as `to_jsonb` writes it, each value as its field reads it. A row
+    cached by a release before a field existed (an upgrade in progress) reads its default."""
     fields = Plan._meta.concrete_fields
-    plan = Plan.from_db(
-        "default", [f.attname for f in fields], [f.to_python(row[f.column]) for f in fields]
-    )
+    values = [f.to_python(row[f.column]) if f.column in row else f.get_default() for f in fields]
+    plan = Plan.from_db("default", [f.attname for f in fields], values)
     plan.mine = row["mine"]
     return plan
 

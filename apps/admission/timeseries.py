@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import redis
 
 from apps.admission import metrics
+from apps.admission.heaviest import HeaviestUsers
 from worker.protocol import Answer, Keys, State
 
 log = logging.getLogger("sluice.dispatcher")
@@ -38,7 +39,6 @@ SERIES_TTL_SECONDS = 2 * 3600  # kept while a dispatcher writes, like every admi
 STATE_TTL_SECONDS = 30  # a dispatcher that stops publishing leaves no stale picture
 GONE_KEEP_MS = 15 * 60 * 1000  # a worker that vanished is shown as gone this long
 HEAD = 10  # requests of the line's head shown in release order
-TOP_USERS = 10
 # Upper bounds (ms) of the latency histograms; a last bucket holds anything longer.
 BOUNDS_MS = (
     50,
@@ -128,7 +128,7 @@ class Samples:
         self.hooks: list[Callable[[SettledByWeb], None]] = []
         self.series: deque[dict] = deque(maxlen=SERIES_MAXLEN)
         self.workers: dict[str, dict] = {}  # id → {"beat": last heartbeat, "seen_ms": ...}
-        self._users: deque[tuple[int, Counter, Counter, Counter]] = deque()  # per minute
+        self.users = HeaviestUsers(client, keys, now_ms=now_ms)  # counted by `settle_users`
         self._loaded = False
         self._due = {"sample": 0.0, "state": 0.0}
         self._reset()
@@ -157,14 +157,6 @@ class Samples:
             self._ttft[bucket_of(record.ttft_ms)] += 1
         if record.e2e_ms is not None:
             self._e2e[bucket_of(record.e2e_ms)] += 1
-        tokens, requests, rejections = self._user_minute()
-        user = answer.user_id
-        requests[user] += 1
-        tokens[user] += int(answer.usage.prompt_tokens or 0) + int(
-            answer.usage.completion_tokens or 0
-        )
-        if not record.ran and answer.state == State.FAILED:
-            rejections[user] += 1
         if answer.state == State.FAILED or not record.ran:
             log.info(
                 "request %s settled: %s after %s attempt(s)%s",
@@ -185,13 +177,9 @@ class Samples:
         for hook in self.hooks:
             hook(record)
 
-    def _user_minute(self) -> tuple[Counter, Counter, Counter]:
-        minute = self.now_ms() // 60_000
-        if not self._users or self._users[-1][0] != minute:
-            self._users.append((minute, Counter(), Counter(), Counter()))
-            while self._users and self._users[0][0] <= minute - 60:
-                self._users.popleft()
-        return self._users[-1][1:]
+    def settle_users(self, pipe, answers: list[Answer]) -> None:
+        """The heaviest users' counts, queued on the pipeline that settles the answers."""
+        self.users.count(pipe, answers)
 
     # -- publishing ------------------------------------------------------------------------------
 
@@ -314,18 +302,7 @@ class Samples:
         }
 
     def heaviest(self) -> list[dict]:
-        tokens: Counter[str] = Counter()
-        requests: Counter[str] = Counter()
-        rejections: Counter[str] = Counter()
-        for _, t, r, x in self._users:
-            tokens.update(t)
-            requests.update(r)
-            rejections.update(x)
-        users = sorted(requests, key=lambda u: (tokens[u], requests[u]), reverse=True)
-        return [
-            {"user": u, "tokens": tokens[u], "requests": requests[u], "rejections": rejections[u]}
-            for u in users[:TOP_USERS]
-        ]
+        return self.users.top()
 
 
 def line_summary(line, *, now_ms: int) -> dict:

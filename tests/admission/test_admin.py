@@ -26,6 +26,7 @@ def plan_form(**changes):
         burst_tokens=30000,
         tokens_per_day=900000,
         max_concurrent=2,
+        max_background_concurrent=1,
         max_queue_wait_seconds=60,
         max_tokens_cap=512,
         priority_weight=2,

@@ -1,5 +1,6 @@
-"""Queue ETAs from measured service times: per model, learned from the answers, kept for the
-dispatcher that takes over."""
+"""Queue ETAs from what is left to do: the running answers' predicted lengths less what they
+have decoded, and the predicted lengths of the requests ahead, at each model's measured speed;
+learned from the answers, kept for the dispatcher that takes over."""
 
 from __future__ import annotations
 
@@ -33,20 +34,23 @@ def eta(request_id: str) -> int:
     return int(told[-1]["eta_seconds"])
 
 
-def answered(dispatcher, request_ids, *, seconds: float, worker_id: str, model: str) -> None:
-    """A worker of `model` took the items off its stream, and answered each in `seconds`."""
+def answered(
+    dispatcher, request_ids, *, seconds: float, worker_id: str, model: str, tokens: int = 10
+) -> None:
+    """A worker of `model` took the items off its stream, and answered each with `tokens`
+    in `seconds`."""
     client = get_redis()
     for entry_id, fields in client.xrange(keys().work_for_model(model)):
         if fields.get("id") in request_ids:
             client.xdel(keys().work_for_model(model), entry_id)
     for request_id in request_ids:
         worker_answers(
-            request_id, completion_tokens=10, duration_ms=seconds * 1000, worker_id=worker_id
+            request_id, completion_tokens=tokens, duration_ms=seconds * 1000, worker_id=worker_id
         )
     dispatcher.step()
 
 
-def ask(user_id, model: str) -> str:
+def ask(user_id, model: str, *, max_tokens: int = 16) -> str:
     from apps.chat.submission import request_publish
     from worker.protocol import WorkItem, new_request_id
 
@@ -55,14 +59,14 @@ def ask(user_id, model: str) -> str:
         user_id=str(user_id),
         conversation_id="999999",
         messages=[{"role": "user", "content": "hi"}],
-        max_tokens=16,
+        max_tokens=max_tokens,
         model=model,
     )
     request_publish(item=item)
     return item.id
 
 
-def test_the_eta_follows_each_models_measured_service_time(make_dispatcher, user, other_user):
+def test_the_eta_follows_each_models_measured_speed(make_dispatcher, user, other_user):
     roomy_plan(max_concurrent=10, model_names=[])
     serve("w-fast", "fast", 2)
     serve("w-slow", "slow", 1)
@@ -79,15 +83,43 @@ def test_the_eta_follows_each_models_measured_service_time(make_dispatcher, user
     slow = [ask(other_user.id, "slow") for _ in range(2)]
     dispatcher.step()
     assert not any(r in dispatcher.line for r in busy)
-    # Place over slots times the model's own time: 1/2 x 2 s ... 4/2 x 2 s; 1 x 30 s, 2 x 30 s.
-    assert [eta(r) for r in fast] == [1, 2, 3, 4]
-    assert [eta(r) for r in slow] == [30, 60]
-    # The slow model speeds up: its ETAs follow, as a moving average (0.8 x 30 s + 0.2 x 5 s),
-    # not the last answer alone. The first in line has gone to the freed slot.
+    # Every answer is predicted at its 16 tokens (too few answered yet to learn lengths). Fast:
+    # 10 tokens in 2 s, so 3.2 s an answer on each of 2 slots; slow: 10 in 30 s, 48 s on 1.
+    assert [eta(r) for r in fast] == [3, 3, 6, 6]
+    assert [eta(r) for r in slow] == [48, 96]
+    # The slow model speeds up: its ETAs follow, as a moving average of the speed (0.8 x 1/3 +
+    # 0.2 x 2 tokens/s), not the last answer alone. The first in line has gone to the freed
+    # slot, just started: 16 tokens at 2/3 token/s are left of it.
     answered(dispatcher, busy[2:], seconds=5, worker_id="w-slow", model="slow")
     dispatcher.step()
     assert slow[0] not in dispatcher.line
-    assert eta(slow[1]) == 25
+    assert eta(slow[1]) == 24
+
+
+def test_the_eta_counts_what_is_left_of_the_long_answers_running(
+    make_dispatcher, user, other_user, clock
+):
+    roomy_plan(max_concurrent=10, model_names=[])
+    serve("w", "m", 2)
+    dispatcher = make_dispatcher()
+    # A run of short answers: 20 tokens in 1 s each.
+    short = [ask(user.id, "m", max_tokens=20) for _ in range(2)]
+    dispatcher.step()
+    answered(dispatcher, short, seconds=1, tokens=20, worker_id="w", model="m")
+    # Two long answers take both slots, then someone waits behind them.
+    running = [ask(user.id, "m", max_tokens=400) for _ in range(2)]
+    dispatcher.step()
+    waiting = ask(other_user.id, "m", max_tokens=400)
+    dispatcher.step()
+    assert not any(r in dispatcher.line for r in running) and waiting in dispatcher.line
+    # 400 tokens at 20 tokens/s are left of each: 20 s (the moving average of the service
+    # time said 1/2 x 1 s).
+    assert eta(waiting) == 20
+    # Fifteen seconds on, 100 tokens are left: the page hears so, in the same place.
+    clock.now += 15
+    dispatcher.step()
+    assert eta(waiting) == 5
+    assert {e["position"] for e in events(waiting) if e.get("position")} == {"1"}
 
 
 def test_the_ops_page_shows_each_models_service_time(make_dispatcher, user, client_for):
@@ -117,4 +149,6 @@ def test_a_new_dispatcher_tells_the_same_etas(make_dispatcher, user):
     standby = make_dispatcher()
     standby.step()
     assert busy not in standby.line
-    assert eta(waiting) == 40  # not the 10 s a dispatcher guesses before its first answer
+    # 16 tokens at 10 tokens in 40 s: the standby knows the speed and the answer running (not
+    # the 10 s a dispatcher guesses before its first answer).
+    assert eta(waiting) == 64

@@ -207,3 +207,33 @@ def test_background_work_whose_wait_runs_out_is_dropped_without_an_error(
     assert followups not in dispatcher.line and not get_redis().hexists(keys().queue, followups)
     assert person in dispatcher.line  # people keep their place
     assert counters()["requests:background_dropped"] == 1
+
+
+def test_a_running_summary_never_holds_its_users_own_question_back(make_dispatcher, user):
+    # One request at a time for this user, and a summary of theirs already running.
+    roomy_plan(max_concurrent=1)
+    give_the_fleet_slots(4)
+    dispatcher = make_dispatcher()
+    summary = publish(user.id, kind="background")
+    dispatcher.step()
+    assert work_item_ids(keys().work) == [summary]
+    question = publish(user.id)
+    dispatcher.step()
+    assert work_item_ids(keys().work) == [summary, question]
+
+
+def test_background_work_has_its_own_allowance_and_a_takeover_keeps_it(make_dispatcher, user):
+    roomy_plan(max_concurrent=3, max_background_concurrent=1)
+    give_the_fleet_slots(6)
+    first = make_dispatcher()
+    summaries = [publish(user.id, kind="background") for _ in range(2)]
+    first.step()
+    assert work_item_ids(keys().work) == summaries[:1]  # the second waits for the first
+    first.release_lease()
+    # The dispatcher that takes over counts the running summary as background work too: the
+    # person still has all three of their places, and the second summary still waits.
+    standby = make_dispatcher()
+    questions = [publish(user.id) for _ in range(3)]
+    standby.step()
+    assert work_item_ids(keys().work) == [summaries[0], *questions]
+    assert summaries[1] in standby.line

@@ -197,6 +197,7 @@ def test_an_admin_lists_a_plans_models_and_sees_which_are_served(client_for, use
         burst_tokens=30000,
         tokens_per_day=900000,
         max_concurrent=2,
+        max_background_concurrent=1,
         max_queue_wait_seconds=60,
         max_tokens_cap=512,
         priority_weight=1,
