@@ -133,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
         "`loop`); auto: on only for the bundled demo model, which loops (default auto)",
     )
     add(
+        "--prompt-window",
+        type=int,
+        default=int(env_default("WORKER_PROMPT_WINDOW") or 0) or None,
+        help="[WORKER_PROMPT_WINDOW] build prompts for this worker's model within this many "
+        "tokens, below the engine's own window (the heartbeat reports the smaller; default: "
+        "the engine's window)",
+    )
+    add(
         "--served-model-name",
         default=env_default("WORKER_SERVED_MODEL_NAME"),
         help="[WORKER_SERVED_MODEL_NAME] the name clients ask for this model by (the API's "
@@ -223,6 +231,14 @@ def build_parser() -> argparse.ArgumentParser:
     upstream.add_argument(
         "--api-key", default=env_default("OPENAI_API_KEY", ""), help="[OPENAI_API_KEY]"
     )
+    upstream.add_argument(
+        "--context-tokens",
+        type=int,
+        default=int(env_default("OPENAI_CONTEXT_TOKENS") or 0) or None,
+        help="[OPENAI_CONTEXT_TOKENS] the upstream model's context window in tokens, reported "
+        "in the heartbeat so the web builds prompts that fit it (default: none reported; the "
+        "web then uses MODEL_CONTEXT_TOKENS). llamacpp and vllm report theirs themselves",
+    )
     return parser
 
 
@@ -246,6 +262,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
             "model": args.model,
             "api_key": args.api_key,
             "slots": slots or 16,
+            "context_tokens": args.context_tokens,
         }
     if args.engine == "vllm":
         from worker.engines.vllm import options_from_args
@@ -328,6 +345,7 @@ async def serve(args: argparse.Namespace) -> None:
                 answer_timeout=args.answer_timeout,
                 stop_loops=stop_loops(args),
                 breaker=breaker.settings_from_args(args),
+                prompt_window=args.prompt_window,
             )
             if args.metrics_port:
                 metrics.serve(args.metrics_port, lambda: worker.last_beat, addr=args.metrics_addr)

@@ -58,14 +58,18 @@ async def beat(
     stats: WorkerStats,
     draining: bool,
     interval: float,
+    prompt_window: int | None = None,
 ) -> dict:
     """Writes one heartbeat and returns it; `running` holds the ids of the requests this
     worker runs now."""
     health = await engine.health()
     payload = {
+        "v": protocol.PROTOCOL_VERSION,  # readers tolerate fields they do not know (deploy.md)
         "worker_id": worker_id,
         "engine": engine.name,
         "model": model,
+        # The web builds this model's prompts to fit it (absent: MODEL_CONTEXT_TOKENS).
+        "context_tokens": _window(engine.context_tokens, prompt_window),
         "slots": slots,
         "busy": len(running),
         "free": slots - len(running),
@@ -101,3 +105,10 @@ async def forget(client, keys: Keys, worker_id: str) -> None:
         .zrem(keys.workers, worker_id)
         .execute()
     )
+
+
+def _window(engine_tokens: int | None, prompt_window: int | None) -> int | None:
+    """The window the web builds this worker's prompts for: the engine's, or the operator's
+    smaller one (an engine that cannot know its window reports the operator's)."""
+    known = [w for w in (engine_tokens, prompt_window) if w]
+    return min(known) if known else None

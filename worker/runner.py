@@ -19,7 +19,7 @@ import socket
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from worker import heartbeat, protocol, transitions
+from worker import heartbeat, legacy_keys, protocol, transitions
 from worker.attempt import TRANSIENT, Attempts
 from worker.batching import CommandBatcher
 from worker.breaker import BreakerSettings, CircuitBreaker
@@ -66,6 +66,7 @@ class Worker:
             operator asked for it (the bundled demo model, by default).
         read_block_ms: how long one read waits for work; a stop is noticed within this.
         breaker: when this worker's answers fail too often, it stops taking work for a while.
+        prompt_window: tokens the web may build prompts for, below the engine's own window.
     """
 
     def __init__(
@@ -88,6 +89,7 @@ class Worker:
         stop_loops: bool = False,
         read_block_ms: int = 1000,
         breaker: BreakerSettings | None = None,
+        prompt_window: int | None = None,
     ) -> None:
         self.redis = redis_client
         self.engine = engine
@@ -96,6 +98,7 @@ class Worker:
         self.model = model
         self.slots = slots or engine.capacity
         self.heartbeat_interval = heartbeat_interval
+        self.prompt_window = prompt_window
         self.grace_seconds = grace_seconds
         self.read_block_ms = read_block_ms
         self.breaker = CircuitBreaker(breaker)
@@ -151,6 +154,7 @@ class Worker:
 
     async def run(self) -> None:
         await self.attempts.retrying(self._ensure_groups)
+        await legacy_keys.move_legacy_entries(self.redis, self.keys)  # once, after an upgrade
         self._beating = True
         beating = asyncio.create_task(self._heartbeat_loop(), name="heartbeat")
         log.info(
@@ -383,4 +387,5 @@ class Worker:
             stats=self.stats,
             draining=self._stopping.is_set(),
             interval=self.heartbeat_interval,
+            prompt_window=self.prompt_window,
         )

@@ -25,7 +25,13 @@
   }
 
   let socket = null;
-  let retryDelay = 500;
+  // Reconnects back off from FIRST_RETRY to 10 s. A socket that opens only to be told "try
+  // again later" (4503, or the standard 1013: the server cannot reach its database or queue
+  // right now) keeps backing off; any other socket that opened starts again from FIRST_RETRY.
+  const FIRST_RETRY = 500;
+  const TRY_AGAIN_LATER = [4503, 1013];
+  let retryDelay = FIRST_RETRY;
+  let unavailable = ""; // why the server said to try again later, from its "unavailable" frame
   let current = null; // {requestId, li, textEl, statusEl, lastEventId}
 
   function showError(message) {
@@ -175,8 +181,10 @@
 
   function connect() {
     socket = new WebSocket(wsUrl());
+    let opened = false;
+    unavailable = "";
     socket.addEventListener("open", function () {
-      retryDelay = 500;
+      opened = true;
       connectionState.hidden = true;
       // The answer may have ended while we were away (then the server follows nothing):
       // ask for it from the last event seen. Frames seen already are skipped below.
@@ -185,6 +193,7 @@
     socket.addEventListener("message", function (event) {
       let frame;
       try { frame = JSON.parse(event.data); } catch (e) { return; }
+      if (frame.type === "unavailable") { unavailable = frame.message || ""; return; }
       if (frame.event_id && current && frame.request_id === current.requestId) {
         if (!isNewer(frame.event_id, current.lastEventId)) return; // shown already
         current.lastEventId = frame.event_id;
@@ -199,12 +208,20 @@
         connectionState.hidden = false;
         return;
       }
-      connectionState.textContent = "Reconnecting…";
-      connectionState.hidden = false;
       // A random share of the delay: the pages of a web process that went away do not all
       // come back to the others in the same instant.
-      setTimeout(connect, retryDelay * (0.5 + Math.random() / 2));
+      const refused = TRY_AGAIN_LATER.indexOf(event.code) >= 0;
+      if (opened && !refused) retryDelay = FIRST_RETRY;
+      const wait = retryDelay * (0.5 + Math.random() / 2);
       retryDelay = Math.min(retryDelay * 2, 10000);
+      if (refused) {
+        const why = unavailable || event.reason || "Sluice is unavailable right now.";
+        connectionState.textContent = why + " Trying again in " + Math.ceil(wait / 1000) + " s…";
+      } else {
+        connectionState.textContent = "Reconnecting…";
+      }
+      connectionState.hidden = false;
+      setTimeout(connect, wait);
     });
   }
 

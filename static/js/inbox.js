@@ -14,7 +14,11 @@
   const seen = new Set(); // ids handled already (a reconnect may hand them again)
   let toRead = []; // shown, to be marked read while the page is visible
   let socket = null;
-  let retryDelay = 1000;
+  // Backs off as chat.js does: a socket told "try again later" (4503 or 1013) keeps backing
+  // off even though it opened; the chat socket of the same page shows why.
+  const FIRST_RETRY = 1000;
+  const TRY_AGAIN_LATER = [4503, 1013];
+  let retryDelay = FIRST_RETRY;
 
   let notes = null;
   function noteArea() {
@@ -138,8 +142,9 @@
 
   function connect() {
     socket = new WebSocket(url);
+    let opened = false;
     socket.addEventListener("open", function () {
-      retryDelay = 1000;
+      opened = true;
       flushRead();
     });
     socket.addEventListener("message", function (event) {
@@ -149,6 +154,7 @@
     });
     socket.addEventListener("close", function (event) {
       if (event.code === 4401) return; // logged out: nothing more to receive
+      if (opened && TRY_AGAIN_LATER.indexOf(event.code) < 0) retryDelay = FIRST_RETRY;
       setTimeout(connect, retryDelay * (0.5 + Math.random() / 2)); // spread out, as in chat.js
       retryDelay = Math.min(retryDelay * 2, 30000);
     });

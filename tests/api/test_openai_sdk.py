@@ -11,7 +11,7 @@ import openai
 import pytest
 from django.conf import settings
 
-from tests.chat.test_openai_api import HI, tokens
+from tests.chat.test_openai_api import HI, start_model, tokens
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -53,6 +53,24 @@ def test_context_errors_are_openais_and_a_caller_who_asks_too_much_is_refused(al
     assert int(match[2]) == int(match[3]) + window and int(match[4]) == window
     # Asking for no particular length is not asking too much: the answer gets the room left.
     assert sdk.chat.completions.create(model="alpha", messages=half).choices[0].message.content
+
+
+def test_each_model_has_the_window_its_workers_report(alpha, key, start_worker, redis_prefix):
+    window = settings.MODEL_CONTEXT_TOKENS  # alpha's worker reports none
+    big = 4 * window
+    extra = ("--sim-context-tokens", str(big))
+    start_model(start_worker, redis_prefix, "wb", "big", tokens=6, extra=extra)
+    sdk, messages = client(alpha, key), [{"role": "user", "content": "x" * (8 * window)}]
+    with pytest.raises(openai.BadRequestError) as raised:
+        sdk.chat.completions.create(model="alpha", messages=messages)
+    match = TOO_LONG.fullmatch(raised.value.body["message"])
+    assert match and int(match[1]) == window
+    # The same messages fit the larger model's window, and it answers them.
+    assert sdk.chat.completions.create(model="big", messages=messages).choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as raised:
+        sdk.chat.completions.create(model="big", messages=messages * 3)
+    match = TOO_LONG.fullmatch(raised.value.body["message"])
+    assert match and int(match[1]) == big
 
 
 async def test_the_fields_current_clients_send_are_accepted(alpha, key):

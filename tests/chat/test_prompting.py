@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import redis.asyncio as aioredis
+from django.conf import settings as django_settings
+
 from apps.accounts.models import Profile, Tag
 from apps.chat.models import Message
 from apps.chat.prompt.prompting import BASE_SYSTEM_PROMPT, prompt_build, system_prompt_for
 from apps.chat.services import conversation_create, message_create
+from worker.engines.simulated import SimulatedEngine
+from worker.heartbeat import WorkerStats, beat
+from worker.protocol import Keys
 
 
 def test_system_prompt_says_what_the_profile_and_active_tags_say(user):
@@ -104,3 +112,82 @@ def test_message_create_titles_a_new_chat_and_stores_an_answer_once(user):
         "user",
         "assistant",
     ]
+
+
+def worker_beats(redis_prefix: str, worker_id: str, model: str, context: int | None) -> None:
+    """One heartbeat of a worker serving `model` on an engine whose window is `context`, as the
+    worker writes it."""
+
+    async def run() -> None:
+        client = aioredis.Redis.from_url(django_settings.REDIS_URL, decode_responses=True)
+        try:
+            await beat(
+                client,
+                Keys(prefix=redis_prefix),
+                worker_id=worker_id,
+                engine=SimulatedEngine(context_tokens=context),
+                model=model,
+                slots=2,
+                running=[],
+                stats=WorkerStats(),
+                draining=False,
+                interval=30,
+            )
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
+
+
+def long_conversation(user, model: str):
+    conversation = conversation_create(owner=user)
+    conversation.model = model
+    conversation.save(update_fields=["model"])
+    for n in range(30):
+        message_create(conversation=conversation, role="user", text=f"question {n} " * 10)
+        message_create(
+            conversation=conversation,
+            role="assistant",
+            text=f"answer {n} " * 10,
+            request_id=f"c{conversation.pk}-r{n}",  # an answer's id is unique across chats
+        )
+    message_create(conversation=conversation, role="user", text="the last question")
+    return conversation
+
+
+def test_each_models_prompt_fits_the_window_its_workers_report(user, redis_prefix, settings):
+    """A fleet of a small-window and a large-window model: each conversation's prompt keeps
+    what its own model holds, not what one setting says for every model."""
+    settings.MODEL_CONTEXT_TOKENS, settings.MODEL_MAX_TOKENS = 400, 100
+    settings.SLUICE_DEFAULT_MODEL = "large"
+    worker_beats(redis_prefix, "s1", "small", 600)
+    worker_beats(redis_prefix, "l1", "large", 8000)
+    worker_beats(redis_prefix, "l2", "large", 6000)  # the smaller of a model's workers counts
+
+    small = prompt_build(conversation=long_conversation(user, "small"))
+    large = prompt_build(conversation=long_conversation(user, "large"))
+    default = prompt_build(conversation=long_conversation(user, ""))
+
+    assert 400 < small.prompt_tokens_estimate <= 600 - 100
+    assert len(small.messages) < 62  # the window cut the oldest turns
+    assert len(large.messages) == 62  # the system prompt and every turn
+    assert large.prompt_tokens_estimate <= 6000 - 100
+    assert default.messages[1:] == large.messages[1:]  # the default model is "large"
+
+
+def test_a_model_whose_workers_report_no_window_gets_model_context_tokens(
+    user, redis_prefix, settings
+):
+    settings.MODEL_CONTEXT_TOKENS, settings.MODEL_MAX_TOKENS = 400, 100
+    worker_beats(redis_prefix, "u1", "upstream", None)  # an openai engine given no window
+    worker_beats(redis_prefix, "s1", "small", 600)
+
+    settings.SLUICE_DEFAULT_MODEL = ""
+
+    upstream = prompt_build(conversation=long_conversation(user, "upstream"))
+    small = prompt_build(conversation=long_conversation(user, "small"))
+    # A request naming no model, with no default configured, may run on either.
+    anywhere = prompt_build(conversation=long_conversation(user, ""))
+    assert upstream.prompt_tokens_estimate <= 400 - 100
+    assert 400 < small.prompt_tokens_estimate <= 600 - 100
+    assert anywhere.messages[1:] == upstream.messages[1:]

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 
 import httpx
+import websockets
+from django.test import Client
 
+from apps.accounts.services import user_create
 from apps.chat.models import Conversation, Message
+from apps.chat.services import conversation_create
 from tests.faults.conftest import assert_every_request_ended, wait_until
 from worker.protocol import Keys
+
+# The websocket's close code for "try again later" (1013's meaning; apps/streams/handshake.py).
+TRY_AGAIN_LATER = 4503
 
 
 def _streaming(stack, request_ids: list[str]) -> int:
@@ -62,3 +71,53 @@ def test_a_frozen_redis_fails_requests_fast_and_an_abandoned_one_never_runs(
     assert httpx.get(base + "/health/", timeout=3).status_code == 200
     again = api.submit()
     assert set(assert_every_request_ended(api, stack, [again]).values()) == {"done"}
+
+
+def _page_sockets(base: str, paths: list[str], cookie: str, *, listen: float = 15) -> list:
+    """Opens a page's websockets at once, as the page does, and reads each for `listen` seconds
+    or until it closes: what the page would see of each, (its frames, its close code or None
+    while it is still open). A handshake with no HTTP response fails here."""
+
+    async def one(path: str) -> tuple[list[dict], int | None]:
+        url = base.replace("http://", "ws://") + path
+        headers = {"Origin": base, "Cookie": cookie}
+        async with websockets.connect(url, additional_headers=headers, open_timeout=15) as ws:
+            frames = []
+            try:
+                while True:
+                    frames.append(json.loads(await asyncio.wait_for(ws.recv(), timeout=listen)))
+            except websockets.ConnectionClosed as closed:
+                return frames, closed.rcvd.code if closed.rcvd else None
+            except TimeoutError:
+                return frames, None
+
+    async def run() -> list:
+        return await asyncio.gather(*(one(path) for path in paths))
+
+    return asyncio.run(run())
+
+
+def test_sockets_opened_while_redis_is_frozen_are_told_to_try_again_later(stack, roomy_plan):
+    """A page's websockets get an answer the page can show, as its HTTP requests get a 503,
+    rather than a handshake dropped with no response (which a page cannot tell from a crashed
+    server); once Redis answers again, the page's next try opens them."""
+    base = stack.web()
+    user = user_create(username="alice", password="correct-horse-battery")
+    conversation = conversation_create(owner=user)
+    client = Client()
+    client.force_login(user)
+    cookie = f"sessionid={client.cookies['sessionid'].value}"
+    paths = [f"/ws/chat/{conversation.id}/", "/ws/inbox/"]
+
+    stack.redis_server.freeze()
+    try:
+        seen = _page_sockets(base, paths, cookie)
+    finally:
+        stack.redis_server.thaw()
+    for frames, code in seen:
+        assert code == TRY_AGAIN_LATER, seen
+        assert [f["type"] for f in frames] == ["unavailable"] and frames[0]["message"], seen
+
+    # Redis answers again: both open and stay open.
+    reopened = _page_sockets(base, paths, cookie, listen=2)
+    assert [code for _, code in reopened] == [None, None], reopened

@@ -44,6 +44,17 @@ async def test_llamacpp_streams_a_real_answer_with_token_counts(llama):
 
 
 @pytest.mark.slow
+async def test_llamacpp_reports_the_context_window_it_runs_with(llama):
+    assert llama.context_tokens == 2048  # --n-ctx's default
+    whole = create_engine("llamacpp", slots=1, n_ctx=0)  # 0: the model's own window
+    await whole.start()
+    try:
+        assert whole.context_tokens == 8192  # SmolLM2's training context
+    finally:
+        await whole.stop()
+
+
+@pytest.mark.slow
 async def test_llamacpp_abort_stops_the_sequence_early(llama):
     request = EngineRequest(
         id="b",

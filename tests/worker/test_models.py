@@ -11,7 +11,8 @@ from argparse import Namespace
 from devstack.stack import app_processes
 from tests.worker.conftest import eventually, final_of
 from worker import protocol, transitions
-from worker.__main__ import build_parser, model_name_from, served_model_name
+from worker.__main__ import build_parser, engine_options, model_name_from, served_model_name
+from worker.engines.simulated import SimulatedEngine
 from worker.protocol import WorkItem
 
 
@@ -77,6 +78,44 @@ async def test_the_heartbeat_announces_the_model_and_it_is_remembered(
     assert json.loads(beat)["model"] == "alpha"
     seen = await redis_async.hget(keys.models, "alpha")
     assert 0 < int(seen) <= protocol.now_ms()
+
+
+async def test_the_heartbeat_reports_the_models_context_window(run_worker, keys, redis_async):
+    await run_worker("wa", model="alpha", engine=SimulatedEngine(context_tokens=32768))
+    await run_worker("wb", model="beta", engine=SimulatedEngine())  # a window it cannot know
+    beats = {}
+    for worker_id in ("wa", "wb"):
+        raw = await eventually(lambda w=worker_id: redis_async.get(keys.heartbeat(w)), what="beat")
+        beats[worker_id] = json.loads(raw)
+    assert beats["wa"]["context_tokens"] == 32768
+    assert beats["wb"]["context_tokens"] is None  # the web then uses MODEL_CONTEXT_TOKENS
+
+
+async def test_an_operators_prompt_window_below_the_engines_is_what_the_heartbeat_reports(
+    run_worker, keys, redis_async
+):
+    engine = SimulatedEngine(context_tokens=32768)
+    await run_worker("wa", model="alpha", engine=engine, prompt_window=4096)
+    await run_worker("wb", model="beta", engine=SimulatedEngine(), prompt_window=4096)
+    await run_worker(
+        "wc", model="gamma", engine=SimulatedEngine(context_tokens=2048), prompt_window=4096
+    )  # never above what the engine holds
+    reported = {}
+    for worker_id in ("wa", "wb", "wc"):
+        raw = await eventually(lambda w=worker_id: redis_async.get(keys.heartbeat(w)), what="beat")
+        reported[worker_id] = json.loads(raw)["context_tokens"]
+    assert reported == {"wa": 4096, "wb": 4096, "wc": 2048}
+    assert build_parser().parse_args(["--prompt-window", "240"]).prompt_window == 240
+
+
+def test_the_openai_engine_is_told_its_window_by_a_flag():
+    parse = build_parser().parse_args
+    upstream = ["--engine", "openai", "--model", "m", "--base-url", "http://gpu:8000/v1"]
+    told = engine_options(parse([*upstream, "--context-tokens", "32768"]))
+    assert told["context_tokens"] == 32768
+    assert engine_options(parse(upstream))["context_tokens"] is None
+    simulated = engine_options(parse(["--engine", "simulated", "--sim-context-tokens", "4096"]))
+    assert simulated["context_tokens"] == 4096
 
 
 async def test_a_dead_workers_routed_work_goes_back_to_its_models_stream(

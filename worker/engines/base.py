@@ -46,6 +46,13 @@ class Engine(Protocol):
         """How many sequences the engine runs at once; the worker reads no more than this."""
         ...
 
+    @property
+    def context_tokens(self) -> int | None:
+        """The model's context window as the engine runs it, in tokens (a prompt and its
+        answer together); None when the engine cannot know. The worker's heartbeat reports it,
+        and the web builds prompts that fit it."""
+        ...
+
     async def start(self) -> None:
         """Load the model. Called once before the first generate()."""
         ...

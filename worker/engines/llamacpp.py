@@ -88,6 +88,7 @@ class LlamaCppEngine:
         self._free: asyncio.Semaphore | None = None
         self._aborted = AbortFlags()
         self._error: str = ""
+        self._context_tokens: int | None = None
         # Prompt tokens asked for, and those found in a slot's cache (not read again).
         self.prompt_tokens = 0
         self.cached_tokens = 0
@@ -96,6 +97,10 @@ class LlamaCppEngine:
     @property
     def capacity(self) -> int:
         return self.slots
+
+    @property
+    def context_tokens(self) -> int | None:
+        return self._context_tokens
 
     async def start(self) -> None:
         from llama_cpp import Llama
@@ -112,6 +117,8 @@ class LlamaCppEngine:
         for _ in range(self.slots):
             self._idle.append(Slot(await asyncio.to_thread(load)))
         self._free = asyncio.Semaphore(len(self._idle))
+        # As llama.cpp made it: --n-ctx 0 means the model's own window.
+        self._context_tokens = self._idle[0].model.n_ctx() if self._idle else None
 
     async def stop(self) -> None:
         while self._idle:

@@ -29,12 +29,16 @@ class OpenAIEngine:
         api_key: str = "",
         slots: int = 16,
         timeout_seconds: float = 600.0,
+        context_tokens: int | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key
         self.slots = slots
         self.timeout_seconds = timeout_seconds
+        # The upstream's window, as its operator states it (--context-tokens): an
+        # OpenAI-compatible server does not say its own.
+        self._context_tokens = context_tokens
         self._client: aiohttp.ClientSession | None = None
         self._aborted = AbortFlags()
         self._last_error = ""
@@ -42,6 +46,10 @@ class OpenAIEngine:
     @property
     def capacity(self) -> int:
         return self.slots
+
+    @property
+    def context_tokens(self) -> int | None:
+        return self._context_tokens
 
     async def start(self) -> None:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}

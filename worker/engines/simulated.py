@@ -57,6 +57,7 @@ class SimulatedEngine:
         fail_rate: float = 0.0,
         stall_rate: float = 0.0,
         seed: int | None = None,
+        context_tokens: int | None = None,
     ) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
@@ -89,10 +90,15 @@ class SimulatedEngine:
         self.stall_rate = stall_rate
         self.random = random.Random(seed)
         self.steps = DecodeSteps()
+        self._context_tokens = context_tokens
 
     @property
     def capacity(self) -> int:
         return self.slots
+
+    @property
+    def context_tokens(self) -> int | None:
+        return self._context_tokens
 
     async def start(self) -> None:
         return None
@@ -301,6 +307,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--sim-seed", type=int, default=None, help="seed of the fail/stall draws")
     add(
+        "--sim-context-tokens",
+        type=int,
+        default=None,
+        help="the context window the worker reports (default: none, as the openai engine)",
+    )
+    add(
         "--sim-tokens",
         type=int,
         default=None,
@@ -322,4 +334,5 @@ def options_from_args(args: argparse.Namespace, slots: int | None) -> dict:
         "fail_rate": args.sim_fail_rate,
         "stall_rate": args.sim_stall_rate,
         "seed": args.sim_seed,
+        "context_tokens": args.sim_context_tokens,
     }

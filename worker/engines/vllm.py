@@ -148,6 +148,13 @@ class VLLMEngine:
             return self._llm.vllm_config.scheduler_config.max_num_seqs
         return self.max_num_seqs or CPU_DEFAULT_MAX_NUM_SEQS
 
+    @property
+    def context_tokens(self) -> int | None:
+        """vLLM's resolved max_model_len: --max-model-len, else the model's own."""
+        if self._llm is not None:
+            return self._llm.model_config.max_model_len
+        return self.max_model_len
+
     def _async_engine_args(self) -> Any:
         from vllm import AsyncEngineArgs
         from vllm.platforms import current_platform

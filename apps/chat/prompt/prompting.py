@@ -1,6 +1,7 @@
 """Builds the model's messages for a conversation: a system prompt personalised from the user's
 profile and tags, what the conversation remembers of older turns (see memory.py), then the most
-recent turns that fit the model's context window.
+recent turns that fit the model's context window (the conversation's model's, as its workers
+report it: apps/admission/selectors.model_context_tokens).
 
 The layout serves prefix caching: what changes least comes first (system prompt, profile,
 summary), then the turns in order, then this question's passages, in a message of their own just
@@ -16,10 +17,11 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.admission.selectors import model_context_tokens
 from apps.chat.models import Conversation
 from apps.chat.prompt import hot
 from apps.chat.prompt.hot import prompt_sources  # Redis when warm, else PostgreSQL
-from apps.chat.prompt.memory import Turn, estimate_tokens, plan_prompt
+from apps.chat.prompt.memory import Remembered, Turn, estimate_tokens, plan_prompt
 from apps.chat.selectors import PromptProfile, PromptSources
 
 __all__ = ["Prompt", "estimate_tokens", "prompt_build", "system_prompt", "system_prompt_for"]
@@ -43,6 +45,8 @@ class Prompt:
     to_summarise: list[Turn] = field(default_factory=list)
     summary: str = ""
     summary_upto: int = 0
+    # The memory block it holds, part by part (what the page's "What I remember" shows).
+    remembered: Remembered = field(default_factory=Remembered)
 
 
 def system_prompt_for(user_id: int) -> str:
@@ -88,7 +92,12 @@ def prompt_build(
     system = system_prompt(sources.profile)
     if extra_system:
         system = f"{system}\n\n{extra_system}"
-    budget = settings.MODEL_CONTEXT_TOKENS - max_tokens - estimate_tokens(system)
+    window = (
+        model_context_tokens(model=conversation.model)
+        if conversation is not None
+        else settings.MODEL_CONTEXT_TOKENS  # a prompt of no stored conversation (bench/)
+    )
+    budget = window - max_tokens - estimate_tokens(system)
     if passages:
         budget -= estimate_tokens(passages)
     plan = plan_prompt(system=system, sources=sources, budget=budget)
@@ -105,4 +114,5 @@ def prompt_build(
         to_summarise=plan.to_summarise,
         summary=sources.summary,
         summary_upto=sources.summary_upto,
+        remembered=plan.remembered,
     )
