@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # instructions (AMX, AVX-512) that a virtual machine's kernel does not enable.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 
-.PHONY: run run-fleet test test-faults test-cluster lint format bench install clean test-vllm install-vllm
+.PHONY: run run-fleet test test-faults test-cluster test-upgrade lint format bench install clean test-vllm install-vllm
 
 $(STAMP): pyproject.toml
 	@echo "[sluice] creating $(VENV) and installing the project (the first time compiles llama.cpp, about 5 minutes)"
@@ -27,12 +27,17 @@ run-fleet: $(STAMP)
 	$(BIN)/python -m devstack.fleet
 
 test: $(STAMP)
-	$(BIN)/python -m devstack.stack test --ignore=tests/faults $(PYTEST_ARGS)
+	$(BIN)/python -m devstack.stack test --ignore=tests/faults --ignore=tests/upgrade $(PYTEST_ARGS)
 
 # Faults injected into real processes (workers killed, paused and stopped, Redis killed and
 # frozen, PostgreSQL frozen and stopped, floods): every accepted request must still end once.
 test-faults: $(STAMP)
 	$(BIN)/python -m devstack.stack test $(or $(PYTEST_ARGS),tests/faults)
+
+# A rolling upgrade under load: the previous release (a git worktree under var/upgrade/, on this
+# venv) replaced process by process with this tree; nothing accepted may be lost or shown twice.
+test-upgrade: $(STAMP)
+	$(BIN)/python -m devstack.stack test -s $(or $(PYTEST_ARGS),tests/upgrade)
 
 # The same code on a Redis Cluster: three masters with a replica each, started from the bundled
 # redis-server on loopback ports under var/test/, torn down afterwards. The request path, admission,
@@ -69,6 +74,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/reconnect.py
 	$(BIN)/python bench/admission.py
 	$(BIN)/python bench/estimates.py
+	$(BIN)/python bench/eta.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/rag.py
 	$(BIN)/python bench/demo_ttft.py

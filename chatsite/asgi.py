@@ -15,17 +15,23 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402  (after Django setup)
 
 from apps.api.handler import ApiHandler, route_api  # noqa: E402
+from apps.streams.handshake import HandshakeDeadline  # noqa: E402
 from apps.streams.ws_auth import SessionAuthMiddleware  # noqa: E402
 from chatsite.routing import websocket_urlpatterns  # noqa: E402
+from core.draining import Draining, drain_on_sigterm  # noqa: E402
 from core.origin import SameOriginValidator  # noqa: E402
 from core.request_threads import ReusedThreads, with_reused_threads  # noqa: E402
 from worker.gc_tuning import freeze_startup_objects  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        "http": route_api(with_reused_threads(django_asgi_app, ReusedThreads()), ApiHandler()),
-        "websocket": SameOriginValidator(SessionAuthMiddleware(URLRouter(websocket_urlpatterns))),
-    }
+application = Draining(
+    ProtocolTypeRouter(
+        {
+            "http": route_api(with_reused_threads(django_asgi_app, ReusedThreads()), ApiHandler()),
+            "websocket": SameOriginValidator(
+                HandshakeDeadline(SessionAuthMiddleware(URLRouter(websocket_urlpatterns)))
+            ),
+        }
+    )
 )
 
 
@@ -53,4 +59,5 @@ def _warm_up_retrieval() -> None:
 
 _warm_up_retrieval()
 if os.environ.get("SLUICE_PROCESS") == "web":  # a web server (core/serve.py), not a test
+    drain_on_sigterm(application)  # an upgrade's SIGTERM lets answers in flight end
     freeze_startup_objects()  # the whole application is built

@@ -78,6 +78,26 @@ class Keys:
         """Stream: what could not be parsed, stored or run, each entry with its reason."""
         return self._fleet("dead")
 
+    # -- the fleet's names before they shared a hash tag: only read, to move what they hold ----
+
+    @property
+    def legacy_work(self) -> str:
+        return f"{self.prefix}:work"
+
+    @property
+    def legacy_work_pattern(self) -> str:
+        """Matches the old affinity streams (`work:<worker id>`)."""
+        return f"{self.prefix}:work:*"
+
+    @property
+    def legacy_dead(self) -> str:
+        return f"{self.prefix}:dead"
+
+    @property
+    def legacy_move_lock(self) -> str:
+        """Held by the one worker moving entries from the old names (worker/legacy_keys.py)."""
+        return self._fleet("legacy-move")
+
     @property
     def workers(self) -> str:
         """Sorted set of worker ids by last heartbeat time (the heartbeat keys hold the detail)."""
