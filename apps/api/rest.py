@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from apps.accounts.services import api_key_authenticate
+from apps.accounts.services import api_key_authenticate, api_key_hash
 from apps.admission import selectors as admission_selectors
 from apps.api.stream_session import StreamLogin, until_login_ends
 from apps.chat import selectors, services, submission
@@ -91,9 +91,15 @@ def request_create(request: HttpRequest) -> JsonResponse:
         conversation = services.conversation_create(owner=user)
     else:
         conversation = selectors.conversation_get_for_user(user=user, id=conversation_id)
+    raw_key = _bearer(request)
     try:
         submitted = submission.request_submit(
-            user=user, conversation=conversation, text=text, model=model
+            user=user,
+            conversation=conversation,
+            text=text,
+            model=model,
+            # Its usage is filed under the key as well as the user, as on the OpenAI API.
+            api_key=api_key_hash(raw_key) if raw_key else "",
         )
     except ValidationError as exc:
         return _error(400, " ".join(exc.messages))

@@ -158,6 +158,7 @@ def request_submit(
     expected: str | None = None,
     announce: bool = False,
     only_if: SqlCondition | None = None,
+    api_key: str = "",
 ) -> Submitted:
     """Stores the user's message (unless regenerating: text None), builds the prompt and hands
     the request to admission. `model`: the model to answer with, remembered as the
@@ -171,7 +172,8 @@ def request_submit(
     question's insert checks in the same statement (the sender's login session,
     SessionCheck.condition); QuestionNotStored when it fails. Before that insert, only reads
     are made, and an answer that has ended is stored (as the recorder would store it anyway);
-    so a question with `only_if` cannot change the conversation's model."""
+    so a question with `only_if` cannot change the conversation's model. `api_key`: the SHA-256
+    of the API key the question came with, under which its usage is filed (apps/usage)."""
     if conversation.owner_id != user.id:
         raise Http404
     if only_if is not None and (text is None or model is not None):
@@ -233,6 +235,7 @@ def request_submit(
             also=announcement,
             first=writes,
             citations=citations_from(passages, question=question),
+            api_key=api_key,
         )
     except RedisError as exc:
         if user_message is not None:

@@ -1,5 +1,6 @@
 """`{% own_usage %}`: the signed-in user's usage against their plan, for the profile page
 (accounts renders the page but may not import usage: the block comes from here);
+`{% user_usage %}`: the same for staff, on a user's admin page (for the same reason);
 `{% feedback_votes %}`: the votes the chat page shows on its answers' thumbs."""
 
 from __future__ import annotations
@@ -20,6 +21,16 @@ def own_usage(context) -> dict:
     if not user.is_authenticated:
         return {}
     return {"u": usage_for_user(user=user, plan=plan_for_user(user=user))}
+
+
+@register.inclusion_tag("usage/_limits.html")
+def user_usage(user) -> dict:
+    """`user`'s use against their plan, with a link to the usage page for the rest."""
+    return {
+        "who": user,
+        "limits": usage_for_user(user=user, plan=plan_for_user(user=user)),
+        "details": True,
+    }
 
 
 @register.simple_tag(takes_context=True)
