@@ -1,6 +1,16 @@
 // The admin usage page's charts (uPlot, vendored): the series the page rendered, drawn once.
 (function () {
   "use strict";
+  // Axis labels that fit the axis: uPlot's default prints 100,000 in full and cuts it.
+  function compact(u, splits) {
+    return splits.map(function (v) {
+      if (v == null) { return ""; }
+      var a = Math.abs(v);
+      if (a >= 1e6) { return +(v / 1e6).toFixed(1) + "M"; }
+      if (a >= 1e3) { return +(v / 1e3).toFixed(1) + "k"; }
+      return String(v);
+    });
+  }
   function draw() {
     var source = document.getElementById("usage-series");
     if (!source || typeof uPlot === "undefined") { return; }
@@ -23,7 +33,7 @@
       var data = [x].concat(chart[1].map(function (s) { return s[2]; }));
       // Fits a phone: the chart takes its box's width, at least 280 px.
       new uPlot({width: Math.max(280, el.clientWidth - 8), height: 200, series: series,
-                 scales: {x: {time: true}}}, data, el);
+                 scales: {x: {time: true}}, axes: [{}, {values: compact}]}, data, el);
     });
   }
   if (document.readyState === "loading") { document.addEventListener("DOMContentLoaded", draw); }
