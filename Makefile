@@ -37,7 +37,7 @@ test-faults: $(STAMP)
 # A rolling upgrade under load: the previous release (a git worktree under var/upgrade/, on this
 # venv) replaced process by process with this tree; nothing accepted may be lost or shown twice.
 test-upgrade: $(STAMP)
-	$(BIN)/python -m devstack.stack test -s $(or $(PYTEST_ARGS),tests/upgrade)
+	$(BIN)/python -m devstack.stack test -s -rs $(or $(PYTEST_ARGS),tests/upgrade)
 
 # The same code on a Redis Cluster: three masters with a replica each, started from the bundled
 # redis-server on loopback ports under var/test/, torn down afterwards. The request path, admission,
