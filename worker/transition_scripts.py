@@ -88,12 +88,6 @@ return 1
 """
 
 
-# KEYS: request hash. Never creates the hash: one that expired stays gone.
-STORED = """
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'stored', '1') end
-return 0
-"""
-
 # KEYS: a conversation's active key. ARGV: the request that should hold it. Deletes the key only
 # while it still holds that request.
 RELEASE_IF_HELD = """

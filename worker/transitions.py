@@ -18,7 +18,8 @@ The scripts (worker/transition_scripts.py) touch only one request's keys (its ha
 one conversation's, so they stay valid on a Redis Cluster; the answer record for the done
 stream is a separate step, written only by the call that ended the request (see
 `finish_result`). A conversation's active key is written here too: taken by `submitted`,
-released by the recorder's `conversation_released` once the answer is stored.
+released by the recorder's `conversation_released` once the answer is stored (the recorder
+is the only writer of answers).
 """
 
 from __future__ import annotations
@@ -114,12 +115,6 @@ def stopped(pipe, keys: Keys, request_id: str) -> None:
     pipe.set(keys.cancel(request_id), "1", ex=protocol.CANCEL_TTL_SECONDS)
     pipe.sadd(keys.cancels, request_id)
     pipe.expire(keys.cancels, protocol.ADMISSION_STATE_TTL_SECONDS)
-
-
-def answer_stored(pipe, keys: Keys, request_id: str) -> None:
-    """The web stored the ended request's answer itself (the next question came before the
-    recorder did): the recorder then skips its own insert of it."""
-    pipe.eval(scripts.STORED, 1, keys.request(request_id))
 
 
 def conversation_released(pipe, keys: Keys, *, conversation_id: int | str, request_id: str) -> None:

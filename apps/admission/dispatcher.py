@@ -73,9 +73,8 @@ class Options:
     degradation_interval: float = 2.0
     fleet_interval: float = 0.5  # heartbeats reread at most this often (workers beat every 2 s)
     reconcile_interval: float = 5.0  # lost requests looked for
-    # While new requests keep arriving and none waits for a slot, finished answers are stored
-    # at most this often: each recorder pass writes to PostgreSQL, and new requests read in
-    # the meantime would wait behind it (see `step`).
+    # The recorder runs at least this often, even in passes that saw no answer record and
+    # admitted new requests (see `step`).
     record_interval: float = 0.05
     lost_grace: float = 15.0  # seconds after dispatch before a request is checked at all
     # With this many requests running, a pass that admitted requests is followed by a short
@@ -191,15 +190,20 @@ class Dispatcher:
                 self.sweep.run()
             # Background work waits while the service degrades: people first, always.
             self.release.run(pipe, background=self.degradation.level == 0)
+            answers_seen = self.intake.answers_seen_ack(pipe)  # last: replies are read by index
             if len(pipe):
                 self.intake.written(pipe.execute())
             # After the release: a request just admitted goes out before this pass stores the
-            # answers that finished meanwhile (the next pass sees the slots they freed). While
-            # requests keep arriving, answers are stored in fewer, larger batches, so arrivals
-            # do not wait behind PostgreSQL; every pass, though, when a request waits for the
-            # slots that the answers' settling frees.
+            # answers that finished meanwhile (the next pass sees the slots they freed). A pass
+            # that saw answer records stores them (a question sent right after its answer
+            # waits for that), and so does every pass while a request waits for the slots that
+            # the answers' settling frees; at least every `record_interval` in any case (the
+            # backlog after a load).
             if self.recorder_pass and (
-                not decided or len(self.line) or self._every("record", o.record_interval)
+                not decided
+                or len(self.line)
+                or answers_seen
+                or self._every("record", o.record_interval)
             ):
                 self.recorder_pass(self)
             if self._every("reconcile", o.reconcile_interval):
@@ -238,6 +242,7 @@ class Dispatcher:
             [
                 (self.keys.admit, protocol.DISPATCHER_GROUP),
                 (self.keys.done, protocol.RECORDER_GROUP),
+                (self.keys.done, protocol.DISPATCHER_GROUP),  # a wake-up only: Intake.read
             ],
         )
         transitions.check_groups(pipe.execute(raise_on_error=False))

@@ -67,6 +67,7 @@ class Intake:
         self.bucket_now = bucket_now
         self.batch = batch
         self.backlog_first = True
+        self.answers_seen: list[str] = []  # see `read`
         self._last_ns = 0
         self._unwritten: tuple[Endings, list[str]] | None = None  # see `written`
 
@@ -76,23 +77,31 @@ class Intake:
         self._unwritten = None  # its MULTI failed: the entries are read again
 
     def read(self, *, block_ms: int) -> Entries:
+        """New admission entries, waiting up to `block_ms` for one, or for an answer record (a
+        question sent right after its answer waits for the recorder: Dispatcher.step). Those
+        records are only a wake-up here; the recorder reads them through its own group."""
         if self.backlog_first:
-            entries = self._read("0", block_ms=None)
+            entries = self._read({self.keys.admit: "0"}, block_ms=None)
             if len(entries) < self.batch:
                 self.backlog_first = False
             if entries:
                 return entries
-        return self._read(">", block_ms=block_ms)
+        return self._read({self.keys.admit: ">", self.keys.done: ">"}, block_ms=block_ms)
 
-    def _read(self, start: str, *, block_ms: int | None) -> Entries:
+    def _read(self, streams: dict[str, str], *, block_ms: int | None) -> Entries:
         response = self.client.xreadgroup(
-            DISPATCHER_GROUP,
-            protocol.ACTIVE_CONSUMER,
-            {self.keys.admit: start},
-            count=self.batch,
-            block=block_ms,
+            DISPATCHER_GROUP, protocol.ACTIVE_CONSUMER, streams, count=self.batch, block=block_ms
         )
-        return response[0][1] if response else []
+        read = dict(response or [])
+        self.answers_seen += [entry_id for entry_id, _ in read.get(self.keys.done, [])]
+        return read.get(self.keys.admit, [])
+
+    def answers_seen_ack(self, pipe) -> bool:
+        """Queues the acknowledgement of the answer records `read` saw; whether there were any."""
+        seen, self.answers_seen = self.answers_seen, []
+        if seen:
+            pipe.xack(self.keys.done, DISPATCHER_GROUP, *seen)
+        return bool(seen)
 
     # -- new requests ----------------------------------------------------------------------------
 

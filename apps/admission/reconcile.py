@@ -246,7 +246,7 @@ class Reconcile:
         replies = pipe.execute()
         if endings:
             answers += endings.record(self.client, replies)
-        # SettledByWeb here, not only when the recorder reads the records: one that never comes
+        # Settled here, not only when the recorder reads the records: one that never comes
         # (no recorder runs) would otherwise have this pass recording it again and again.
         self.settle(answers)
         return len(answers) + len(gone)

@@ -90,7 +90,7 @@ def merged(hists) -> dict[int, int]:
 
 
 @dataclass
-class SettledByWeb:
+class AnswerFigures:
     """One answer as the figures use it; None where it does not apply."""
 
     answer: Answer
@@ -103,7 +103,7 @@ class SettledByWeb:
 
 def settled(
     answer: Answer, *, created_ms: int | None, dispatched_ms: int | None, now_ms: int
-) -> SettledByWeb:
+) -> AnswerFigures:
     ran = answer.attempt > 0
     wait = dispatched_ms - created_ms if created_ms and dispatched_ms else None
     ttft = e2e = ratio = None
@@ -115,7 +115,7 @@ def settled(
             e2e = max(0.0, float(now_ms - created_ms))
         if answer.prompt_tokens_estimate and usage.prompt_tokens:
             ratio = usage.prompt_tokens / answer.prompt_tokens_estimate
-    return SettledByWeb(answer, ran, ttft, e2e, None if wait is None else max(0, wait), ratio)
+    return AnswerFigures(answer, ran, ttft, e2e, None if wait is None else max(0, wait), ratio)
 
 
 class Samples:
@@ -125,7 +125,7 @@ class Samples:
         self.client = client
         self.keys = keys
         self.now_ms = now_ms
-        self.hooks: list[Callable[[SettledByWeb], None]] = []
+        self.hooks: list[Callable[[AnswerFigures], None]] = []
         self.series: deque[dict] = deque(maxlen=SERIES_MAXLEN)
         self.workers: dict[str, dict] = {}  # id → {"beat": last heartbeat, "seen_ms": ...}
         self.users = HeaviestUsers(client, keys, now_ms=now_ms)  # counted by `settle_users`

@@ -33,9 +33,9 @@ def request_publish(
     caller reports a failure; Redis may still run the commands later (it was frozen), so the
     entry says by when it counts and the dispatcher withdraws it after that. `also` queues
     more commands on the same pipeline (the tabs' event): their failure is not the request's,
-    so it is not raised. `first`: the writes a prompt read ahead left (the question's turn,
-    the settled answer's), queued before the request's own; a failure of theirs drops what
-    they would have written. `api_key`: the SHA-256 of the API key the request came with."""
+    so it is not raised. `first`: the write a prompt read ahead left (the question's turn
+    for the hot tier), queued before the request's own; a failure of it drops the
+    conversation's hot entries. `api_key`: the SHA-256 of the API key the request came with."""
     k = keys()
     # Set by Sluice from what the request is (the dispatcher adds "long" by the plan's size).
     item.kind = web_kind(requested=item.kind)

@@ -5,6 +5,11 @@ adds an answer record to the done stream after the final event; the recorder rea
 its own consumer group, so answers are kept even when no browser is watching. The assistant
 message's unique request id makes a record delivered twice a no-op. A record that cannot be
 read or stored goes to the dead-letter stream with its reason: the loop never dies on data.
+
+The recorder is the only writer of answers. It releases a conversation (its active key) only
+once the answer is stored and its turn pushed onto the hot tier, so a question sent after an
+answer ended waits for that (submission.ensure_conversation_free) and its prompt holds the
+answer, in order.
 """
 
 from __future__ import annotations
@@ -13,19 +18,16 @@ import json
 import logging
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from django.db import DataError, IntegrityError, connection, transaction
-from redis.exceptions import RedisError
 
 from apps.chat import background, services
 from apps.chat.models import Conversation, Message
-from apps.chat.prompt import hot
 from apps.rag.prompting import citations_used
 from apps.usage import services as usage_services
 from core.redis_client import get_redis, keys
 from worker import protocol, transitions
-from worker.protocol import Answer, EventType, State
+from worker.protocol import Answer, State
 
 log = logging.getLogger("sluice.recorder")
 
@@ -79,9 +81,9 @@ def answer_message(
 
 # What the recorder reads of each request's hash, for the whole batch in one round trip:
 # the citations the web attached, when and as what it was submitted (the inbox's "your answer is
-# ready"), the purpose of Sluice's own background requests, whether the web stored the answer
-# already, and the API key it came with (usage accounting).
-REQUEST_FIELDS = ("citations", "created_ms", "kind", "purpose", "stored", "api_key")
+# ready"), the purpose of Sluice's own background requests, and the API key it came with (usage
+# accounting).
+REQUEST_FIELDS = ("citations", "created_ms", "kind", "purpose", "api_key")
 
 
 def requests_read(answers: list[Answer]) -> list[dict[str, str | None]]:
@@ -114,121 +116,6 @@ def release_conversations(answers: list[Answer], pipe=None) -> None:
         )
     if own:
         pipe.execute()
-
-
-def settle_read(pipe, request_id: str) -> None:
-    """Queues what `request_ended` reads of a request, for a caller that sends it along with
-    its own commands."""
-    pipe.xrevrange(keys().output(request_id), count=1)
-    pipe.hget(keys().request(request_id), "citations")
-    pipe.exists(keys().request(request_id))
-
-
-@dataclass
-class SettledByWeb:
-    """An ended request the web settled (request_ended), and what that still has
-    to tell Redis: the recorder's skip mark, the answer's turn for the hot tier, and the
-    conversation's release. Queued on a caller's pipeline (`queue`), or written at once.
-    `unstored`: the answer, when the caller stores it with its own insert (`stored_as`)."""
-
-    answer: Answer
-    stored: bool
-    turns: dict[int, list[hot.Turn]]
-    queued: bool = False
-    unstored: services.NewMessage | None = None
-
-    def stored_as(self, message: Message | None) -> None:
-        """The caller stored `unstored` (message None: it was stored before)."""
-        self.unstored, self.stored = None, True
-        turn = hot.turn_of(message) if message is not None and hot.pushes_now() else None
-        if turn is not None:
-            self.turns[message.conversation_id] = [turn]
-
-    def store_alone(self) -> None:
-        """Stores `unstored` on its own, as `request_ended` would have."""
-        if self.unstored is not None:
-            self.stored = _stored_here(self.answer.id, self.unstored, self.turns)
-            self.unstored = None
-
-    def queue(self, pipe) -> None:
-        """Queues the writes on `pipe`; if it fails, the caller calls `unwritten`. An answer
-        still unstored is stored first: one the recorder stored after the conversation's
-        release would sort after the conversation's next question."""
-        self.store_alone()
-        if self.stored:
-            transitions.answer_stored(pipe, keys(), self.answer.id)
-        hot.turns_push(pipe, self.turns)
-        release_conversations([self.answer], pipe)
-        self.queued = True
-
-    def unwritten(self) -> None:
-        hot.turns_unwritten(self.turns)
-
-    def write(self) -> None:
-        pipe = get_redis().pipeline(transaction=False)
-        self.queue(pipe)
-        try:
-            pipe.execute()
-        except RedisError:
-            self.unwritten()
-            raise
-
-
-def request_ended(
-    *, request_id: str, conversation: Conversation, read=None, store: bool = True
-) -> SettledByWeb | None:
-    """For a request that has ended, its answer stored here (once), with what that still has
-    to write to Redis (SettledByWeb: the caller queues or writes it); None while the request is
-    still queued or generating. `read`: the replies to `settle_read` when the caller sent it
-    already. `store` False: the answer is left in SettledByWeb.unstored, for the caller to store
-    with its own insert."""
-    if read is None:
-        pipe = get_redis().pipeline(transaction=False)
-        settle_read(pipe, request_id)
-        read = pipe.execute()
-    entries, cited, known = read
-    ended = bool(entries) and entries[0][1].get("type") == EventType.FINAL
-    if known and not ended:
-        return None
-    # Ended, or forgotten (its state expired): either way nothing runs it any more.
-    answer = Answer(
-        id=request_id,
-        user_id=str(conversation.owner_id),
-        conversation_id=str(conversation.id),
-        state=State.CANCELLED,
-    )
-    settled = SettledByWeb(answer=answer, stored=False, turns={})
-    if ended:
-        settled.answer = protocol.answer_from_final(
-            request_id,
-            entries[0][1],
-            user_id=answer.user_id,
-            conversation_id=answer.conversation_id,
-        )
-        new = answer_message(settled.answer, _citations(cited))
-        if new is None:
-            settled.stored = True  # nothing to keep, as the recorder will find too
-        elif store:
-            settled.stored = _stored_here(request_id, new, settled.turns)
-        else:
-            settled.unstored = new
-    return settled
-
-
-def _stored_here(request_id: str, new: services.NewMessage, pushed: dict[int, list]) -> bool:
-    """Stores the settled answer, adding its turn to `pushed` for the caller to push when it
-    was committed at once; False when it cannot be stored (the recorder then finds the same
-    and dead-letters its record, with the reason)."""
-    push_later = hot.pushes_now()
-    try:
-        message = _store_one(new, hot_push=not push_later)
-    except UNSTORABLE as exc:
-        log.error("answer %s cannot be stored: %s", request_id, exc)
-        return False
-    turn = hot.turn_of(message) if push_later and message is not None else None
-    if turn is not None:
-        pushed[message.conversation_id] = [turn]
-    return True
 
 
 def ensure_group() -> None:
@@ -285,12 +172,9 @@ def _record_batch(
             else []
             for answer, fields in zip(answers, requests, strict=True)
         ]
-        # An answer the web stored already (request_ended) is not inserted again; its usage
-        # is still counted here, once: usage has no other writer.
         messages = [
             (entry_id, answer_message(answer, citations, cited=True))
-            for (entry_id, answer), fields, citations in zip(parsed, requests, cited, strict=True)
-            if fields["stored"] != "1"
+            for (entry_id, answer), citations in zip(parsed, cited, strict=True)
         ]
         usage = usage_services.usage_rows(
             answers,
@@ -306,17 +190,10 @@ def _record_batch(
         if on_recorded:
             on_recorded(answers)
     pipe = get_redis().pipeline(transaction=False)
-    # Even an answer that could not be kept ends its turn and settles its charge; the
-    # conversations are released in the acknowledgement's round trip (but for those the web
-    # settled, which it released itself).
-    release_conversations(
-        [
-            answer
-            for answer, fields in zip(answers, requests, strict=True)
-            if fields["stored"] != "1"
-        ],
-        pipe,
-    )
+    # Even an answer that could not be kept ends its turn; the conversations are released in
+    # the acknowledgement's round trip, after their answers were stored and their turns pushed
+    # onto the hot tier, so the next question's prompt holds them.
+    release_conversations(answers, pipe)
     fields_of = dict(entries)
     for entry_id, reason in rejected:
         log.error("dead-lettering answer record %s: %s", entry_id, reason)
@@ -369,11 +246,11 @@ def _store_each(messages: list[tuple[str, services.NewMessage]]) -> list[tuple[s
     return failed
 
 
-def _store_one(message: services.NewMessage, *, hot_push: bool = True) -> Message | None:
+def _store_one(message: services.NewMessage) -> Message | None:
     if not connection.in_atomic_block:  # one statement: atomic on its own
-        return services.message_store(message, hot_push=hot_push)
+        return services.message_store(message)
     with transaction.atomic():  # a savepoint, so a failure leaves the caller's open
-        return services.message_store(message, hot_push=hot_push)
+        return services.message_store(message)
 
 
 def _parsed(entries: list[tuple[str, dict | None]]) -> tuple[list, list[tuple[str, str]]]:

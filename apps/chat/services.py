@@ -73,17 +73,16 @@ def conversation_delete(*, conversation: Conversation) -> None:
     erase.conversation_erase(conversation=conversation)
 
 
-def _insert_sql(prefix: str = "", *, created: str = "now()", only_if: str = "") -> str:
-    """One message's INSERT, its parameters named with `prefix`, stored only while its
-    conversation exists and `only_if` (SQL) holds too, when given."""
-    p = prefix
+def _insert_sql(only_if: str = "") -> str:
+    """One message's INSERT, stored only while its conversation exists and `only_if` (SQL)
+    holds too, when given."""
     return f"""
         INSERT INTO {Message._meta.db_table} (conversation_id, role, text, created, request_id,
             prompt_tokens, completion_tokens, status, error, citations, finish_reason)
-        SELECT %({p}conversation)s, %({p}role)s, %({p}text)s, {created}, %({p}request_id)s,
-            %({p}prompt_tokens)s, %({p}completion_tokens)s, %({p}status)s, %({p}error)s,
-            %({p}citations)s::jsonb, %({p}finish_reason)s
-        WHERE EXISTS (SELECT 1 FROM {Conversation._meta.db_table} WHERE id = %({p}conversation)s)
+        SELECT %(conversation)s, %(role)s, %(text)s, now(), %(request_id)s,
+            %(prompt_tokens)s, %(completion_tokens)s, %(status)s, %(error)s,
+            %(citations)s::jsonb, %(finish_reason)s
+        WHERE EXISTS (SELECT 1 FROM {Conversation._meta.db_table} WHERE id = %(conversation)s)
             {f"AND {only_if}" if only_if else ""}
         ON CONFLICT (request_id) DO NOTHING
         RETURNING id, created
@@ -109,20 +108,6 @@ def _message_insert_sql(only_if: str = "") -> str:
     return f"""
         WITH new AS ({_insert_sql(only_if=only_if)}), touched AS ({_touch_sql()})
         SELECT new.id, new.created, (SELECT title FROM touched) FROM new
-    """
-
-
-@cache
-def _question_after_answer_sql(only_if: str = "") -> str:
-    """The question (checked by `only_if`) and the answer it follows, in one statement. Both
-    would take the statement's now(): the answer, which ended before, sorts first. One row,
-    whichever of the two was stored."""
-    answer = _insert_sql("answer_", created="now() - interval '1 microsecond'")
-    return f"""
-        WITH answer AS ({answer}), new AS ({_insert_sql(only_if=only_if)}),
-            touched AS ({_touch_sql()})
-        SELECT (SELECT id FROM new), (SELECT created FROM new), (SELECT title FROM touched),
-            (SELECT id FROM answer), (SELECT created FROM answer)
     """
 
 
@@ -217,39 +202,6 @@ def message_store(
     if hot_push:
         hot.message_stored(message)
     return message
-
-
-def question_create_after(
-    *,
-    conversation: Conversation,
-    text: str,
-    answer: NewMessage,
-    hot_push: bool = True,
-    only_if: SqlCondition | None = None,
-) -> tuple[Message | None, Message | None]:
-    """A new question (as `message_create` stores it) and, before it, the answer it follows
-    when nobody has stored that yet (a question sent as the previous answer ends): one
-    statement, so one round trip and one commit for both. (question, answer) as stored; None
-    for one that was not (the answer: stored before, or its conversation is gone; the
-    question: see `message_create`)."""
-    question = NewMessage(
-        conversation=conversation, role=Message.Role.USER, text=clean_message_text(text)
-    )
-    params = question.params() | {f"answer_{k}": v for k, v in answer.params().items()}
-    if only_if is not None:
-        params.update(only_if.params)
-    with prepared_cursor() as cursor:
-        cursor.execute(_question_after_answer_sql(only_if.sql if only_if else ""), params)
-        question_id, created, new_title, answer_id, answer_created = cursor.fetchone()
-    stored = (
-        None if answer_id is None else _stored(answer, answer_id, answer_created, None),
-        None if question_id is None else _stored(question, question_id, created, new_title),
-    )
-    if hot_push:  # in the order a prompt reads them
-        for message in stored:
-            if message is not None:
-                hot.message_stored(message)
-    return stored[1], stored[0]
 
 
 def _stored(new: NewMessage, message_id: int, created, new_title: str | None) -> Message:

@@ -7,15 +7,14 @@ keyed by the request id.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from time import monotonic, sleep
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
 from django.http import Http404
 from redis.exceptions import RedisError
 
@@ -23,7 +22,7 @@ from apps.accounts.models import User
 from apps.accounts.sessions import SqlCondition
 from apps.admission.kinds import web_kind
 from apps.admission.selectors import model_fleet
-from apps.chat import background, recorder, services, tab_sync
+from apps.chat import background, services, tab_sync
 from apps.chat.models import Conversation, Message
 from apps.chat.prompt import hot, read_ahead
 from apps.chat.prompt.prompting import HISTORY_TURNS_MAX, prompt_build
@@ -35,7 +34,7 @@ from apps.rag.services import retrieve_for_prompt
 from apps.streams.hub_base import Entry
 from core.redis_client import get_redis, keys
 from worker import protocol
-from worker.protocol import WorkItem
+from worker.protocol import EventType, WorkItem
 
 log = logging.getLogger("sluice.chat.submission")
 
@@ -79,28 +78,23 @@ def active_request_id(*, conversation: Conversation) -> str | None:
 
 
 def ensure_conversation_free(
-    *,
-    conversation: Conversation,
-    expected: str | None = None,
-    defer: bool = False,
-    reads: Sequence[Any] = (),
-) -> recorder.SettledByWeb | None:
+    *, conversation: Conversation, expected: str | None = None, reads: Sequence[Any] = ()
+) -> bool:
     """Raises ConversationBusy while an answer is generating, QueueUnavailable when Redis
-    cannot say. An answer that has ended but that the recorder has not stored yet is stored
-    here (idempotently), so a question sent right after an answer never waits for the
-    recorder and its prompt includes that answer. `expected`: the request the caller last
-    followed in this conversation (a websocket's previous question), whose end is then read
-    in the same round trip as the conversation's active request. `defer`: what settling that
-    answer still writes to Redis is returned (recorder.SettledByWeb) for the caller to queue on its
-    own next round trip, rather than written here, and the answer itself is left for the
-    caller to store with its own insert (SettledByWeb.unstored). `reads`: more reads for the same
-    round trip, each queued by its `queue(pipe)` and given the replies from its commands on by
+    cannot say. An answer that has ended is stored by the recorder alone, which releases the
+    conversation once it has (apps/chat/recorder.py): a question sent before that waits for
+    it, so its prompt holds that answer, and is told to try again only when the recorder takes
+    longer than ANSWER_STORE_WAIT_SECONDS (it runs in the dispatcher, which may be failing
+    over). Returns whether it waited. `expected`: the request the caller last followed in
+    this conversation (a websocket's previous question), whose end is then read in the same
+    round trip as the conversation's active request. `reads`: more reads for the same round
+    trip, each queued by its `queue(pipe)` and given the replies from its commands on by
     `received` (the user's corpora, corpora_cache.Read; the prompt's sources, PromptRead)."""
     try:
         pipe = get_redis().pipeline(transaction=False)
         pipe.get(keys().conversation_active(conversation.id))
         if expected:
-            recorder.settle_read(pipe, expected)
+            _end_read(pipe, expected)
         own = len(pipe)
         starts = []
         for read in reads:
@@ -112,21 +106,44 @@ def ensure_conversation_free(
         for reply in replies[:own]:
             if isinstance(reply, Exception):
                 raise reply
-        active, *read = replies[:own]
+        active, *end = replies[:own]
         if not active:
-            return None
-        read = read if active == expected else None
-        settled = recorder.request_ended(
-            request_id=active, conversation=conversation, read=read, store=not defer
-        )
-        if settled is None:
+            return False
+        if active != expected:
+            pipe = get_redis().pipeline(transaction=False)
+            _end_read(pipe, active)
+            end = pipe.execute()
+        entries, known = end
+        if not known:
+            return False  # forgotten (its state expired): the next request takes its place
+        if not entries or entries[0][1].get("type") != EventType.FINAL:
             raise ConversationBusy("Wait for the current answer to finish, or stop it.")
-        if not defer:
-            settled.write()
-            return None
-        return settled
+        _wait_until_stored(conversation, active)
+        return True
     except RedisError as exc:
         raise QueueUnavailable from exc
+
+
+def _end_read(pipe, request_id: str) -> None:
+    """Queues the reads that tell whether a request has ended: its last event, and whether
+    its state is still known."""
+    pipe.xrevrange(keys().output(request_id), count=1)
+    pipe.exists(keys().request(request_id))
+
+
+def _wait_until_stored(conversation: Conversation, request_id: str) -> None:
+    """Until the recorder releases the conversation from `request_id` (it has stored the
+    answer): usually a few milliseconds, polled at growing intervals."""
+    key = keys().conversation_active(conversation.id)
+    deadline = monotonic() + settings.ANSWER_STORE_WAIT_SECONDS
+    pause = 0.002
+    while get_redis().get(key) == request_id:
+        if monotonic() > deadline:
+            raise ConversationBusy(
+                "Your last answer is still being saved. Please send your message again in a moment."
+            )
+        sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def ensure_model_served(*, model: str) -> None:
@@ -178,9 +195,8 @@ def request_submit(
         raise Http404
     if only_if is not None and (text is None or model is not None):
         raise ValueError("only_if guards a new question's insert, with the conversation's model")
-    # The previous answer's writes to Redis (when this question settles it) ride with the
-    # prompt's read; they are written on their own if the submit stops before that.
-    # In the same round trip: the user's corpora, for the retrieval, and the prompt's sources.
+    # In the conversation's first round trip: the user's corpora, for the retrieval, and the
+    # prompt's sources (prompt/read_ahead.py).
     corpora_read = corpora_cache.Read(user.pk)
     prompt_read = (
         PromptRead(conversation, HISTORY_TURNS_MAX)
@@ -188,25 +204,18 @@ def request_submit(
         else None
     )
     reads = [read for read in (corpora_read, prompt_read) if read is not None]
-    settled = ensure_conversation_free(
-        conversation=conversation, expected=expected, defer=True, reads=reads
+    if ensure_conversation_free(conversation=conversation, expected=expected, reads=reads):
+        prompt_read = None  # read before the answer it waited for was stored
+    prompt, passages, question, user_message, writes = _question_and_prompt(
+        user=user,
+        conversation=conversation,
+        text=text,
+        model=model,
+        instruction=instruction,
+        only_if=only_if,
+        corpora_read=corpora_read,
+        prompt_read=prompt_read,
     )
-    try:
-        prompt, passages, question, user_message, writes = _question_and_prompt(
-            user=user,
-            conversation=conversation,
-            text=text,
-            model=model,
-            instruction=instruction,
-            only_if=only_if,
-            settled=settled,
-            corpora_read=corpora_read,
-            prompt_read=prompt_read,
-        )
-    except Exception:
-        if settled is not None and not settled.queued:
-            settled_write_anyway(settled)
-        raise
     request_id = request_id or protocol.new_request_id()
     item = WorkItem(
         id=request_id,
@@ -247,11 +256,11 @@ def request_submit(
 
 
 def _question_and_prompt(
-    *, user, conversation, text, model, instruction, only_if, settled, corpora_read, prompt_read
+    *, user, conversation, text, model, instruction, only_if, corpora_read, prompt_read
 ):
-    """request_submit's middle part: the model, the question stored, the passages, the prompt
-    (whose read carries `settled`'s writes), and the writes left for the publication when the
-    prompt was read ahead (prompt/read_ahead.py)."""
+    """request_submit's middle part: the model, the question stored, the passages, the prompt,
+    and the writes left for the publication when the prompt was read ahead
+    (prompt/read_ahead.py)."""
     if model is not None and model != conversation.model:
         services.conversation_set_model(conversation=conversation, model=model)
     ensure_model_served(model=conversation.model)
@@ -260,31 +269,27 @@ def _question_and_prompt(
     # rides with the prompt's read, one round trip for both.
     push_with_read = hot.pushes_now()
     if text is not None:
-        user_message = _question_store(
+        user_message = services.message_create(
             conversation=conversation,
+            role=Message.Role.USER,
             text=text,
-            only_if=only_if,
-            settled=settled,
             hot_push=not push_with_read,
+            only_if=only_if,
         )
         if user_message is None:
             raise QuestionNotStored
         if push_with_read:
             pushed = hot.turn_of(user_message)
-    elif settled is not None:
-        settled.store_alone()  # before the history is read
     # Outside a transaction: plain reads need no BEGIN and COMMIT round trips, and the
     # question is committed already (it is taken back below if the request cannot be sent).
     try:
         question = text if text is not None else last_question(conversation=conversation)
         passages = passages_for(user=user, question=question, corpora_read=corpora_read)
-        sources, writes = read_ahead.sources_for(prompt_read, question=pushed, settled=settled)
-        also = settled.queue if settled is not None and writes is None else None
+        sources, writes = read_ahead.sources_for(prompt_read, question=pushed)
         prompt = prompt_build(
             conversation=conversation,
             passages=passages_block(passages),
             pushed=None if writes else pushed,
-            also=also,
             sources=sources,
         )
         if instruction:  # after the history, so the cached prefix of the turns still holds
@@ -294,52 +299,6 @@ def _question_and_prompt(
             user_message.delete()
         raise
     return prompt, passages, question, user_message, writes
-
-
-def _question_store(*, conversation, text, only_if, settled, hot_push) -> Message | None:
-    """The question, with the answer it follows when that is still unstored (one statement:
-    a question sent as its previous answer ends waits on one commit, not two)."""
-    answer = settled.unstored if settled is not None else None
-    if answer is None:
-        return services.message_create(
-            conversation=conversation,
-            role=Message.Role.USER,
-            text=text,
-            hot_push=hot_push,
-            only_if=only_if,
-        )
-    # In a caller's transaction, a savepoint: a failed statement leaves that transaction usable.
-    savepoint = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
-    try:
-        with savepoint:
-            stored, stored_answer = services.question_create_after(
-                conversation=conversation,
-                text=text,
-                answer=answer,
-                hot_push=hot_push,
-                only_if=only_if,
-            )
-    except recorder.UNSTORABLE:  # the answer's fault or the question's: each alone tells
-        settled.store_alone()
-        return services.message_create(
-            conversation=conversation,
-            role=Message.Role.USER,
-            text=text,
-            hot_push=hot_push,
-            only_if=only_if,
-        )
-    settled.stored_as(stored_answer)
-    return stored
-
-
-def settled_write_anyway(settled: recorder.SettledByWeb) -> None:
-    """A settled answer's writes (its store too, when the question's insert was to carry it),
-    for a submit that stopped before its prompt's read: best effort, since the recorder stores
-    and releases the answer itself when they fail."""
-    try:
-        settled.write()
-    except (RedisError, DatabaseError) as exc:
-        log.warning("request %s: settling writes left to the recorder: %s", settled.answer.id, exc)
 
 
 def last_question(*, conversation: Conversation) -> str:

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from apps.admission import metrics
 from apps.admission.dispatcher import Dispatcher
-from apps.admission.timeseries import SettledByWeb
+from apps.admission.timeseries import AnswerFigures
 
 log = logging.getLogger("sluice.dispatcher")
 
@@ -83,7 +83,7 @@ class Figures:
         )
         dispatcher.samples.hooks.append(self.observe)
 
-    def observe(self, record: SettledByWeb) -> None:
+    def observe(self, record: AnswerFigures) -> None:
         self.answers.labels(str(record.answer.state), "yes" if record.ran else "no").inc()
         for histogram, value in (
             (self.wait, record.wait_ms),

@@ -75,6 +75,7 @@ def test_the_learned_estimate_beats_the_max_tokens_rule_on_a_skewed_workload(
     give_the_fleet_slots(100)
     dispatcher = make_dispatcher()
     run_workload(dispatcher, user, other_user, rounds=(MIN_SAMPLES + 40) // 4)
+    dispatcher.reconcile.save_learning(force=True)  # written at most once a second otherwise
     gauges = {
         k: float(v)
         for k, v in get_redis().hgetall(keys().metrics).items()

@@ -72,11 +72,10 @@ def test_the_backlog_is_read_after_each_load_and_after_a_failed_pass(user):
     assert [a.id for a in settled][-2:] == ["c", "d"]
 
 
-def test_while_requests_arrive_answers_are_stored_in_fewer_passes(make_dispatcher, user):
-    """A pass that admitted new requests, none of them left waiting, runs the recorder at most
-    every `record_interval`: new requests never wait behind its PostgreSQL writes. A pass with
-    nothing new runs it, and so does every pass while a request waits for a slot (settling
-    the answers frees the slots)."""
+def test_a_pass_that_admitted_requests_and_saw_no_answer_skips_the_recorder(make_dispatcher, user):
+    """A pass that admitted new requests, none of them left waiting, and saw no answer record
+    runs the recorder at most every `record_interval`. A pass with nothing new runs it, and so
+    does every pass while a request waits for a slot (settling the answers frees the slots)."""
     from tests.admission.conftest import give_the_fleet_slots, publish
 
     dispatcher = make_dispatcher(record_interval=3600)
@@ -96,3 +95,29 @@ def test_while_requests_arrive_answers_are_stored_in_fewer_passes(make_dispatche
     publish(user.pk)  # both slots are taken: this one waits in line
     dispatcher.step()
     assert recorded[-1] == 1 and len(recorded) == 3
+
+
+def test_an_answer_record_ends_the_wait_for_new_requests_and_is_stored_in_that_pass(
+    make_dispatcher, user
+):
+    """A question sent right after an answer ended waits for the recorder to store it
+    (apps/chat/submission.py), so an answer record ends a pass's wait for new requests, and
+    that pass stores it even while requests keep arriving (the recorder not due by time)."""
+    from tests.admission.conftest import give_the_fleet_slots, publish
+
+    dispatcher = make_dispatcher(block_ms=600_000, record_interval=3600)
+    give_the_fleet_slots(2)
+    publish(user.pk)
+    dispatcher.step()  # loads, and records what is due
+    conversation = conversation_create(owner=user)
+
+    finished(conversation, "woke")
+    assert dispatcher.intake.read(block_ms=600_000) == []  # no new request, yet no wait
+    assert len(dispatcher.intake.answers_seen) == 1
+
+    finished(conversation, "stored")
+    publish(user.pk)  # admitted in the same pass
+    dispatcher.step()
+    assert stored("stored") and stored("woke")
+    # The dispatcher's own reads of the done stream are acknowledged: nothing piles up.
+    assert get_redis().xpending(keys().done, protocol.DISPATCHER_GROUP)["pending"] == 0

@@ -184,29 +184,66 @@ def fleet_cached(monkeypatch):
     monkeypatch.setattr(selectors, "FLEET_CACHE_SECONDS", 300.0)
 
 
+@pytest.fixture
+def recorder_while_waiting(monkeypatch):
+    """The recorder runs (as the dispatcher would, meanwhile) when the web first pauses to wait
+    for it: in this thread, so it sees the test's transaction. Returns the web's pauses."""
+    pauses = []
+
+    def pause(seconds):
+        if not pauses:
+            recorder.record_pending(consumer="c1", block_ms=None)
+        pauses.append(seconds)
+
+    monkeypatch.setattr(submission, "sleep", pause)
+    return pauses
+
+
 @pytest.mark.parametrize("expected", ["r5", "another", None])
-def test_the_next_question_settles_an_ended_answer_and_the_recorder_does_not_insert_it_again(
-    user, expected
+def test_a_question_after_an_ended_answer_waits_for_the_recorder_to_store_it(
+    user, expected, recorder_while_waiting
 ):
-    """The web stores an ended answer itself when the next question comes first, reading its
-    end along with the conversation's active request when it names the request it followed
-    (or not, or a wrong one: then in a second round trip)."""
+    """The recorder is the only writer of answers: the web waits for it to store the answer
+    and release the conversation, reading the answer's end along with the conversation's
+    active request when it names the request it followed (or not, or a wrong one: then in a
+    second round trip)."""
     conversation = conversation_create(owner=user)
     answer = ended_request(conversation, "r5")
     recorder.ensure_group()
     get_redis().xadd(keys().done, answer.to_fields())
 
-    submission.ensure_conversation_free(conversation=conversation, expected=expected)
-
+    with CaptureQueriesContext(connection) as queries:
+        waited = submission.ensure_conversation_free(conversation=conversation, expected=expected)
+    assert waited and recorder_while_waiting
+    assert len(inserts(queries)) == 1  # the recorder's, and nobody else's
     stored = Message.objects.get(request_id="r5")
     assert (stored.role, stored.text) == ("assistant", "Blue.")
     assert submission.active_request_id(conversation=conversation) is None
-    with CaptureQueriesContext(connection) as queries:
-        assert recorder.record_pending(consumer="c1", block_ms=10) == 1
-    # No message inserted again (the answer's usage is the recorder's to count: apps/usage).
-    assert not [q for q in queries.captured_queries if "INSERT INTO chat_message" in q["sql"]]
-    assert Message.objects.filter(conversation=conversation).count() == 1
     assert get_redis().xpending(keys().done, protocol.RECORDER_GROUP)["pending"] == 0
+
+
+def test_a_question_the_recorder_keeps_waiting_too_long_is_asked_again_and_nothing_is_stored(
+    user, settings
+):
+    settings.ANSWER_STORE_WAIT_SECONDS = 0.05
+    conversation = conversation_create(owner=user)
+    ended_request(conversation, "r13")
+    with pytest.raises(submission.ConversationBusy, match="still being saved"):
+        submission.request_submit(
+            user=user, conversation=conversation, text="And at night?", expected="r13"
+        )
+    assert not conversation.messages.exists()
+    assert submission.active_request_id(conversation=conversation) == "r13"
+
+
+def test_a_forgotten_request_does_not_hold_its_conversation(user, recorder_while_waiting):
+    """Its state expired (Redis kept the conversation's key longer): nothing runs it any more,
+    and nothing will release it, so the next question takes its place without waiting."""
+    conversation = conversation_create(owner=user)
+    get_redis().set(keys().conversation_active(conversation.id), "gone", ex=60)
+    submitted = submission.request_submit(user=user, conversation=conversation, text="Hello?")
+    assert not recorder_while_waiting
+    assert submission.active_request_id(conversation=conversation) == submitted.request_id
 
 
 def test_an_answer_still_generating_keeps_the_conversation_busy(user):
@@ -245,35 +282,25 @@ def redis_round_trips(monkeypatch):
     return sent
 
 
-def test_the_next_question_carries_the_settled_answers_writes_in_its_prompts_read(
-    user, redis_round_trips, fleet_cached
+def test_the_next_question_waits_for_the_recorder_and_its_prompt_holds_the_answer_once(
+    user, recorder_while_waiting, fleet_cached
 ):
-    """The prompt's sources are read with the conversation's state, and the settled answer's
-    skip mark, hot-tier turn and release ride with the publication, with the question's turn:
-    two round trips, and the prompt still holds the answer before the question."""
+    """The prompt read ahead before the wait cannot hold the answer the recorder stored during
+    it: the prompt is read again, after the question's insert, and holds every turn once, in
+    order."""
     from apps.chat.prompt import hot
 
     conversation = warm_chat_with_an_ended_answer(user, "r7")
-
-    redis_round_trips.clear()
     submitted = submission.request_submit(
         user=user, conversation=conversation, text="And at night?", expected="r7"
     )
-    # Settle read (with the user's corpora and the prompt's sources), publish.
-    assert len(redis_round_trips) == 2, redis_round_trips
-    sent = get_redis().hgetall(keys().request(submitted.request_id))
-    assert sent["conversation_id"] == str(conversation.id)
-    assert turns_sent(submitted.request_id)[-2:] == [
-        ("assistant", "Blue."),
-        ("user", "And at night?"),
-    ]
-    prompt = hot.prompt_sources(conversation=conversation, limit=10)
-    assert [t.text for t in prompt.history][:2] == ["And at night?", "Blue."]
-    assert get_redis().hget(keys().request("r7"), "stored") == "1"
-    with CaptureQueriesContext(connection) as queries:
-        assert recorder.record_pending(consumer="c1", block_ms=10) == 1
-    # No message inserted again (the answer's usage is the recorder's to count: apps/usage).
-    assert not [q for q in queries.captured_queries if "INSERT INTO chat_message" in q["sql"]]
+    sent = turns_sent(submitted.request_id)
+    assert sent[-2:] == [("assistant", "Blue."), ("user", "And at night?")]
+    assert [text for _, text in sent].count("Blue.") == 1
+    history = hot.prompt_sources(conversation=conversation, limit=10).history
+    assert [t.text for t in history][:2] == ["And at night?", "Blue."]
+    stored = list(conversation.messages.order_by("created", "id"))
+    assert [(m.role, m.text) for m in stored] == [("assistant", "Blue."), ("user", "And at night?")]
 
 
 def turns_sent(request_id: str) -> list[tuple[str, str]]:
@@ -284,35 +311,6 @@ def turns_sent(request_id: str) -> list[tuple[str, str]]:
     return [
         (m["role"], m["content"]) for m in json.loads(entry["messages"]) if m["role"] != "system"
     ]
-
-
-def test_a_prompt_read_ahead_is_not_used_when_the_recorder_stored_the_answer_meanwhile(
-    user, monkeypatch, redis_round_trips
-):
-    """The read ahead cannot hold an answer the recorder stored and pushed after it: the
-    question's insert finds the answer stored, and the prompt is read again, after it."""
-    from apps.chat import services
-    from apps.chat.prompt import hot
-
-    conversation = warm_chat_with_an_ended_answer(user, "r9")
-    insert = services.question_create_after
-
-    def recorder_first(**kwargs):
-        assert recorder.record_pending(consumer="c1", block_ms=10) == 1
-        return insert(**kwargs)
-
-    monkeypatch.setattr(services, "question_create_after", recorder_first)
-    redis_round_trips.clear()
-    submitted = submission.request_submit(
-        user=user, conversation=conversation, text="And at night?", expected="r9"
-    )
-    assert turns_sent(submitted.request_id)[-2:] == [
-        ("assistant", "Blue."),
-        ("user", "And at night?"),
-    ]
-    assert Message.objects.filter(request_id="r9").count() == 1
-    history = hot.prompt_sources(conversation=conversation, limit=10).history
-    assert [t.text for t in history][:2] == ["And at night?", "Blue."]
 
 
 def test_a_prompt_read_ahead_holds_the_turns_the_recorder_stored_before(
@@ -336,107 +334,24 @@ def test_a_prompt_read_ahead_holds_the_turns_the_recorder_stored_before(
     assert [t.text for t in history][:2] == ["And at night?", "Blue."]
 
 
-def test_a_question_refused_after_settling_still_writes_the_settled_answer(
-    user, settings, monkeypatch
-):
-    """A submit that stops between settling the previous answer and its prompt's read (here:
-    no worker serves the conversation's model) still writes what the settling owes Redis."""
-    from apps.chat.prompt import hot
-
-    conversation = conversation_create(owner=user)
-    answer = ended_request(conversation, "r8")
-    recorder.ensure_group()
-    get_redis().xadd(keys().done, answer.to_fields())
-    hot.prompt_sources(conversation=conversation, limit=10)
-    conversation.model = "no-such-model"
-    with pytest.raises(submission.ModelUnavailable):
-        submission.request_submit(
-            user=user, conversation=conversation, text="Hello?", expected="r8"
-        )
-    assert submission.active_request_id(conversation=conversation) is None
-    assert get_redis().hget(keys().request("r8"), "stored") == "1"
-    assert Message.objects.filter(request_id="r8").exists()
-    history = hot.prompt_sources(conversation=conversation, limit=10).history
-    assert [t.text for t in history] == ["Blue."]
-    assert not Message.objects.filter(text="Hello?").exists()
-
-
 def inserts(queries) -> list[str]:
     """Inserts of messages (the recorder also counts each answer's usage: apps/usage)."""
     return [q["sql"] for q in queries.captured_queries if "INSERT INTO chat_message" in q["sql"]]
 
 
-def test_a_question_sent_as_its_answer_ends_stores_both_in_one_statement(user):
-    """The answer the recorder has not stored yet goes into PostgreSQL with the question that
-    follows it: one statement, the answer first in the conversation, and stored once."""
+def test_an_answer_that_cannot_be_stored_does_not_keep_its_next_question_out(
+    user, caplog, recorder_while_waiting
+):
+    """The answer fails its insert (text PostgreSQL refuses): the recorder dead-letters it
+    with the reason and still releases the conversation, so the question is stored and sent."""
     conversation = conversation_create(owner=user)
-    answer = ended_request(conversation, "r9")
+    answer = ended_request(conversation, "r11", text="Blue\x00.")
     recorder.ensure_group()
     get_redis().xadd(keys().done, answer.to_fields())
-
-    with CaptureQueriesContext(connection) as queries:
-        submission.request_submit(
-            user=user, conversation=conversation, text="And at night?", expected="r9"
-        )
-    assert len(inserts(queries)) == 1
-    stored = list(conversation.messages.order_by("created", "id"))
-    assert [(m.role, m.text) for m in stored] == [("assistant", "Blue."), ("user", "And at night?")]
-    assert stored[0].created < stored[1].created
-    assert get_redis().hget(keys().request("r9"), "stored") == "1"
-    with CaptureQueriesContext(connection) as queries:
-        assert recorder.record_pending(consumer="c1", block_ms=10) == 1
-    assert not inserts(queries)
-
-
-def test_a_question_whose_session_ended_still_stores_the_answer_it_follows(user):
-    """The question's condition (its sender's session) fails: the answer in the same statement
-    is stored all the same, and the conversation released."""
-    from apps.accounts.sessions import SqlCondition
-
-    conversation = conversation_create(owner=user)
-    answer = ended_request(conversation, "r10")
-    recorder.ensure_group()
-    get_redis().xadd(keys().done, answer.to_fields())
-    with pytest.raises(submission.QuestionNotStored):
-        submission.request_submit(
-            user=user,
-            conversation=conversation,
-            text="Still there?",
-            expected="r10",
-            only_if=SqlCondition("1 = 0", {}),
-        )
-    assert [m.role for m in conversation.messages.all()] == ["assistant"]
-    assert get_redis().hget(keys().request("r10"), "stored") == "1"
-    assert submission.active_request_id(conversation=conversation) is None
-
-
-def test_an_answer_that_cannot_be_stored_does_not_keep_its_next_question_out(user, caplog):
-    """The answer fails its insert (text PostgreSQL refuses): the question is stored on its
-    own and sent; the answer is left to the recorder, which dead-letters it with the reason."""
-    conversation = conversation_create(owner=user)
-    ended_request(conversation, "r11", text="Blue\x00.")
 
     submitted = submission.request_submit(
         user=user, conversation=conversation, text="And at night?", expected="r11"
     )
     assert [m.text for m in conversation.messages.all()] == ["And at night?"]
-    assert get_redis().hget(keys().request("r11"), "stored") is None
     assert submission.active_request_id(conversation=conversation) == submitted.request_id
-    assert "answer r11 cannot be stored" in caplog.text
-
-
-def test_a_failed_combined_insert_in_a_callers_transaction_leaves_it_usable(user, monkeypatch):
-    """The statement fails in PostgreSQL (here: a division by zero stands in for it): inside
-    the caller's transaction it ran under a savepoint, so the answer and the question are
-    still stored one by one, the answer first."""
-    from apps.chat import services
-
-    conversation = conversation_create(owner=user)
-    ended_request(conversation, "r12")
-    monkeypatch.setattr(services, "_question_after_answer_sql", lambda only_if="": "SELECT 1/0")
-    assert connection.in_atomic_block
-    submission.request_submit(
-        user=user, conversation=conversation, text="And at night?", expected="r12"
-    )
-    stored = [(m.role, m.text) for m in conversation.messages.order_by("created", "id")]
-    assert stored == [("assistant", "Blue."), ("user", "And at night?")]
+    assert "dead-lettering answer record" in caplog.text

@@ -24,7 +24,6 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any
 
 from django.conf import settings
 from redis.exceptions import RedisError
@@ -91,18 +90,13 @@ def prompt_sources(
     conversation: Conversation,
     limit: int,
     pushed: Turn | None = None,
-    also: Callable[[Any], None] | None = None,
 ) -> PromptSources:
     """selectors.prompt_sources, from Redis when both the conversation and its owner are hot;
     else from PostgreSQL (one round trip), filling what was missing. `pushed`: a turn of this
     conversation just committed (the question being asked), pushed in the same round trip,
-    before the read. `also`: queues more writes for that round trip, before the push (the
-    previous answer's, recorder.SettledByWeb.queue): best effort, as a failed pipeline drops this
-    conversation's entries, and whatever else `also` writes is written again by its owner."""
+    before the read."""
     cap = settings.HOT_TIER_TURNS
     if not enabled() or limit > cap:
-        if also is not None:
-            _write_alone(also, conversation_id=conversation.pk)
         if pushed is not None:
             turns_stored({conversation.pk: [pushed]})
         return selectors.prompt_sources(conversation=conversation, limit=limit)
@@ -110,15 +104,13 @@ def prompt_sources(
     conv_key, list_key = conversation_key(conversation.pk), turns_key(conversation.pk)
     try:
         pipe = get_redis().pipeline(transaction=False)
-        if also is not None:
-            also(pipe)
         if pushed is not None:
             _push(pipe, conversation.pk, [pushed])
         sources_queue(pipe, conversation, limit)
         conv, profile, _ = pipe.execute()[-3:]
     except RedisError as exc:
         log.warning("hot tier unreadable (%s): reading PostgreSQL", exc)
-        if pushed is not None or also is not None:  # perhaps not pushed: what it holds must go
+        if pushed is not None:  # perhaps not pushed: what it holds must go
             _drop_keys([conv_key, list_key])
         return selectors.prompt_sources(conversation=conversation, limit=limit)
     found = sources_from([conv, profile], limit)
@@ -191,18 +183,6 @@ def sources_from(replies: list, limit: int, newer: Sequence[Turn] = ()) -> Promp
         pinned=[Turn(*t) for t in json.loads(pinned or "[]")],
         facts=json.loads(entries or "[]"),
     )
-
-
-def _write_alone(queue: Callable[[Any], None], *, conversation_id: int) -> None:
-    """`prompt_sources`'s `also`, when there is no read for it to ride with."""
-    try:
-        pipe = get_redis().pipeline(transaction=False)
-        queue(pipe)
-        pipe.execute()
-    except RedisError as exc:
-        log.warning("writes beside the prompt's read failed: %s", exc)
-        if enabled():
-            _drop_keys([conversation_key(conversation_id), turns_key(conversation_id)])
 
 
 def _profile_json(profile: PromptProfile | None) -> str:

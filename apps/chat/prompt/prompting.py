@@ -11,9 +11,7 @@ passages inside the system message would change the prompt's first message on ev
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.conf import settings
 
@@ -75,20 +73,17 @@ def prompt_build(
     passages: str = "",
     max_tokens: int | None = None,
     pushed: Turn | None = None,
-    also: Callable[[Any], None] | None = None,
     sources: PromptSources | None = None,
 ) -> Prompt:
     """The system prompt, what the conversation remembers of older turns (summary, pinned and
     key-fact turns), then as many of the latest turns as the context window holds. `pushed`:
-    the question just stored, for the hot tier to take in the read's own round trip; `also`
-    queues more writes on that round trip (see hot.prompt_sources). `sources`: read already
-    (read_ahead.py): no read, and nothing pushed. `passages`: this question's retrieved
-    passages (rag/prompting.passages_block), placed just before the question."""
+    the question just stored, for the hot tier to take in the read's own round trip.
+    `sources`: read already (read_ahead.py): no read, and nothing pushed. `passages`: this
+    question's retrieved passages (rag/prompting.passages_block), placed just before the
+    question."""
     max_tokens = max_tokens or settings.MODEL_MAX_TOKENS
     if sources is None:
-        sources = prompt_sources(
-            conversation=conversation, limit=HISTORY_TURNS_MAX, pushed=pushed, also=also
-        )
+        sources = prompt_sources(conversation=conversation, limit=HISTORY_TURNS_MAX, pushed=pushed)
     system = system_prompt(sources.profile)
     if extra_system:
         system = f"{system}\n\n{extra_system}"

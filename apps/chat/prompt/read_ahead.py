@@ -1,26 +1,19 @@
 """A prompt's sources read ahead: in the submit's first round trip to Redis (with the
 conversation's state), before the question is stored, so that building the prompt waits on no
-round trip of its own, and the writes that round trip carried (the question's turn for the hot
-tier, the settled answer's) ride with the request's publication instead.
+round trip of its own, and the write that round trip would carry (the question's turn for the
+hot tier) rides with the request's publication instead.
 
-The read holds every turn but those the submit stores itself, which it adds (newest first):
-the question, and the previous answer when the question's own insert stored it. It is used
-only when nothing else can be missing:
-
-- no earlier answer was still to be settled: the recorder (or the web) stores an answer and
-  pushes its turn before it releases the conversation, so the read, made after the
-  conversation was seen free, holds it;
-- or the question's insert stored that answer: then no one else has pushed it.
-
-Otherwise (the recorder stored the answer meanwhile, the tier was cold, a Redis error, a
-regenerated answer) the prompt is read after the insert, as without the read ahead.
+The read holds every turn but the question, which the submit stores itself and adds. It is
+used only when the conversation was free when it was read: the recorder stores an answer and
+pushes its turn before it releases the conversation, so the read holds every answer. Otherwise
+(the submit waited for the recorder, the tier was cold, a Redis error, a regenerated answer)
+the prompt is read after the insert, as without the read ahead.
 """
 
 from __future__ import annotations
 
 from django.conf import settings
 
-from apps.chat import recorder
 from apps.chat.models import Conversation
 from apps.chat.prompt import hot
 from apps.chat.selectors import PromptSources, Turn
@@ -48,38 +41,27 @@ class PromptRead:
         failed = len(own) < self.COMMANDS or any(isinstance(r, Exception) for r in own)
         self.replies = None if failed else own
 
-    def sources(self, *, question: Turn | None, settled: recorder.SettledByWeb | None):
-        """The prompt's sources with the turns stored since the read, or None when the read
-        may miss something else (see the module's docstring)."""
+    def sources(self, *, question: Turn | None) -> PromptSources | None:
+        """The prompt's sources with the question stored since the read, or None when the read
+        failed or there is no question."""
         if self.replies is None or question is None:
             return None
-        newer = [question]
-        if settled is not None:
-            answer = settled.turns.get(self.conversation.pk)
-            if not answer:  # not stored by this submit: perhaps by the recorder, meanwhile
-                return None
-            newer.extend(reversed(answer))
-        return hot.sources_from(self.replies, self.limit, newer)
+        return hot.sources_from(self.replies, self.limit, [question])
 
 
 class WritesAhead:
-    """What the prompt's read would have carried, for the request's publication to queue
-    before its own commands: the settled answer's writes, then the question's turn."""
+    """What the prompt's read would have carried (the question's turn), for the request's
+    publication to queue before its own commands."""
 
-    def __init__(self, conversation_id: int, question: Turn, settled: recorder.SettledByWeb | None):
+    def __init__(self, conversation_id: int, question: Turn):
         self.turns = {conversation_id: [question]}
-        self.settled = settled
 
     def queue(self, pipe) -> None:
-        if self.settled is not None:
-            self.settled.queue(pipe)
         hot.turns_push(pipe, self.turns)
 
     def unwritten(self) -> None:
         """The pipeline failed, or one of these writes did: the conversation's entries go
         (a reader refills them from PostgreSQL)."""
-        if self.settled is not None:
-            self.settled.unwritten()
         hot.turns_unwritten(self.turns)
 
     def received(self, replies: list) -> None:
@@ -88,11 +70,11 @@ class WritesAhead:
 
 
 def sources_for(
-    read: PromptRead | None, *, question: Turn | None, settled: recorder.SettledByWeb | None
+    read: PromptRead | None, *, question: Turn | None
 ) -> tuple[PromptSources | None, WritesAhead | None]:
-    """The sources read ahead and the writes they leave to the publication; (None, None)
+    """The sources read ahead and the write they leave to the publication; (None, None)
     when the prompt is to be read as usual."""
-    sources = read.sources(question=question, settled=settled) if read is not None else None
+    sources = read.sources(question=question) if read is not None else None
     if sources is None:
         return None, None
-    return sources, WritesAhead(read.conversation.pk, question, settled)
+    return sources, WritesAhead(read.conversation.pk, question)
