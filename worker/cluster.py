@@ -11,6 +11,26 @@ and on a cluster because every multi-key command and script keeps its keys in on
 
 What cannot be one slot is a dispatcher transaction that also ends requests: `SlotTransaction`
 runs each slot's share as its own MULTI/EXEC, the dispatcher's slot last (see there why).
+
+What this module changes in redis-py, checked against redis-py 6.4 (pyproject pins the minor).
+`.venv/bin/python bench/cluster_forks.py --pairs 3` times the two kept for speed with and
+without them (on a loaded 2-core box: `stream reads 624 vs 163 pipelines/s, node pipelines 835
+vs 756 pipelines/s (0 vs 2573 connections past the bound; one thread 801 vs 1354)`) and lists
+which of the others the installed redis-py still needs ("still needs: ...").
+- StreamReadSlots, for speed: the output hub's read of 20 streams, 3.8 times as many a second.
+- SluicePipeline.execute, one node at a time, for the connection bound under load: 8 threads,
+  2 connections per node, 10 % more pipelines a second and none of the 860 connections a second
+  opened (and closed) past the bound. A lone thread pays for it, 41 % fewer: each node it
+  touches is a round trip of its own.
+- NodePool: redis-py's node pools refuse a command past their connections (their
+  BlockingConnectionPool waits for ever, see there); https://github.com/redis/redis-py/pull/3359
+- AsyncSluiceRedisCluster._execute_command: a redis-py bug, ASKING sent on another connection
+  than the command it is for (no upstream issue found).
+- SlotTransaction._parsed: a redis-py bug, a cluster MULTI's replies miss the node client's
+  response callbacks (no upstream issue found).
+- SluicePipeline.eval and .mget: redis-py's cluster pipeline refuses both (scripts:
+  https://github.com/redis/redis-py/issues/2914); SluiceRedisCluster.mget: it refuses an MGET
+  across slots (its answer is mget_nonatomic, which code written for one node does not call).
 """
 
 from __future__ import annotations
@@ -74,7 +94,8 @@ def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict]:
 class StreamReadSlots:
     """The slot of an XREAD or XREADGROUP found from its own arguments. redis-py asks a node
     (COMMAND GETKEYS) for every command whose keys move, a round trip and, inside a pipeline
-    that already holds a connection, a second connection."""
+    that already holds a connection, a second connection: the output hub's read of 20 streams
+    runs 3.8 times as often without (bench/cluster_forks.py)."""
 
     def determine_slot(self, *args) -> int:
         if args and str_if_bytes(args[0]).upper() in ("XREAD", "XREADGROUP"):
@@ -106,21 +127,19 @@ class SluicePipeline(StreamReadSlots, ClusterPipeline):
         self.client = client
 
     def eval(self, script, numkeys, *keys_and_args):
+        # redis-py's cluster pipeline has no eval (https://github.com/redis/redis-py/issues/2914)
         return self.execute_command("EVAL", script, numkeys, *keys_and_args)
 
     def mget(self, keys, *args):
+        # MGET is on redis-py's PIPELINE_BLOCKED_COMMANDS, even for keys of one slot.
         return self.execute_command("MGET", *list_or_args(keys, args))
-
-    def delete(self, *names):
-        return self.execute_command("DEL", *names)
-
-    def exists(self, *names):
-        return self.execute_command("EXISTS", *names)
 
     def execute(self, raise_on_error: bool = True) -> list:
         """One node's commands at a time: redis-py's pipeline takes a connection on every node
-        it touches before it sends anything, and two threads each holding one node and waiting
-        for the other's would wait for ever once a node's connections are bounded (NodePool)."""
+        it touches before it sends anything, so threads whose pipelines span nodes would hold
+        one node's connection while NodePool opens them another past its bound (a thread that
+        holds one never waits). 8 threads, 2 connections per node: 10 % more pipelines a second
+        and none opened past the bound (bench/cluster_forks.py); a lone thread runs slower."""
         if not isinstance(self._execution_strategy, PipelineStrategy):  # a MULTI: one slot
             return super().execute(raise_on_error=raise_on_error)
         queued = list(self._execution_strategy.command_queue)
@@ -192,6 +211,7 @@ class SlotTransaction(SluicePipeline):
     def _parsed(self, command, reply):
         # redis-py's cluster transactions apply only the cluster callbacks, so an HGETALL in
         # a MULTI comes back as a flat list; the node client's callbacks make it a dict again.
+        # Still so in redis-py 6.4 (TransactionStrategy._execute_transaction); no upstream issue.
         name = command.args[0]
         if isinstance(reply, Exception) or name in self.cluster_response_callbacks:
             return reply
@@ -215,7 +235,9 @@ class SluiceRedisCluster(StreamReadSlots, redis.RedisCluster):
 
 class NodePool(redis.BlockingConnectionPool):
     """At most `max_connections` to one node, opened as commands overlap; a caller past them
-    waits for a free one (redis-py's own cluster pool fails it instead).
+    waits for a free one (redis-py's own cluster pool fails it instead; upstream's answer is a
+    BlockingConnectionPool, https://github.com/redis/redis-py/pull/3359, which alone would wait
+    for ever in the case below).
 
     A thread that already holds a connection of a NodePool never waits: redis-py's recovery
     (rereading the slot map after MOVED or a lost node) asks for a second connection while it
@@ -289,25 +311,19 @@ def sync_client(
     """A cluster client with at most `max_connections` per node, opened as commands overlap;
     past them a command waits for a free connection (NodePool)."""
     nodes, url_options = parse_cluster_url(url)
-    client = SluiceRedisCluster(
+    first, first_port = nodes[0]
+    # redis-py builds a node's pool with `connection_pool_class` only when given a URL: the
+    # first node's (the others are startup nodes too), credentials and TLS as options.
+    return SluiceRedisCluster(
+        url=f"redis://{f'[{first}]' if ':' in first else first}:{first_port}",
         startup_nodes=[ClusterNode(host, port) for host, port in nodes],
+        connection_pool_class=_NodePoolFactory(max_connections, max(30, 3 * timeout)),
         max_connections=max_connections,
         socket_timeout=timeout,
         socket_connect_timeout=connect_timeout,
         **url_options,
         **options,
     )
-    # redis-py builds node pools of its own class unless it was given a URL: from here on every
-    # node's pool is a NodePool (the first CLUSTER SLOTS' connections are closed already).
-    manager = client.nodes_manager
-    manager.connection_pool_class = _NodePoolFactory(max_connections, max(30, 3 * timeout))
-    manager.from_url = True
-    for node in [*manager.nodes_cache.values(), *manager.startup_nodes.values()]:
-        if node.redis_connection is not None:
-            node.redis_connection.close()
-            node.redis_connection = None
-    manager.create_redis_connections(list(manager.nodes_cache.values()))
-    return client
 
 
 class AsyncSluicePipeline(aioredis.cluster.ClusterPipeline):
@@ -337,7 +353,8 @@ class AsyncSluiceRedisCluster(aioredis.RedisCluster):
         # connection taken from the node's free list, oldest first: with two free, the command
         # goes without ASKING, is sent back with MOVED, and the loop ends "TTL exhausted". Free
         # connections handed out newest first make the command follow ASKING on its connection
-        # (nothing else runs on the loop between the two).
+        # (nothing else runs on the loop between the two). Still so in redis-py 6.4; no upstream
+        # issue found (bench/cluster_forks.py checks it).
         for node in self.nodes_manager.nodes_cache.values():
             if type(node._free) is collections.deque:
                 node._free = _LastFreeFirst(node._free)
