@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -103,13 +102,21 @@ def test_page_requests_reuse_the_threads_of_finished_ones(started):
 
 def test_requests_at_once_each_have_a_thread_and_later_ones_reuse_them():
     threads = ReusedThreads(keep=1)
+    # The two requests at once each wait in their view for the other to be in its view too:
+    # on a shared thread neither could, and the barrier breaks after its timeout.
+    at_once = threading.Barrier(2, timeout=10)
 
-    async def request() -> int:
+    def view(meet: threading.Barrier | None) -> int:
+        if meet is not None:
+            meet.wait()
+        return threading.get_ident()
+
+    async def request(meet: threading.Barrier | None = None) -> int:
         async with threads.context():  # as Django runs a sync view: on the context's thread
-            return await sync_to_async(lambda: (time.sleep(0.05), threading.get_ident())[1])()
+            return await sync_to_async(view)(meet)
 
     async def scenario():
-        together = await asyncio.gather(request(), request())
+        together = await asyncio.gather(request(at_once), request(at_once))
         later = await request()
         return together, later
 

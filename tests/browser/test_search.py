@@ -70,14 +70,17 @@ def test_search_my_chats_from_the_sidebar(live_web, browser_page):
 def test_inbox_notes_and_follow_up_chips_arrive_live(live_web, browser_page):
     me = user_create(username="asker", password=PASSWORD)
     conversation, answer = chat(me, "Rivers", "Where do rivers start?", "In the mountains.")
+    # Unread when the page opens: the inbox socket brings it once it follows the live ones.
+    inbox.inbox_post(user_id=me.id, kind="announcement", text="Welcome back")
     page = browser_page
     log_in(page, live_web, "asker")
     page.goto(f"{live_web}/c/{conversation.id}/")
     expect(page.locator(".message.assistant")).to_have_count(1)
-    page.wait_for_timeout(1000)  # the inbox socket opens
+    notes = page.locator(".inbox-note.announcement")
+    expect(notes).to_contain_text("Welcome back")  # the inbox socket is open
 
     inbox.inbox_post(user_id=me.id, kind="announcement", text="Maintenance at <i>six</i>")
-    expect(page.locator(".inbox-note.announcement")).to_contain_text("Maintenance at <i>six</i>")
+    expect(notes.last).to_contain_text("Maintenance at <i>six</i>")
 
     inbox.inbox_post(
         user_id=me.id,

@@ -306,7 +306,11 @@ def test_text_that_lands_before_the_scroll_event_keeps_the_reader_where_they_wen
         " list.querySelector('.message.assistant:last-child .text')"
         "     .appendChild(document.createTextNode(' and one more thing')); }"
     )
-    page.wait_for_timeout(300)  # the observer, the scroll event, a few frames
+    # The observer runs at once; the scroll event in the next frame, before that frame's
+    # animation callbacks: two frames on, both have had their say.
+    page.evaluate(
+        "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
+    )
     assert page.evaluate("document.getElementById('message-list').scrollTop") < 50
     expect(page.locator("#jump-latest")).to_be_visible()
     # Back at the bottom, new text is followed again.

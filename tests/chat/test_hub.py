@@ -8,6 +8,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from apps.streams.hub import OutputHub
+from tests.chat.conftest import wait_for
 from worker.cancelling import cancel_and_wait
 
 
@@ -114,18 +115,19 @@ async def test_a_reader_given_the_entry_it_wrote_misses_nothing_without_a_catch_
     written = (first, {"type": "status", "text": "queued"})
     before = await xrange_calls()
 
-    async def read() -> list[str]:
-        return [
-            fields["text"]
-            async for batch in hub.batches(stream, written=written)
-            for _, fields in batch
-        ]
+    async def read(texts: list[str]) -> list[str]:
+        async for batch in hub.batches(stream, written=written):
+            texts.extend(fields["text"] for _, fields in batch)
+        return texts
 
-    publisher = asyncio.create_task(read())
-    await asyncio.sleep(0.2)
+    publisher_saw: list[str] = []
+    publisher = asyncio.create_task(read(publisher_saw))
+    # Once it has the entry written before it came, it is past where it would have caught up.
+    await wait_for(lambda: "a" in publisher_saw, what="the publisher to read the first delta")
     assert await xrange_calls() == before  # the publisher follows without catching up
-    other_tab = asyncio.create_task(read())
-    await asyncio.sleep(0.2)
+    tab_saw: list[str] = []
+    other_tab = asyncio.create_task(read(tab_saw))
+    await wait_for(lambda: "a" in tab_saw, what="the other tab to catch up")
     await client.xadd(stream, {"type": "final", "text": "b"})
     texts = await asyncio.wait_for(asyncio.gather(publisher, other_tab), timeout=10)
     assert texts == [["queued", "a", "b"], ["queued", "a", "b"]]

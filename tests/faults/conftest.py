@@ -9,6 +9,7 @@ minutes, not seconds.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -202,6 +203,21 @@ class Stack:
     def log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
 
+    def heartbeat(self, name: str) -> dict | None:
+        """The worker's latest heartbeat, or None while it has none (not started, stopped,
+        or silent past its lifetime)."""
+        keys = Keys(prefix=self.env["SLUICE_REDIS_PREFIX"])
+        raw = self.redis_server.client().get(keys.heartbeat(name))
+        return json.loads(raw) if raw else None
+
+    def states(self, request_ids: list[str]) -> dict[str, str | None]:
+        """Each request's state as Redis holds it (what a worker wrote last)."""
+        keys = Keys(prefix=self.env["SLUICE_REDIS_PREFIX"])
+        pipe = self.redis_server.client().pipeline(transaction=False)
+        for request_id in request_ids:
+            pipe.hget(keys.request(request_id), "state")
+        return dict(zip(request_ids, pipe.execute(), strict=True))
+
 
 @pytest.fixture
 def own_redis(tmp_path):
@@ -351,11 +367,17 @@ def output_texts(stack: Stack, request_id: str) -> list[tuple[str, str]]:
 
 
 def sse_events(
-    base_url: str, key: str, request_id: str, *, last_event_id: str = "0", timeout: float = 30
+    base_url: str,
+    key: str,
+    request_id: str,
+    *,
+    last_event_id: str = "0",
+    timeout: float = 30,
+    into: list[dict] | None = None,
 ) -> list[dict]:
     """An SSE reader of the request from `last_event_id` until its final event (or until the
-    connection drops: then what it read so far)."""
-    events: list[dict] = []
+    connection drops: then what it read so far). Each event lands in `into` as it arrives."""
+    events: list[dict] = [] if into is None else into
     headers = {"Authorization": f"Bearer {key}", "Last-Event-ID": last_event_id}
     url = f"{base_url}/api/v1/requests/{request_id}/events"
     with (

@@ -3,11 +3,10 @@ meanwhile are stored once it is back, and nothing accepted is lost or stuck."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.faults.conftest import Postgres, assert_every_request_ended, wait_until
+from worker.protocol import TERMINAL_STATES
 
 
 @pytest.fixture
@@ -21,6 +20,15 @@ def _answers_running(stack, api, ids) -> bool:
     return all(api.state(i) in ("streaming", "done") for i in ids)
 
 
+def _wait_for_every_answer_to_end(stack, ids) -> None:
+    """Every answer ends (the workers say so in Redis) while the database cannot take it."""
+    wait_until(
+        lambda: all(state in TERMINAL_STATES for state in stack.states(ids).values()),
+        timeout=60,
+        what="every answer to end while the database is away",
+    )
+
+
 def test_answers_finished_while_postgres_is_frozen_are_stored_when_it_thaws(
     stack, roomy_plan, make_api, postgres
 ):
@@ -30,7 +38,7 @@ def test_answers_finished_while_postgres_is_frozen_are_stored_when_it_thaws(
     wait_until(lambda: _answers_running(stack, api, ids), what="answers running")
     postgres.freeze()
     try:
-        time.sleep(4)  # every answer ends while the database cannot take it
+        _wait_for_every_answer_to_end(stack, ids)
     finally:
         postgres.thaw()
     assert set(assert_every_request_ended(api, stack, ids).values()) == {"done"}
@@ -45,7 +53,7 @@ def test_answers_finished_while_postgres_is_down_are_stored_when_it_returns(
     wait_until(lambda: _answers_running(stack, api, ids), what="answers running")
     postgres.stop()
     try:
-        time.sleep(4)
+        _wait_for_every_answer_to_end(stack, ids)
     finally:
         postgres.start()
     assert set(assert_every_request_ended(api, stack, ids).values()) == {"done"}

@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import signal
 import threading
-import time
 
 import httpx
 
-from tests.faults.conftest import assert_every_request_ended, sse_events
+from tests.faults.conftest import assert_every_request_ended, sse_events, wait_until
 
 
 def test_readers_of_a_killed_web_process_resume_elsewhere_without_gap_or_repeat(
@@ -24,21 +23,24 @@ def test_readers_of_a_killed_web_process_resume_elsewhere_without_gap_or_repeat(
     stack.wait_for_workers("w1")
     api = make_api("alice", first)
     ids = [api.submit() for _ in range(20)]
-    seen: dict[str, list[dict]] = {}
+    seen: dict[str, list[dict]] = {i: [] for i in ids}  # filled as the events arrive
     resumed: set[str] = set()
 
     def read(request_id: str) -> None:
-        events = sse_events(first, api.key, request_id)  # cut off when web-a dies
-        if not events or events[-1]["event"] != "final":
+        events = sse_events(first, api.key, request_id, into=seen[request_id])  # cut off
+        if not events or events[-1]["event"] != "final":  # when web-a dies
             resumed.add(request_id)
             after = events[-1]["id"] if events else "0"
-            events += sse_events(second, api.key, request_id, last_event_id=after)
-        seen[request_id] = events
+            sse_events(second, api.key, request_id, last_event_id=after, into=events)
 
     readers = [threading.Thread(target=read, args=(i,)) for i in ids]
     for thread in readers:
         thread.start()
-    time.sleep(1.0)  # mid-answer
+    wait_until(
+        lambda: all(any(e["event"] == "delta" for e in events) for events in seen.values()),
+        timeout=30,
+        what="every reader to be mid-answer",
+    )
     stack.signal("web-a", signal.SIGKILL)
     for thread in readers:
         thread.join(timeout=60)
@@ -80,9 +82,13 @@ def test_a_web_process_told_to_stop_finishes_its_streams_and_refuses_new_work(
     reader.start()
     assert started.wait(30)
     stack.signal("web-a", signal.SIGTERM)
-    time.sleep(0.3)
-    refused = httpx.get(base + "/health/", timeout=5)
-    assert refused.status_code == 503 and refused.headers["retry-after"]
+
+    def refusing() -> httpx.Response | None:
+        response = httpx.get(base + "/health/", timeout=5)
+        return response if response.status_code == 503 else None
+
+    refused = wait_until(refusing, timeout=10, what="the stopping web process to refuse work")
+    assert refused.headers["retry-after"]
     reader.join(timeout=60)
     # The answer streamed to its end through the stop: every token, its finish reason, [DONE].
     assert chunks[-1] == {"done": True}

@@ -20,6 +20,16 @@ def _running_on(stack, worker_id: str, request_ids: list[str]) -> list[str]:
     return found
 
 
+def _beats_since(stack, worker_id: str, since_ms: float, *, running_none_of: list[str]) -> bool:
+    """A heartbeat of the worker written after `since_ms`, with none of those requests running."""
+    beat = stack.heartbeat(worker_id)
+    return (
+        beat is not None
+        and beat["at_ms"] >= since_ms
+        and not set(beat["running"]) & set(running_none_of)
+    )
+
+
 def _one_clean_answer(stack, request_id: str) -> None:
     """What a reader saw: after the last start, the deltas of that attempt only, then the final
     event holding exactly that text, and nothing after it."""
@@ -56,8 +66,15 @@ def test_a_paused_worker_is_replaced_and_on_resume_neither_crashes_nor_writes(
     # Taken for dead (heartbeat gone, work idle past the claim time), its answers run again.
     ended = assert_every_request_ended(api, stack, ids)
     assert set(ended.values()) == {"done"}
+    resumed_ms = time.time() * 1000
     stack.signal("w1", signal.SIGCONT)
-    time.sleep(3)  # it resumes mid-answer, finds its claims gone, and carries on
+    # It resumes mid-answer, finds its claims gone, and carries on: it beats again, running
+    # none of the answers it had.
+    wait_until(
+        lambda: _beats_since(stack, "w1", resumed_ms, running_none_of=paused),
+        timeout=30,
+        what="w1 to beat again without its old answers",
+    )
     assert stack.processes["w1"].poll() is None, stack.log("w1")
     for request_id in ids:
         _one_clean_answer(stack, request_id)
@@ -77,7 +94,13 @@ def test_a_stopping_worker_takes_no_new_work_and_hands_on_what_it_cannot_finish(
     ids = [api.submit() for _ in range(12)]
     wait_until(lambda: _running_on(stack, "w1", ids), what="answers on w1")
     stack.signal("w1", signal.SIGTERM)
-    time.sleep(0.5)
+    # Its heartbeat says it drains (no more work is routed to it, and what it reads it hands
+    # back), or it has already gone.
+    wait_until(
+        lambda: (beat := stack.heartbeat("w1")) is None or beat["draining"],
+        timeout=30,
+        what="w1 to say it drains",
+    )
     later = [api.submit() for _ in range(4)]
     ended = assert_every_request_ended(api, stack, ids + later)
     assert set(ended.values()) == {"done"}  # none failed for want of a grace period

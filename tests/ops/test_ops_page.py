@@ -135,10 +135,17 @@ def test_a_dead_letter_is_retried_onto_its_stream_or_discarded(
     )
 
 
+# What static/js/ops.js reads of each sample.
+CHARTED = {"t", "dt", "run", "tokens", "failed", "queue", "ttft50", "ttft99", "e2e99"}
+
+
 def test_the_series_json_is_what_the_charts_read(make_dispatcher, user):
     busy_service(make_dispatcher, [user])
-    series = dashboard.gather().series
-    assert series["last"] and json.loads(json.dumps(series))["samples"][0]["queue"] >= 0
+    series = json.loads(json.dumps(dashboard.gather().series))  # as the page receives it
+    [(newest, _)] = get_redis().xrevrange(keys().series, count=1)
+    assert series["last"] == newest  # the next refresh asks for the samples after it
+    assert series["samples"] and all(CHARTED <= set(sample) for sample in series["samples"])
+    assert series["samples"][-1]["queue"] == 1  # the request waiting: the fleet has no slot
 
 
 def test_the_plans_shed_are_those_the_dispatcher_sheds():

@@ -59,7 +59,9 @@ def test_a_file_is_ingested_into_the_owners_private_corpus(user, ingested):
     assert Chunk.objects.filter(document=entry.document).count() == entry.chunks_total
 
 
-def test_progress_is_written_while_the_file_is_embedded(user, embedding_model, settings):
+def test_progress_is_written_while_the_file_is_embedded(
+    user, embedding_model, settings, monkeypatch
+):
     settings.RAG_EMBED_BATCH = 2
     settings.RAG_CHUNK_TOKENS = 40
     settings.RAG_CHUNK_OVERLAP = 0
@@ -77,11 +79,8 @@ def test_progress_is_written_while_the_file_is_embedded(user, embedding_model, s
         row = UserFile.objects.get(pk=entry_id)
         seen.append((row.status, row.chunks_done, row.chunks_total))
 
-    user_files._report_progress = watch
-    try:
-        user_files_ingest_pending()
-    finally:
-        user_files._report_progress = original
+    monkeypatch.setattr(user_files, "_report_progress", watch)
+    user_files_ingest_pending()
     assert len(seen) > 2
     assert all(status == UserFile.Status.INGESTING for status, _, _ in seen)
     assert [done for _, done, _ in seen] == sorted(done for _, done, _ in seen)

@@ -184,6 +184,9 @@ class UpgradeStack:
         argv += ["--worker-id", name, "--heartbeat-interval", "0.5", "--claim-idle-ms", "1000"]
         self.start(name, which, [*argv, "--grace", "15", *SIM_ANSWER, "--sim-tokens", "60"])
 
+    def log(self, name: str, which: str) -> str:
+        return (self.logs / f"{name}-{which}.log").read_text(errors="replace")
+
     def stop(self, name: str, *, timeout: float = DRAIN_SECONDS + 15) -> int:
         """SIGTERM, as an operator's deploy sends it; returns the exit status."""
         process = self.processes[name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -89,6 +90,21 @@ class Load:
             ]
         for thread in self.threads:
             thread.start()
+
+    def accepted(self) -> int:
+        with self.seen.lock:
+            return len(self.seen.events)
+
+    def ways(self) -> set[str]:
+        """The ways by which requests were accepted so far."""
+        with self.seen.lock:
+            return set(self.seen.way.values())
+
+    def wait_for_more(self, count: int, *, what: str) -> None:
+        """Until the clients have had `count` more requests accepted: the stack as it stands
+        now serves them."""
+        target = self.accepted() + count
+        wait_until(lambda: self.accepted() >= target, timeout=60, what=what)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -221,43 +237,76 @@ def test_a_rolling_upgrade_with_answers_in_flight_loses_nothing(upgrade_stack):
     seed = stack.seed()
     stack.web("web-a", "old")
     stack.web("web-b", "old")
-    stack.dispatcher("dispatcher-1", "old")
-    time.sleep(1)  # the first dispatcher takes the lease; the second stands by
-    stack.dispatcher("dispatcher-2", "old")
-    for name in ("w1", "w2"):
-        stack.worker(name, "old")
     keys = Keys(prefix=stack.env["SLUICE_REDIS_PREFIX"])
     client = stack.redis_server.client()
 
+    def holds_the_lease(*names: str):
+        """Whether one of these dispatchers holds the lease (it holds it under its host and
+        process id, apps/ops/management/commands/run_dispatcher.py)."""
+        holders = {f"{socket.gethostname()}-{stack.processes[n].pid}" for n in names}
+        return lambda: client.get(keys.lease) in holders
+
+    stack.dispatcher("dispatcher-1", "old")
+    # The first dispatcher takes the lease; the second stands by.
+    wait_until(holds_the_lease("dispatcher-1"), timeout=60, what="dispatcher-1 to take the lease")
+    stack.dispatcher("dispatcher-2", "old")
+    for name in ("w1", "w2"):
+        stack.worker(name, "old")
+
     def beating(name: str):
         return lambda: client.exists(keys.heartbeat(name))
+
+    def serving(name: str):
+        """The worker runs answers, or has run some (its heartbeat says so)."""
+
+        def check() -> bool:
+            raw = client.get(keys.heartbeat(name))
+            beat = json.loads(raw) if raw else {}
+            return bool(beat.get("busy") or beat.get("completed"))
+
+        return check
 
     for name in ("w1", "w2"):
         wait_until(beating(name), timeout=60, what=f"{name} to beat")
 
     load = Load(stack, seed)
     load.start()
-    time.sleep(4)
+    wait_until(
+        lambda: load.ways() == {"sse", "openai", "page"},
+        timeout=60,
+        what="answers in flight every way",
+    )
     stack.manage("new", "migrate", "--no-input")  # while the old release serves
     for name in ("w1", "w2"):
         assert stack.stop(name) == 0, name
         stack.worker(name, "new")
         wait_until(beating(name), timeout=60, what=f"the new {name} to beat")
-        time.sleep(2)
+        wait_until(serving(name), timeout=60, what=f"the new {name} to take work")
     for name in ("dispatcher-2", "dispatcher-1"):  # the standby first, then the active one
         assert stack.stop(name) == 0, name
         stack.dispatcher(name, "new")
-        time.sleep(3)
+        wait_until(
+            lambda name=name: "dispatcher running" in stack.log(name, "new"),
+            timeout=60,
+            what=f"the new {name} to run",
+        )
+    # The new standby took over from the active one as it stopped (or the new one took it).
+    wait_until(
+        holds_the_lease("dispatcher-2", "dispatcher-1"),
+        timeout=60,
+        what="a new dispatcher to hold the lease",
+    )
     for name in ("web-a", "web-b"):
         # Out of the rotation first, as a load balancer takes it out: the previous release
         # cannot drain on SIGTERM by itself (this one can: core/draining.py), so its streams
-        # are let end before it is stopped (docs/deploy.md).
+        # are let end before it is stopped (docs/deploy.md): a load balancer's drain time, the
+        # longest an answer takes, let pass.
         stack.web_urls.pop(name)
         time.sleep(ANSWER_SECONDS)
         assert stack.stop(name) == 0, name
         stack.web(name, "new")
-        time.sleep(2)
-    time.sleep(4)
+        load.wait_for_more(CLIENTS_PER_WAY * 3, what=f"the load to carry on with the new {name}")
+    load.wait_for_more(CLIENTS_PER_WAY * 3, what="the load to carry on on the new release")
     load.stop()
 
     seen = load.seen

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 
 import pytest
@@ -56,7 +57,10 @@ async def run_worker(keys):
     async def start(
         worker_id: str = "w1", *, engine: SimulatedEngine | None = None, **options
     ) -> Worker:
-        client = redis_connection.connect(settings.REDIS_URL, decode_responses=True)
+        # Named, so a test can find its connections in Redis's client list.
+        client = redis_connection.connect(
+            settings.REDIS_URL, decode_responses=True, client_name=f"{keys.prefix}-{worker_id}"
+        )
         engine = engine or SimulatedEngine(
             slots=2, first_token_ms=5, decode_ms_per_token=2, tokens=5, faults=True
         )
@@ -127,15 +131,27 @@ async def final_of(client, keys: Keys, request_id: str, *, timeout: float = 20) 
     raise AssertionError(f"request {request_id} never ended")
 
 
-async def eventually(check, *, timeout: float = 20, what: str = "condition"):
-    """Polls an async check until it returns something truthy."""
+async def eventually(check, *, timeout: float = 20, what: str = "condition", every: float = 0.05):
+    """Polls a check (async, or a plain function of what is in memory) until it returns
+    something truthy, and returns that; fails after `timeout` seconds naming `what`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = await check()
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+async def blocked_in_read(client, name: str) -> bool:
+    """Whether the connection named `name` (a worker's, see run_worker) waits in a blocking
+    XREADGROUP now, as Redis lists its clients."""
+    return any(
+        c.get("name") == name and c.get("cmd") == "xreadgroup" and "b" in c.get("flags", "")
+        for c in await client.client_list()
+    )
 
 
 async def answer_records(client, keys: Keys, request_id: str) -> list[dict]:

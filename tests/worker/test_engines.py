@@ -221,13 +221,19 @@ async def test_simulated_answers_share_their_decode_steps():
 async def test_a_cancelled_answer_leaves_the_others_on_the_step():
     engine = SimulatedEngine(slots=2, first_token_ms=1, decode_ms_per_token=5, tokens=10)
     messages = [{"role": "user", "content": "hi"}]
+    decoding = {"doomed": asyncio.Event(), "kept": asyncio.Event()}
 
     async def read(request_id: str) -> list:
-        return [o async for o in engine.generate(EngineRequest(id=request_id, messages=messages))]
+        outputs = []
+        async for output in engine.generate(EngineRequest(id=request_id, messages=messages)):
+            outputs.append(output)
+            decoding[request_id].set()
+        return outputs
 
     doomed = asyncio.create_task(read("doomed"))
     kept = asyncio.create_task(read("kept"))
-    await asyncio.sleep(0.02)
+    for started in decoding.values():  # both on the step, mid-answer
+        await asyncio.wait_for(started.wait(), 5)
     doomed.cancel()
     assert len(await asyncio.wait_for(kept, 5)) == 10
     assert doomed.cancelled()

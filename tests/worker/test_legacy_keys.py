@@ -3,10 +3,9 @@ worker starts, and the work is answered."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
-from tests.worker.conftest import enqueue, events
+from tests.worker.conftest import enqueue, final_of
 from worker import legacy_keys, protocol
 from worker.protocol import State
 
@@ -22,12 +21,7 @@ async def test_a_starting_worker_moves_old_work_and_dead_letters_and_answers_the
     await run_worker("w1")
 
     for request_id in (item.id, routed.id):
-        for _ in range(100):
-            final = [e for e in await events(redis_async, keys, request_id) if e["type"] == "final"]
-            if final:
-                break
-            await asyncio.sleep(0.05)
-        assert final and final[0]["state"] == State.DONE
+        assert (await final_of(redis_async, keys, request_id))["state"] == State.DONE
     for old in (keys.legacy_work, f"{keys.prefix}:work:old-w1", keys.legacy_dead):
         assert not await redis_async.exists(old)
     dead = [f for _, f in await redis_async.xrange(keys.dead)]

@@ -9,6 +9,7 @@ import random
 import pytest
 import redis.asyncio as aioredis
 
+from tests.worker.conftest import eventually
 from worker import protocol, transitions
 from worker.batching import CommandBatcher
 from worker.output import OutputWriter
@@ -51,10 +52,10 @@ async def test_many_answers_share_each_write_and_lose_no_text(make_writer, count
     async def generate(n: int) -> str:
         answer = await open_started(writer, f"r{n}")
         tokens = [f"t{n}.{i} " for i in range(40)]
-        await asyncio.sleep(rng.random() * 0.05)
+        await asyncio.sleep(rng.random() * 0.05)  # the answers start at different times
         for token in tokens:
             await writer.add(answer, token)
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.005)  # tokens come over time, as a model's do
         await writer.flush(answer)  # what is left, before the attempt's end
         await writer.close(answer)
         return "".join(tokens)
@@ -103,11 +104,7 @@ async def test_a_stop_is_seen_on_the_clock_for_that_answer_only(make_writer, cou
     stopped = await open_started(writer, "stopped")
     running = await open_started(writer, "running")
     await counting.client.set(writer.keys.cancel("stopped"), "1")
-    for _ in range(100):
-        if stopped.cancelled:
-            break
-        await asyncio.sleep(0.01)
-    assert stopped.cancelled
+    await eventually(lambda: stopped.cancelled, what="the stop to be seen", every=0.01)
     assert not running.cancelled
     assert not running.lost
 
@@ -119,11 +116,9 @@ async def test_an_attempt_replaced_by_another_learns_it_and_writes_no_more(make_
     await writer.batcher.call(
         lambda p: transitions.start(p, writer.keys, "r1", token="new", worker_id="w2")
     )
-    for _ in range(100):  # the owner check on the clock notices, even without new text
-        if old.lost:
-            break
-        await asyncio.sleep(0.01)
-    assert old.lost and old.over
+    # The owner check on the clock notices, even without new text.
+    await eventually(lambda: old.lost, what="the lost claim to be seen", every=0.01)
+    assert old.over
     await writer.add(old, "tok1 ")
     await writer.flush(old)
     assert await deltas(counting.client, writer.keys.output("r1")) == ["tok0 "]
@@ -149,13 +144,15 @@ async def test_a_stop_is_seen_in_the_reply_to_the_answers_next_delta(make_writer
     for answer in (stopped, running):
         await writer.add(answer, "first ")
     await counting.client.set(writer.keys.cancel("stopped"), "1")
-    for _ in range(100):
+
+    async def generating() -> bool:
+        """A token more for each answer, as the model goes on; whether the stop was seen."""
         for answer in (stopped, running):
             await writer.add(answer, "more ")
-        if stopped.cancelled:
-            break
-        await asyncio.sleep(0.01)
-    assert stopped.cancelled and not stopped.lost
+        return stopped.cancelled
+
+    await eventually(generating, what="the stop in a delta's reply", every=0.01)
+    assert not stopped.lost
     assert not running.cancelled and not running.lost
     # The text written with the reply is kept: Stop ends the answer after what was generated.
     assert "more " in await deltas(counting.client, writer.keys.output("stopped"))

@@ -4,9 +4,16 @@ answer fails and frees its slot; a vanished consumer group is recreated."""
 
 from __future__ import annotations
 
-import asyncio
+from redis.exceptions import ResponseError
 
-from tests.worker.conftest import answer_records, enqueue, events, eventually, final_of
+from tests.worker.conftest import (
+    answer_records,
+    blocked_in_read,
+    enqueue,
+    events,
+    eventually,
+    final_of,
+)
 from worker import protocol
 from worker.engines.simulated import SimulatedEngine
 
@@ -61,7 +68,10 @@ async def test_work_read_just_as_the_worker_stops_goes_to_another_worker(
     run_worker, keys, redis_async
 ):
     worker = await run_worker(read_block_ms=3000)
-    await asyncio.sleep(0.5)  # blocked in its read
+    await eventually(
+        lambda: blocked_in_read(redis_async, f"{keys.prefix}-{worker.worker_id}"),
+        what="the worker to block in its read",
+    )
     worker.stop()
     await enqueue(redis_async, keys, "late")
     await eventually(lambda: _stopped(redis_async, keys, worker.worker_id), what="the stop")
@@ -100,6 +110,14 @@ async def test_a_consumer_group_that_vanished_is_recreated(run_worker, keys, red
     await enqueue(redis_async, keys, "before")
     await final_of(redis_async, keys, "before")
     await redis_async.delete(keys.work)  # the stream and its group are gone
-    await asyncio.sleep(0.5)
+    await eventually(lambda: _has_group(redis_async, keys.work), what="the group recreated")
     await enqueue(redis_async, keys, "after")
     assert (await final_of(redis_async, keys, "after"))["state"] == "done"
+
+
+async def _has_group(client, stream: str) -> bool:
+    try:
+        groups = await client.xinfo_groups(stream)
+    except ResponseError:  # no such stream
+        return False
+    return any(group["name"] == protocol.WORKER_GROUP for group in groups)
