@@ -35,6 +35,9 @@ targeted: the demo model's answer to a single question per sampled fact, built t
 Also printed: the share of summary sentences not grounded in the turns they summarise (a name,
 number or most content words absent from those turns): what the summary invents.
 
+Lines of the memory block that present what the user said of someone else as the user's are
+counted, and listed with the turn they came from under "others shown as the user's:".
+
 Last line: `memory: facts kept <s> % with summaries vs <w> % sliding window (ceiling <c> %);
 by placement <user>/<question>/<assistant>/<corrected>/<implied> %` (placements: summaries arm).
 """
@@ -45,11 +48,9 @@ import argparse
 import asyncio
 import os
 import random
-import re
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -62,6 +63,7 @@ django.setup()
 
 import memory_grade as grade  # noqa: E402
 from memory_data import PLACEMENTS, Conversation, Fact, make_conversation  # noqa: E402
+from memory_grade import ARMS, Tally, pct, report  # noqa: E402
 
 from apps.chat.prompt import memory, memory_facts, memory_summary  # noqa: E402
 from apps.chat.prompt.prompting import BASE_SYSTEM_PROMPT  # noqa: E402
@@ -69,7 +71,6 @@ from apps.chat.selectors import PromptSources, Turn  # noqa: E402
 from worker.engines import EngineRequest  # noqa: E402
 from worker.engines.llamacpp import LlamaCppEngine  # noqa: E402
 
-ARMS = ("window", "summaries", "ceiling")
 ANSWER_TOKENS = 40  # enough for a name, a city or a code
 
 
@@ -83,29 +84,6 @@ class Built:
     key_lines: str  # the entries about the user (and quoted statements)
     recent: str
     others_lines: str = ""  # the entries about other people
-
-
-@dataclass
-class Tally:
-    kept: Counter = field(default_factory=Counter)  # (arm, placement) → facts kept
-    needed: Counter = field(default_factory=Counter)  # placement → facts asked
-    carriers: Counter = field(default_factory=Counter)  # (arm, carrier) → facts carried
-    old_current: Counter = field(default_factory=Counter)  # arm → old value shown as current
-    answered: Counter = field(default_factory=Counter)  # arm → right answers
-    asked: Counter = field(default_factory=Counter)  # arm → questions asked
-    perfect_sentences: int = 0  # the scripted summaries' sentences: the check's own error
-    perfect_flagged: int = 0
-    sentences: int = 0  # summary sentences the model wrote
-    invented: int = 0  # of them, not grounded in the turns
-    final_sentences: int = 0  # in the summaries that reached the closing prompts
-    final_invented: int = 0
-    others_as_user: Counter = field(default_factory=Counter)  # arm → lines that do so
-    others_lines: int = 0  # what the user said of other people, kept as theirs
-    raw_sentences: int = 0  # summary sentences as the model wrote them
-    summary_calls: int = 0
-    summary_tokens: int = 0
-    prompt_tokens: Counter = field(default_factory=Counter)  # arm → estimated tokens
-    examples: list[str] = field(default_factory=list)
 
 
 def window_prompt(history: list[Turn], budget: int) -> Built:
@@ -226,20 +204,6 @@ async def replay(conversation: Conversation, summarise, budget: int, on_summary=
     return summary, upto, entries
 
 
-_RELATION = re.compile(rf"\b(?:{memory_facts.RELATIONS})\b", re.IGNORECASE)
-
-
-def others_as_user(c: Conversation, built: Built) -> int:
-    """Lines of the memory block about the user (the summary, the user's entries) that name
-    something the user said of another person without saying whom it is about."""
-    lines = [*built.summary.splitlines(), *built.key_lines.splitlines()]
-    return sum(
-        1
-        for line in lines
-        if any(grade.has(v, line) for v in c.others) and not _RELATION.search(line)
-    )
-
-
 def score(arm: str, fact: Fact, built: Built, tally: Tally) -> None:
     ok = grade.kept(fact, built.memory_block, built.recent)
     tally.kept[arm, fact.placement] += ok
@@ -298,7 +262,10 @@ async def run_conversation(c: Conversation, engine, summariser, rng, args, tally
         )
         for fact in c.facts:
             score(arm, fact, built, tally)
-        tally.others_as_user[arm] += others_as_user(c, built)
+        lines = [*built.summary.splitlines(), *built.key_lines.splitlines()]
+        for line, said in grade.others_as_user(c, lines):
+            tally.others_as_user[arm] += 1
+            tally.others_shown.append(f"{arm}: {line!r} <- {said!r}")
         if arm == "summaries":
             tally.others_lines += len(built.others_lines.splitlines())
         if arm == "summaries":  # what of the summary reached the closing prompt
@@ -315,85 +282,6 @@ async def run_conversation(c: Conversation, engine, summariser, rng, args, tally
             reply = await ask(engine, built, tally.asked[arm])
             tally.asked[arm] += 1
             tally.answered[arm] += grade.answered(fact, reply)
-
-
-def pct(part: float, whole: float) -> float:
-    return 100.0 * part / whole if whole else 0.0
-
-
-def report(tally: Tally, args, conversations: int, seconds: float) -> None:
-    total = sum(tally.needed.values())
-    print(
-        f"{conversations} conversations of {args.exchanges} exchanges, {total} facts "
-        f"({total // len(PLACEMENTS)} per placement), budget {args.budget} tokens for turns "
-        f"(context {args.context}, answer {args.answer_tokens}), {seconds:.0f}s"
-    )
-    print(
-        f"  {'arm':10s} {'kept':>6s}   "
-        + " ".join(f"{p:>9s}" for p in PLACEMENTS)
-        + "   old value shown as current   prompt tokens"
-    )
-    for arm in ARMS:
-        kept = sum(tally.kept[arm, p] for p in PLACEMENTS)
-        by = " ".join(f"{pct(tally.kept[arm, p], tally.needed[p]):8.0f}%" for p in PLACEMENTS)
-        print(
-            f"  {arm:10s} {pct(kept, total):5.1f}%   {by}   "
-            f"{tally.old_current[arm]:>3d} of {tally.needed['corrected']} corrected facts"
-            f"{'':10s}{tally.prompt_tokens[arm] / conversations:6.0f}"
-        )
-    for arm in ("summaries", "ceiling"):
-        carried = ", ".join(
-            f"{c} {pct(tally.carriers[arm, c], total):.0f} %"
-            for c in ("summary", "key lines", "recent turns")
-        )
-        print(f"  {arm} carriers (a fact may be in several): {carried}")
-    print(
-        f"  summary sentences not grounded in the turns (invented): "
-        f"{pct(tally.invented, tally.sentences):.0f} % of {tally.sentences} written by the "
-        f"model; {tally.final_invented} of {tally.final_sentences} in the closing prompts"
-    )
-    print(
-        f"    (the check flags {tally.perfect_flagged} of the scripted summaries' "
-        f"{tally.perfect_sentences} sentences, all of them true)"
-    )
-    for example in tally.examples:
-        print(f"    e.g. {example[:110]!r}")
-    kept = tally.sentences
-    print(
-        f"  summary sentences the model wrote: {tally.raw_sentences}; kept by the grounding "
-        f"check: {kept} ({pct(tally.raw_sentences - kept, tally.raw_sentences):.0f} % dropped)"
-    )
-    corrected = tally.needed["corrected"]
-    print(
-        f"  corrected facts with only the new value as current (summaries arm): "
-        f"{tally.kept['summaries', 'corrected']} of {corrected}; facts in questions kept: "
-        f"{pct(tally.kept['summaries', 'question'], tally.needed['question']):.0f} % of "
-        f"{tally.needed['question']}"
-    )
-    print(
-        "  lines presenting what the user said of others as the user's: "
-        + ", ".join(f"{arm} {tally.others_as_user[arm]}" for arm in ("summaries", "ceiling"))
-        + f"; statements about others kept as theirs: {tally.others_lines}"
-    )
-    print(
-        f"  {tally.summary_calls} summary requests, "
-        f"{tally.summary_calls / conversations:.1f} per conversation, "
-        f"{tally.summary_tokens} tokens"
-    )
-    answers = ", ".join(
-        f"{arm} {pct(tally.answered[arm], tally.asked[arm]):.0f} % of {tally.asked[arm]}"
-        for arm in args.answer_arms
-    )
-    print(f"  the demo model's answers (one question per sampled fact): {answers}")
-    mine = [pct(tally.kept["summaries", p], tally.needed[p]) for p in PLACEMENTS]
-    s, w, c = (
-        pct(sum(tally.kept[a, p] for p in PLACEMENTS), total)
-        for a in ("summaries", "window", "ceiling")
-    )
-    print(
-        f"memory: facts kept {s:.0f} % with summaries vs {w:.0f} % sliding window "
-        f"(ceiling {c:.0f} %); by placement {'/'.join(f'{v:.0f}' for v in mine)} %"
-    )
 
 
 async def main() -> None:

@@ -1,12 +1,19 @@
-"""Grading for bench/memory.py: is a fact in a prompt with its current value, and is a summary
-sentence grounded in the turns it summarises."""
+"""Grading for bench/memory.py: is a fact in a prompt with its current value, is a summary
+sentence grounded in the turns it summarises, is what the user said of others kept as theirs;
+and the report."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from dataclasses import dataclass, field
 from functools import cache
 
-from memory_data import Fact
+from memory_data import PLACEMENTS, Conversation, Fact
+
+from apps.chat.prompt.memory_facts import RELATIONS
+
+ARMS = ("window", "summaries", "ceiling")
 
 # A sentence that names an old value beside one of these words says it is no longer current.
 _FORMER = re.compile(
@@ -50,6 +57,27 @@ def kept(fact: Fact, memory_block: str, recent: str) -> bool:
 
 def answered(fact: Fact, answer: str) -> bool:
     return has(fact.value, answer) and not (fact.old and has(fact.old, answer))
+
+
+# A line that names one of these says whom its detail is about.
+_RELATION = re.compile(rf"\b(?:{RELATIONS})\b", re.IGNORECASE)
+
+
+def others_as_user(c: Conversation, lines: list[str]) -> list[tuple[str, str]]:
+    """The lines about the user (summary sentences, the user's entries) that name something
+    the user said of another person without saying whom it is about, each with the user's
+    turn that said it: (line, turn)."""
+    found = []
+    for line in lines:
+        named = [v for v in c.others if has(v, line)]
+        if not named or _RELATION.search(line):
+            continue
+        said = next(
+            (t.text for t in c.turns if t.role == "user" and any(has(v, t.text) for v in named)),
+            "?",
+        )
+        found.append((line, said))
+    return found
 
 
 # -- grounding -------------------------------------------------------------------------------
@@ -106,3 +134,113 @@ def grounded(sentence: str, source: tuple[set[str], set[str]]) -> bool:
             return False
     hits = sum(_stem(w.lower()) in stems for w in content)
     return hits >= 0.5 * len(content)
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    kept: Counter = field(default_factory=Counter)  # (arm, placement) → facts kept
+    needed: Counter = field(default_factory=Counter)  # placement → facts asked
+    carriers: Counter = field(default_factory=Counter)  # (arm, carrier) → facts carried
+    old_current: Counter = field(default_factory=Counter)  # arm → old value shown as current
+    answered: Counter = field(default_factory=Counter)  # arm → right answers
+    asked: Counter = field(default_factory=Counter)  # arm → questions asked
+    perfect_sentences: int = 0  # the scripted summaries' sentences: the check's own error
+    perfect_flagged: int = 0
+    sentences: int = 0  # summary sentences the model wrote
+    invented: int = 0  # of them, not grounded in the turns
+    final_sentences: int = 0  # in the summaries that reached the closing prompts
+    final_invented: int = 0
+    others_as_user: Counter = field(default_factory=Counter)  # arm → lines that do so
+    others_lines: int = 0  # what the user said of other people, kept as theirs
+    raw_sentences: int = 0  # summary sentences as the model wrote them
+    summary_calls: int = 0
+    summary_tokens: int = 0
+    prompt_tokens: Counter = field(default_factory=Counter)  # arm → estimated tokens
+    examples: list[str] = field(default_factory=list)
+    others_shown: list[str] = field(default_factory=list)  # "arm: line <- the turn it is from"
+
+
+def pct(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole else 0.0
+
+
+def report(tally: Tally, args, conversations: int, seconds: float) -> None:
+    total = sum(tally.needed.values())
+    print(
+        f"{conversations} conversations of {args.exchanges} exchanges, {total} facts "
+        f"({total // len(PLACEMENTS)} per placement), budget {args.budget} tokens for turns "
+        f"(context {args.context}, answer {args.answer_tokens}), {seconds:.0f}s"
+    )
+    print(
+        f"  {'arm':10s} {'kept':>6s}   "
+        + " ".join(f"{p:>9s}" for p in PLACEMENTS)
+        + "   old value shown as current   prompt tokens"
+    )
+    for arm in ARMS:
+        kept = sum(tally.kept[arm, p] for p in PLACEMENTS)
+        by = " ".join(f"{pct(tally.kept[arm, p], tally.needed[p]):8.0f}%" for p in PLACEMENTS)
+        print(
+            f"  {arm:10s} {pct(kept, total):5.1f}%   {by}   "
+            f"{tally.old_current[arm]:>3d} of {tally.needed['corrected']} corrected facts"
+            f"{'':10s}{tally.prompt_tokens[arm] / conversations:6.0f}"
+        )
+    for arm in ("summaries", "ceiling"):
+        carried = ", ".join(
+            f"{c} {pct(tally.carriers[arm, c], total):.0f} %"
+            for c in ("summary", "key lines", "recent turns")
+        )
+        print(f"  {arm} carriers (a fact may be in several): {carried}")
+    print(
+        f"  summary sentences not grounded in the turns (invented): "
+        f"{pct(tally.invented, tally.sentences):.0f} % of {tally.sentences} written by the "
+        f"model; {tally.final_invented} of {tally.final_sentences} in the closing prompts"
+    )
+    print(
+        f"    (the check flags {tally.perfect_flagged} of the scripted summaries' "
+        f"{tally.perfect_sentences} sentences, all of them true)"
+    )
+    for example in tally.examples:
+        print(f"    e.g. {example[:110]!r}")
+    kept = tally.sentences
+    print(
+        f"  summary sentences the model wrote: {tally.raw_sentences}; kept by the grounding "
+        f"check: {kept} ({pct(tally.raw_sentences - kept, tally.raw_sentences):.0f} % dropped)"
+    )
+    corrected = tally.needed["corrected"]
+    print(
+        f"  corrected facts with only the new value as current (summaries arm): "
+        f"{tally.kept['summaries', 'corrected']} of {corrected}; facts in questions kept: "
+        f"{pct(tally.kept['summaries', 'question'], tally.needed['question']):.0f} % of "
+        f"{tally.needed['question']}"
+    )
+    print(
+        "  lines presenting what the user said of others as the user's: "
+        + ", ".join(f"{arm} {tally.others_as_user[arm]}" for arm in ("summaries", "ceiling"))
+        + f"; statements about others kept as theirs: {tally.others_lines}"
+    )
+    if tally.others_shown:
+        print("  others shown as the user's:")
+    for shown in tally.others_shown[:20]:
+        print(f"    {shown}")
+    print(
+        f"  {tally.summary_calls} summary requests, "
+        f"{tally.summary_calls / conversations:.1f} per conversation, "
+        f"{tally.summary_tokens} tokens"
+    )
+    answers = ", ".join(
+        f"{arm} {pct(tally.answered[arm], tally.asked[arm]):.0f} % of {tally.asked[arm]}"
+        for arm in args.answer_arms
+    )
+    print(f"  the demo model's answers (one question per sampled fact): {answers}")
+    mine = [pct(tally.kept["summaries", p], tally.needed[p]) for p in PLACEMENTS]
+    s, w, c = (
+        pct(sum(tally.kept[a, p] for p in PLACEMENTS), total)
+        for a in ("summaries", "window", "ceiling")
+    )
+    print(
+        f"memory: facts kept {s:.0f} % with summaries vs {w:.0f} % sliding window "
+        f"(ceiling {c:.0f} %); by placement {'/'.join(f'{v:.0f}' for v in mine)} %"
+    )

@@ -1,9 +1,10 @@
 """Memory that tells the truth: the user's facts as subject/value entries (a correction
 replaces the value, facts inside questions count, other people's statements stay theirs,
-requests and small talk are no facts), only grounded third-person summary sentences, a
-budget with a rule for what leaves first, and the page's note: the prompt's memory block,
-whose entries the user corrects or deletes. Also what the conversation's order decides: an
-edit keeps a summary whose last turn survives it, and an export counts covered turns in order."""
+requests and small talk are no facts), only grounded third-person summary sentences that
+tell the user nothing said of someone else, a budget with a rule for what leaves first, and
+the page's note: the prompt's memory block, whose entries the user corrects or deletes. Also
+what the conversation's order decides: an edit keeps a summary whose last turn survives it,
+and an export counts covered turns in order."""
 
 from __future__ import annotations
 
@@ -87,6 +88,59 @@ def test_statements_about_other_people_are_theirs():
         ("other", "The user's sister lives in Porto and works as a librarian."),
         ("other", "The user's boss has a cat called Mochi."),
     ]
+
+
+def test_a_statement_about_someone_else_is_theirs_wherever_it_names_them():
+    assert [
+        (e.kind, e.text())
+        for e in memory_facts.facts_of(
+            "Last week my cousin moved to Gdansk. Noor, my flatmate, is allergic to kiwi.", at=1
+        )
+    ] == [
+        ("other", "Last week the user's cousin moved to Gdansk."),
+        ("other", "Noor, the user's flatmate, is allergic to kiwi."),
+    ]
+
+
+def test_a_summary_never_tells_the_user_what_they_said_of_someone_else():
+    said = (
+        "My aunt lives in Mombasa and works as an architect. Anyway, what is a black hole?\n"
+        "My colleague Farah is allergic to sesame, she told everyone.\n"
+        "I live in Leuven and I work as a nurse."
+    )
+    answer = (
+        "She lives in Mombasa and works as an architect.\n"  # the aunt's, as the user's
+        "He told everyone else he was allergic to sesame.\n"
+        "I live in Mombasa.\n"
+        "The user lives in Leuven and works as a nurse.\n"
+        "The user's aunt lives in Mombasa."
+    )
+    assert memory_summary.summary_text(previous="", answer=answer, said=said) == (
+        "The user lives in Leuven and works as a nurse.\nThe user's aunt lives in Mombasa."
+    )
+    # What the notes so far said of someone else is theirs too.
+    assert memory_summary.summary_text(
+        previous="The user's aunt lives in Mombasa.",
+        answer="The user lives in Mombasa.",
+        said="I went for a run this morning.",
+    ) == ("The user's aunt lives in Mombasa.")
+    # What the user said of themselves as well stays theirs to say.
+    said = "My aunt lives in Mombasa. We live in Mombasa too."
+    answer = "The user lives in Mombasa."
+    assert memory_summary.summary_text(previous="", answer=answer, said=said) == answer
+
+
+def test_a_stored_summary_names_someone_elses_detail_only_saying_whose_it_is():
+    entries = [
+        *memory_facts.facts_of("My aunt lives in Mombasa.", at=1),
+        *memory_facts.facts_of("My son moved to Tucson.", at=2),
+    ]
+    summary = (
+        "The user lives in Mombasa.\n"  # "Mombasa" holds "mom", "Tucson" "son": no one's
+        "The user moved to Tucson last year.\n"
+        "The user's aunt lives in Mombasa."
+    )
+    assert memory_summary.summary_lines(summary, entries) == ["The user's aunt lives in Mombasa."]
 
 
 def test_a_correction_replaces_the_value_and_the_old_one_is_never_current(user, small_window):

@@ -7,8 +7,9 @@ the user lives). A sentence yields:
   name, partner, allergies, name, and any "my <code, number, address...> is <value>"): the
   subject is the entry's key, so a later value replaces the earlier one, which is kept as
   `former` (the prompt says "formerly", never shows it as current);
-- for a sentence about someone else ("My sister lives in Porto"), an entry that says so about
-  them ("The user's sister lives in Porto."), never one about the user;
+- for a sentence about someone else ("My sister lives in Porto", "Yesterday my brother moved
+  to Leuven"), an entry that says so about them ("The user's sister lives in Porto."), never
+  one about the user;
 - for another first-person statement that carries a number or a word facts come with, the
   sentence itself, quoted as what the user said.
 
@@ -76,10 +77,26 @@ _I_AM = r"i(?:'m|\s+am)"
 RELATIONS = (
     r"sister|brother|mother|mum|mom|father|dad|parents|boss|manager|friend|neighbou?r|colleague|"
     r"co-?worker|son|daughter|kids|children|cousin|aunt|uncle|grandmother|grandma|grandfather|"
-    r"grandpa|niece|nephew|roommate|flatmate|landlord|landlady|teacher|doctor|coach|in-laws"
+    r"grandpa|grandson|granddaughter|grandchildren|grandparents|niece|nephew|roommate|flatmate|"
+    r"landlord|landlady|teacher|doctor|coach|in-laws"
 )
 PARTNERS = r"partner|wife|husband|girlfriend|boyfriend|fianc[ée]e?|spouse"
 PETS = r"cat|dog|kitten|puppy|rabbit|hamster|parrot|budgie|horse|tortoise|turtle|ferret|goldfish"
+# Whom a sentence may be about besides the user: a relative, a partner, a pet (plural too).
+SOMEONE = rf"\b(?:{RELATIONS}|{PARTNERS}|{PETS})(?:s|es)?\b"
+# ... said as theirs: "my sister", "our old neighbour", "the user's friend Noor", "Noor's dog".
+_SOMEONE_ELSE = re.compile(
+    rf"(?:\b(?:my|our|user's|users'|their|his|her)|'s)\s+(?:[\w-]+\s+)?{SOMEONE}", re.IGNORECASE
+)
+
+
+def about_someone_else(sentence: str) -> bool:
+    """Whether a sentence speaks of someone in the user's life ("My sister lives in Porto",
+    "The user's sister lives in Porto"), so that what it says may be theirs, not the user's.
+    "The user is a teacher" names no one else."""
+    return _SOMEONE_ELSE.search(sentence) is not None
+
+
 # Jobs named without "I work as" ("a nurse like me", "As a pilot, ...") are taken only from
 # this list: "As a beginner" or "a person like me" name no job.
 OCCUPATIONS = frozenset(
@@ -298,6 +315,10 @@ def facts_of(text: str, *, at: int) -> list[Entry]:
             and _STRONG.search(sentence)
             and len(sentence.split()) >= 3
         ):
+            if about_someone_else(sentence):  # "Yesterday my sister moved to Porto."
+                told = _third_person(sentence)
+                entries.append(Entry(f"other:{_key(told)}", "{}", told, OTHER, at=at))
+                continue
             quoted = f'The user said: "{sentence.rstrip(".")}."'
             entries.append(Entry(f"said:{_key(sentence)}", "{}", quoted, SAID, at=at))
     return entries

@@ -109,6 +109,29 @@ def grounded(sentence: str, source: str) -> bool:
     return sum(_stem(w) in stems for w in content) * 3 >= len(content) * 2
 
 
+def _theirs_only(previous: str, said: str) -> set[str]:
+    """The words (by stem) the source says only of someone else: in the user's sentences about
+    someone in their life ("My sister lives in Porto") and the notes about them ("The user's
+    sister ..."), and in none of the rest."""
+    own, theirs = set(), set()
+    for match in _SENTENCE.finditer(f"{previous}\n{said}"):
+        sentence = match.group()
+        words = {_stem(w.lower()) for w in _WORDS.findall(sentence) if w.lower() not in _STOP}
+        (theirs if facts.about_someone_else(sentence) else own).update(words)
+    return theirs - own
+
+
+def _takes_theirs(sentence: str, theirs_only: set[str]) -> bool:
+    """A sentence that names no one else (so it tells of the user) but uses a word the source
+    said only of someone else: "The user works as a librarian" from "My sister works as a
+    librarian"."""
+    if facts.about_someone_else(sentence):
+        return False
+    return any(
+        _stem(w.lower()) in theirs_only for w in _WORDS.findall(sentence) if w.lower() not in _STOP
+    )
+
+
 def summary_text(*, previous: str, answer: str, finish_reason: str = "", said: str = "") -> str:
     """The stored summary: the model's notes that are grounded in what the user `said` in the
     summarised turns or in the `previous` notes, in the third person; the previous notes kept
@@ -116,15 +139,17 @@ def summary_text(*, previous: str, answer: str, finish_reason: str = "", said: s
     complete line or sentence: half a fact stored as memory would be repeated as if whole.
     A note that opens in the first person copies the user's words ("I live in ..."): it is
     kept as their quote when it is theirs; one that speaks to someone ("I'm glad you ...") or
-    is not grounded is dropped, as a small model invents events and answers the user."""
+    is not grounded is dropped, as a small model invents events and answers the user. So is
+    one that tells the user something the user said of someone else (_takes_theirs)."""
     text = answer.strip()
     if finish_reason == "length":
         ends = [match.end() for match in _COMPLETE.finditer(text)]
         text = text[: ends[-1]].strip() if ends else ""
     source = f"{previous}\n{said}"
+    theirs_only = _theirs_only(previous, said)
     kept = []
     for sentence in _sentences(text):
-        if not grounded(sentence, source):
+        if not grounded(sentence, source) or _takes_theirs(sentence, theirs_only):
             continue
         if _OPENS_AS_USER.match(sentence):
             words = [w.lower() for w in _WORDS.findall(sentence)]
@@ -254,7 +279,8 @@ def summary_lines(summary: str, entries: list[Entry]) -> list[str]:
             continue
         if any(_names(v, lower) for v in replaced) and not _PAST.search(sentence):
             continue
-        if words & theirs and not re.search(facts.RELATIONS, lower):
+        # "Mombasa" or "Tucson" hold no mother or son: whom it is about is a whole word.
+        if words & theirs and not facts.about_someone_else(sentence):
             continue
         kept.append(sentence)
     return kept
