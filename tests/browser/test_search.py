@@ -77,7 +77,8 @@ def test_inbox_notes_and_follow_up_chips_arrive_live(live_web, browser_page):
     page.goto(f"{live_web}/c/{conversation.id}/")
     expect(page.locator(".message.assistant")).to_have_count(1)
     notes = page.locator(".inbox-note.announcement")
-    expect(notes).to_contain_text("Welcome back")  # the inbox socket is open
+    # The inbox socket is open (it opens after the page's own: allow a loaded machine its time).
+    expect(notes).to_contain_text("Welcome back", timeout=15_000)
 
     inbox.inbox_post(user_id=me.id, kind="announcement", text="Maintenance at <i>six</i>")
     expect(notes.last).to_contain_text("Maintenance at <i>six</i>")
