@@ -358,7 +358,7 @@ class ChatConsumer(PooledConsumer):
     def _submit(self, text: str, request_id: str, previous: str | None) -> submission.Submitted:
         """Sends the question and tells the user's other tabs, in one trip through the pool,
         the session checked by the question's own insert. `previous`: the answer this socket
-        followed last, which the submit settles first if it has ended."""
+        followed last, whose end the submit reads first (waiting for the recorder to store it)."""
         return self.session.guarded(
             lambda condition: submission.request_submit(
                 user=self.user,
