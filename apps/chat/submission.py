@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from time import monotonic, sleep
@@ -134,19 +135,41 @@ def _end_read(pipe, request_id: str) -> None:
 def _wait_until_stored(conversation: Conversation, request_id: str) -> None:
     """Until the recorder releases the conversation from `request_id` (it has stored the
     answer): usually a few milliseconds, so polled every millisecond at first (a GET each),
-    then at growing intervals (a dispatcher failing over takes seconds)."""
+    then at growing intervals (a dispatcher failing over takes seconds). A wait past the first
+    20 ms holds one of `_LONG_WAITS`' places, or is told at once to send again when none is free."""
     key = keys().conversation_active(conversation.id)
     start = monotonic()
     pause = 0.001
-    while get_redis().get(key) == request_id:
-        waited = monotonic() - start
-        if waited > settings.ANSWER_STORE_WAIT_SECONDS:
-            raise ConversationBusy(
-                "Your last answer is still being saved. Please send your message again in a moment."
-            )
-        sleep(pause)
-        if waited > 0.02:
-            pause = min(pause * 2, 0.05)
+    place = None
+    try:
+        while get_redis().get(key) == request_id:
+            waited = monotonic() - start
+            if waited > settings.ANSWER_STORE_WAIT_SECONDS:
+                raise ConversationBusy(STILL_BEING_SAVED)
+            if waited > 0.02 and place is None:
+                place = _long_waits()
+                if not place.acquire(blocking=False):
+                    place = None
+                    raise ConversationBusy(STILL_BEING_SAVED)
+            sleep(pause)
+            if waited > 0.02:
+                pause = min(pause * 2, 0.05)
+    finally:
+        if place is not None:
+            place.release()
+
+
+STILL_BEING_SAVED = (
+    "Your last answer is still being saved. Please send your message again in a moment."
+)
+
+
+@functools.cache
+def _long_waits() -> threading.BoundedSemaphore:
+    """The waits for the recorder that outlast its usual milliseconds (a dispatcher failing
+    over) each hold a thread of this process, the websocket's among WEB_DB_THREADS: at most
+    half of those may wait at once, so other chats' database work always has threads."""
+    return threading.BoundedSemaphore(max(1, settings.WEB_DB_THREADS // 2))
 
 
 def ensure_model_served(*, model: str) -> None:

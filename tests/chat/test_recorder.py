@@ -236,6 +236,56 @@ def test_a_question_the_recorder_keeps_waiting_too_long_is_asked_again_and_nothi
     assert submission.active_request_id(conversation=conversation) == "r13"
 
 
+@pytest.fixture
+def pretend_clock(monkeypatch):
+    """The wait's clock and pauses, pretended: returns the pauses the web made."""
+    now, pauses = [0.0], []
+
+    def pause(seconds):
+        pauses.append(seconds)
+        now[0] += seconds
+
+    monkeypatch.setattr(submission, "sleep", pause)
+    monkeypatch.setattr(submission, "monotonic", lambda: now[0])
+    return pauses
+
+
+@pytest.mark.parametrize("places_free", [True, False])
+def test_a_long_wait_for_the_recorder_holds_a_thread_only_while_half_the_threads_are_free(
+    user, settings, pretend_clock, places_free
+):
+    """A dispatcher failing over keeps a question waiting; such waits each hold a thread of the
+    web, so at most half of WEB_DB_THREADS wait at once, and the next is asked at once (after
+    the first 20 ms) to send again, leaving the other threads to other chats."""
+    settings.ANSWER_STORE_WAIT_SECONDS = 10
+    conversation = conversation_create(owner=user)
+    ended_request(conversation, "r15")
+    places = submission._long_waits()
+    taken = 0
+    while not places_free and places.acquire(blocking=False):
+        taken += 1
+    try:
+        with pytest.raises(submission.ConversationBusy, match="still being saved"):
+            submission.request_submit(
+                user=user, conversation=conversation, text="And at night?", expected="r15"
+            )
+    finally:
+        for _ in range(taken):
+            places.release()
+    waited = sum(pretend_clock)
+    if places_free:
+        assert waited > settings.ANSWER_STORE_WAIT_SECONDS
+    else:
+        assert 0.02 < waited < 0.1
+    free = 0
+    while places.acquire(blocking=False):
+        free += 1
+    for _ in range(free):
+        places.release()
+    assert free == max(1, settings.WEB_DB_THREADS // 2)  # the wait gave its place back
+    assert not conversation.messages.exists()
+
+
 def test_a_forgotten_request_does_not_hold_its_conversation(user, recorder_while_waiting):
     """Its state expired (Redis kept the conversation's key longer): nothing runs it any more,
     and nothing will release it, so the next question takes its place without waiting."""
