@@ -5,15 +5,20 @@ has committed: before that, a reader would refill them from the old rows, and a 
 change must not reach them at all. A transaction that deletes a thousand rows should still cost
 one Redis round trip, so the changes of one transaction are gathered in a batch per name and
 applied together, once, after the commit.
+
+Only Django's public transaction API is used (`on_commit`, `get_autocommit`): inside a test's
+never-committed transaction (Django's `TestCase`) the work waits like any other, and a test that
+wants to see it captures the on-commit callbacks (`django_capture_on_commit_callbacks`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from django.db import transaction
 
-_ATTR = "_sluice_batch_{}"  # on the connection: the current transaction's batch of that name
+_BATCHES = "_sluice_commit_batches"  # on the connection: {name: batch} of its open transaction
 
 
 def after_commit_collect(
@@ -24,54 +29,56 @@ def after_commit_collect(
     empty: Callable[[], dict],
 ) -> None:
     """`add` records a change in the current transaction's batch `name` (`empty()` at first);
-    `apply` receives the batch once, after commit. Outside a transaction, or in a Django
-    TestCase's (which never commits: Django's durable blocks make the same exception), it is
-    applied at once."""
+    `apply` receives the batch once, after commit. Outside a transaction it is applied at once.
+
+    Every change registers the batch's flush (a cheap call; the first one after the commit
+    applies the batch, the rest find it gone), so a change made after a rolled-back savepoint
+    is never left without a callback. Changes made inside that savepoint stay in the batch:
+    every batch is a cache invalidation or a recount, which costs nothing wrong when applied
+    without need."""
     conn = transaction.get_connection()
-    if not commit_pending():
+    batches = _open_batches(conn)
+    if batches is None:
         batch = empty()
         add(batch)
         apply(batch)
         return
-    attr = _ATTR.format(name)
-    batch = conn.__dict__.get(attr)
-    # None yet, or its transaction was rolled back with its callback: a fresh batch.
-    if not _registered(conn, batch):
-        batch = empty()
-        batch["_flush"] = lambda: apply(conn.__dict__.pop(attr, batch))
-        conn.__dict__[attr] = batch
-        # robust: a failure here is logged, and never reaches a caller whose write committed
-        transaction.on_commit(batch["_flush"], robust=True)
-    add(batch)
+    if name not in batches:
+        batches[name] = empty()
+    add(batches[name])
+    # robust: a failure here is logged, and never reaches a caller whose write committed
+    # the flush holds this transaction's dict itself: a look outside a transaction (one of the
+    # callbacks writing again) may drop the connection's reference before every flush has run
+    transaction.on_commit(partial(_flush, batches, name, apply), robust=True)
 
 
 def after_commit(func: Callable[[], None]) -> None:
-    """`func` once the current transaction commits (at once outside one, or in a Django
-    TestCase's, as for `after_commit_collect`)."""
-    if commit_pending():
-        transaction.on_commit(func)
-    else:
-        func()
+    """`func` once the current transaction commits (at once outside one)."""
+    transaction.on_commit(func)
 
 
 def commit_pending() -> bool:
-    """Whether a write made now waits for a transaction's commit. A Django TestCase wraps each
-    test in a transaction that never commits; Django marks it (`_from_testcase`, the mark its own
-    durable blocks read), and writes inside it count as committed at once. The one place that
-    reads the mark."""
-    conn = transaction.get_connection()
-    return conn.in_atomic_block and not conn.atomic_blocks[0]._from_testcase
+    """Whether a write made now waits for a transaction's commit."""
+    return not transaction.get_autocommit()
 
 
 def batch_pending(name: str) -> bool:
     """Whether the current transaction has collected changes under `name`."""
-    conn = transaction.get_connection()
-    return _registered(conn, conn.__dict__.get(_ATTR.format(name)))
+    batches = _open_batches(transaction.get_connection())
+    return bool(batches and name in batches)
 
 
-def _registered(conn, batch: dict | None) -> bool:
-    return (
-        batch is not None
-        and conn.in_atomic_block
-        and any(entry[1] is batch["_flush"] for entry in conn.run_on_commit)
-    )
+def _open_batches(conn) -> dict | None:
+    """The batches of the connection's open transaction; None outside one. What is left from a
+    transaction that ended without committing (rolled back) is dropped on the first look
+    outside a transaction."""
+    if not commit_pending():
+        conn.__dict__.pop(_BATCHES, None)
+        return None
+    return conn.__dict__.setdefault(_BATCHES, {})
+
+
+def _flush(batches: dict, name: str, apply: Callable[[dict], None]) -> None:
+    batch = batches.pop(name, None)
+    if batch is not None:
+        apply(batch)

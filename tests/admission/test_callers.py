@@ -39,12 +39,16 @@ def test_the_second_request_reads_no_postgresql_and_finds_the_same_caller(
     assert [getattr(cached_plan, f) for f in fields] == [getattr(stored_plan, f) for f in fields]
 
 
+# committed for real: the caches hear a change once its transaction commits
+@pytest.mark.django_db(transaction=True)
 def test_a_revoked_key_is_refused_at_once(user, key, django_assert_num_queries):
     warm(key, django_assert_num_queries)
     api_key_revoke(user=user, key_id=user.api_keys.get().id)
     assert api_key_caller(raw=key) is None
 
 
+# committed for real: the caches hear a change once its transaction commits
+@pytest.mark.django_db(transaction=True)
 def test_a_deactivated_user_is_refused_at_once(user, key, django_assert_num_queries):
     warm(key, django_assert_num_queries)
     user.is_active = False
@@ -59,6 +63,8 @@ def test_a_login_keeps_the_cached_callers(user, key, django_assert_num_queries):
         assert api_key_caller(raw=key)[0] == user
 
 
+# committed for real: the caches hear a change once its transaction commits
+@pytest.mark.django_db(transaction=True)
 def test_plan_changes_reach_cached_callers_at_once(user, key, django_assert_num_queries):
     pro = Plan.objects.create(slug="pro", name="Pro", priority_weight=4)
     warm(key, django_assert_num_queries)

@@ -54,6 +54,8 @@ def test_the_api_key_lookup_reads_every_field_of_the_plan_as_the_orm_does(user):
     assert found.model_names == ["a-model", "b-model"] and found.allows("b-model")
 
 
+# committed for real: the caches hear a change once its transaction commits
+@pytest.mark.django_db(transaction=True)
 def test_a_bad_or_revoked_key_finds_no_caller(user):
     key, raw = api_key_create(user=user, name="soon revoked")
     assert api_key_caller(raw=raw)[0] == user

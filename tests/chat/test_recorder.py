@@ -332,6 +332,8 @@ def redis_round_trips(monkeypatch):
     return sent
 
 
+# committed for real: the caches hear a change once its transaction commits
+@pytest.mark.django_db(transaction=True)
 def test_the_next_question_waits_for_the_recorder_and_its_prompt_holds_the_answer_once(
     user, recorder_while_waiting, fleet_cached
 ):
@@ -363,6 +365,8 @@ def turns_sent(request_id: str) -> list[tuple[str, str]]:
     ]
 
 
+# committed for real: the caches hear a change once its transaction commits
+@pytest.mark.django_db(transaction=True)
 def test_a_prompt_read_ahead_holds_the_turns_the_recorder_stored_before(
     user, redis_round_trips, fleet_cached
 ):
