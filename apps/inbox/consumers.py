@@ -50,6 +50,9 @@ class InboxConsumer(PooledConsumer):
         self.session_digest = session_digest(self.session.session_key)
         self._tasks: set[asyncio.Task] = set()
         self.delivered = 0  # the newest message id sent, so a re-read sends only newer ones
+        # one re-read at a time: two at once (announcements sent close together) would both read
+        # after the same id and send the same messages twice
+        self._rereading = asyncio.Lock()
         unread, inbox_after = await self._open()
         accounts_after = login.events_after
         await self.accept()
@@ -119,7 +122,8 @@ class InboxConsumer(PooledConsumer):
 
     async def _reread(self) -> None:
         try:
-            await self._deliver(await self._unread_after(self.delivered))
+            async with self._rereading:
+                await self._deliver(await self._unread_after(self.delivered))
         except SessionEnded:
             await self._end_session()
         except Exception as exc:  # the database is away: the next visit shows them

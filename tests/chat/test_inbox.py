@@ -151,6 +151,27 @@ async def test_an_announcement_reaches_its_plan_only_live_and_stored(user, other
     assert await texts(other_user) == ["Pro models are faster today", "To all"]
 
 
+async def test_announcements_sent_together_reach_a_tab_once_each(user, monkeypatch):
+    """Each announcement makes the tab read its unread messages again; reads that overlap
+    (here each read is slowed down, as on a loaded database) would each send what is newer
+    than the last message sent, twice."""
+    read = inbox.inbox_unread_for_user
+
+    def slow_read(**kwargs):
+        time.sleep(0.2)
+        return read(**kwargs)
+
+    async with inbox_socket(user) as tab:
+        monkeypatch.setattr(inbox, "inbox_unread_for_user", slow_read)
+        for n in range(3):
+            await sync_to_async(inbox.announcement_send)(text=f"Notice {n}", plan=None)
+        received = []
+        while len(received) < 3:
+            received += [m["text"] for m in await next_messages(tab)]
+        assert await tab.receive_nothing(timeout=0.5)
+    assert received == ["Notice 0", "Notice 1", "Notice 2"]
+
+
 def test_an_admin_writes_an_announcement_in_the_admin(client_for):
     admin = user_create(username="root", password="correct-horse-battery")
     admin.is_staff = admin.is_superuser = True
