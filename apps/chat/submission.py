@@ -136,7 +136,8 @@ def _wait_until_stored(conversation: Conversation, request_id: str) -> None:
     """Until the recorder releases the conversation from `request_id` (it has stored the
     answer): usually a few milliseconds, so polled every millisecond at first (a GET each),
     then at growing intervals (a dispatcher failing over takes seconds). A wait past the first
-    20 ms holds one of `_LONG_WAITS`' places, or is told at once to send again when none is free."""
+    LONG_WAIT_SECONDS holds one of `_long_waits()`' places, or is told at once to send again when
+    none is free."""
     key = keys().conversation_active(conversation.id)
     start = monotonic()
     pause = 0.001
@@ -146,7 +147,7 @@ def _wait_until_stored(conversation: Conversation, request_id: str) -> None:
             waited = monotonic() - start
             if waited > settings.ANSWER_STORE_WAIT_SECONDS:
                 raise ConversationBusy(STILL_BEING_SAVED)
-            if waited > 0.02 and place is None:
+            if waited > LONG_WAIT_SECONDS and place is None:
                 place = _long_waits()
                 if not place.acquire(blocking=False):
                     place = None
@@ -159,6 +160,10 @@ def _wait_until_stored(conversation: Conversation, request_id: str) -> None:
             place.release()
 
 
+# The recorder stores an answer within one dispatcher pass (tens of milliseconds even with a
+# hundred streams asking again the moment their answers end): a wait past a second means the
+# dispatcher is away, failing over.
+LONG_WAIT_SECONDS = 1.0
 STILL_BEING_SAVED = (
     "Your last answer is still being saved. Please send your message again in a moment."
 )
