@@ -8,7 +8,8 @@ applied together, once, after the commit.
 
 Only Django's public transaction API is used (`on_commit`, `get_autocommit`): inside a test's
 never-committed transaction (Django's `TestCase`) the work waits like any other, and a test that
-wants to see it captures the on-commit callbacks (`django_capture_on_commit_callbacks`).
+wants to see it commits for real (`django_db(transaction=True)`) or captures the on-commit
+callbacks (`django_capture_on_commit_callbacks(execute=True)`).
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ def after_commit_collect(
     if name not in batches:
         batches[name] = empty()
     add(batches[name])
-    # robust: a failure here is logged, and never reaches a caller whose write committed
-    # the flush holds this transaction's dict itself: a look outside a transaction (one of the
-    # callbacks writing again) may drop the connection's reference before every flush has run
+    # The flush holds this transaction's dict itself: a look outside a transaction (one of the
+    # callbacks writing again) may drop the connection's reference before every flush has run.
+    # robust: a failure is logged, and never reaches a caller whose write committed.
     transaction.on_commit(partial(_flush, batches, name, apply), robust=True)
 
 
