@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from weakref import WeakKeyDictionary
 
 from django.db import transaction
 
-_BATCHES = "_sluice_commit_batches"  # on the connection: {name: batch} of its open transaction
+# Per database connection (each thread or task has its own): {name: batch} of its open
+# transaction. Kept beside the connection, never on it: Django's objects stay as Django made them.
+_BATCHES: WeakKeyDictionary = WeakKeyDictionary()
 
 
 def after_commit_collect(
@@ -37,8 +40,7 @@ def after_commit_collect(
     is never left without a callback. Changes made inside that savepoint stay in the batch:
     every batch is a cache invalidation or a recount, which costs nothing wrong when applied
     without need."""
-    conn = transaction.get_connection()
-    batches = _open_batches(conn)
+    batches = _open_batches(transaction.get_connection())
     if batches is None:
         batch = empty()
         add(batch)
@@ -48,7 +50,7 @@ def after_commit_collect(
         batches[name] = empty()
     add(batches[name])
     # The flush holds this transaction's dict itself: a look outside a transaction (one of the
-    # callbacks writing again) may drop the connection's reference before every flush has run.
+    # callbacks writing again) may drop the connection's entry before every flush has run.
     # robust: a failure is logged, and never reaches a caller whose write committed.
     transaction.on_commit(partial(_flush, batches, name, apply), robust=True)
 
@@ -74,9 +76,9 @@ def _open_batches(conn) -> dict | None:
     transaction that ended without committing (rolled back) is dropped on the first look
     outside a transaction."""
     if not commit_pending():
-        conn.__dict__.pop(_BATCHES, None)
+        _BATCHES.pop(conn, None)
         return None
-    return conn.__dict__.setdefault(_BATCHES, {})
+    return _BATCHES.setdefault(conn, {})
 
 
 def _flush(batches: dict, name: str, apply: Callable[[dict], None]) -> None:
