@@ -189,6 +189,14 @@ def service_recall(corpora, questions, query_vectors, k: int) -> float:
     return statistics.mean(recalls)
 
 
+def rerank_model_path(name: str) -> str:
+    if name != "bundled":
+        return str(Path(name).resolve())
+    from worker.prepare_model import bundled_gguf
+
+    return str(bundled_gguf())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", type=int, default=10_000, help="N, the generated corpus size")
@@ -197,6 +205,13 @@ def main() -> int:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--relevance-only", action="store_true", help="step 1 only")
     parser.add_argument("--verbose", action="store_true", help="print every question missed")
+    parser.add_argument(
+        "--rerank-model",
+        default="",
+        help="RAG_RERANK_MODEL for the service's arms: a cross-encoder folder, a GGUF file, or "
+        "'bundled' (the demo's SmolLM2 GGUF, scoring the question's likelihood)",
+    )
+    parser.add_argument("--rerank-candidates", type=int, help="RAG_RERANK_CANDIDATES")
     args = parser.parse_args()
 
     with bench_services() as urls:
@@ -208,6 +223,10 @@ def main() -> int:
         from apps.rag.embeddings import embed_texts, get_model
 
         get_model()
+        if args.rerank_model:
+            settings.RAG_RERANK_MODEL = rerank_model_path(args.rerank_model)
+        if args.rerank_candidates:
+            settings.RAG_RERANK_CANDIDATES = args.rerank_candidates
         docs = rag_relevance.ingest_docs()
         relevance = rag_relevance.evaluate(docs, verbose=args.verbose)
         relevance_line = rag_relevance.report(relevance)

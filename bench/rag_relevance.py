@@ -164,6 +164,7 @@ class Result:
     off_shared: list[float]  # shared-word off-topic questions given passages
     off_plain: list[float]
     misses: list[str]
+    prompt_seconds: list[float] = field(default_factory=list)  # retrieve_for_prompt, on topic
 
     def arm(self, name: str, split: str = "all") -> Scores:
         return self.scores[(name, split)]
@@ -206,11 +207,15 @@ def evaluate(corpus, *, verbose: bool = False) -> Result:
                 print(f"  off-topic given {len(given)}: {q.text} -> {given[0].title}")
             continue
         embedding = caches.query_embedding(q.text)
+        # Asked first: its time is a new question's (the arms below reuse a second stage's
+        # scores of the same passages).
+        asked = time.perf_counter()
+        given = retrieve_for_prompt(user=user, query=q.text, corpora=[corpus.pk])
+        result.prompt_seconds.append(time.perf_counter() - asked)
         for arm, ranked in rankings(corpus, q.text, embedding).items():
             hits = [q.hits(p, sources) for p in ranked]
             for split in ("all", q.split):
                 scores.setdefault((arm, split), Scores()).add(hits)
-        given = retrieve_for_prompt(user=user, query=q.text, corpora=[corpus.pk])
         hit = any(q.hits(p, sources) for p in given)
         result.cited_count.append(len(given))
         for split in ("all", q.split):
@@ -238,7 +243,20 @@ def report(result: Result) -> str:
             for arm in ARMS
         ]
         print(f"relevance ({split}, {n} questions), hit@5/mrr@{DEPTH}: " + ", ".join(parts))
+    from django.conf import settings
+
     mean_given = statistics.mean(result.cited_count) if result.cited_count else 0
+    seconds = sorted(result.prompt_seconds) or [0.0]
+    second_stage = (
+        f"reranked by {Path(settings.RAG_RERANK_MODEL).name} over the first "
+        f"{settings.RAG_RERANK_CANDIDATES}"
+        if settings.RAG_RERANK_MODEL
+        else "no second stage"
+    )
+    print(
+        f"prompt retrieval ({second_stage}): p50 {1000 * statistics.median(seconds):.0f} ms, "
+        f"max {1000 * seconds[-1]:.0f} ms per question (query embedding cached)"
+    )
     return (
         f"rag relevance: answering passage among those cited {pct(result.cited['all'])} "
         f"(dev {pct(result.cited['dev'])}, held-out {pct(result.cited['held'])}; "

@@ -71,6 +71,10 @@ def embedded_postgres(datadir: Path) -> Iterator[str]:
         )
     finally:
         stop_postgres(running_postmaster(datadir) or info.pid)
+        # pgserver keeps one handle per data directory for the life of the process; with
+        # cleanup_mode None this only forgets it, so starting the same directory again in this
+        # process (bench/rag.py's first run does) starts a server instead of returning this one.
+        server.cleanup()
 
 
 def socket_database_url(*, socket_dir: str, port: int | str, name: str, user: str = "postgres"):

@@ -1,15 +1,21 @@
-"""An optional second stage: a cross-encoder reorders the best passages after the gate.
+"""An optional second stage: a model that reads the question and each passage together
+reorders the best passages after the gate.
 
 The first stage scores the question and each passage apart (two embeddings, one cosine), which
-is what makes it fast and what makes it miss a passage that answers in other words. A
-cross-encoder reads the question and the passage together and scores the pair, far better at
-telling the answer from a neighbour, at one model pass per pair: so it only reorders the first
-settings.RAG_RERANK_CANDIDATES passages that passed the relevance gate (the gate stays the
-calibrated one, so turning the stage on changes the order, never whether passages are given).
+is what makes it fast and what makes it miss a passage that answers in other words. A model
+reading the pair together is far better at telling the answer from a neighbour, at one model
+pass per pair: so it only reorders the first settings.RAG_RERANK_CANDIDATES passages that passed
+the relevance gate (the gate stays the calibrated one, so turning the stage on changes the
+order, never whether passages are given).
 
-settings.RAG_RERANK_MODEL names a local sentence-transformers CrossEncoder folder (for example
-a downloaded cross-encoder/ms-marco-MiniLM-L-6-v2, ~90 MB, ~2 ms a pair on a CPU core); empty,
-the stage is off. No package the project installs ships such weights, so it is off by default.
+settings.RAG_RERANK_MODEL names either
+- a local sentence-transformers CrossEncoder folder (for example a downloaded
+  cross-encoder/ms-marco-MiniLM-L-6-v2, ~90 MB, ~2 ms a pair on a CPU core), or
+- a GGUF file of an instruction-tuned language model, which scores how likely the question is
+  after the passage (apps.rag.query_likelihood; the demo's bundled SmolLM2-135M works, at about
+  0.45 s a pair on two CPU cores).
+Empty, the stage is off, as it is by default: no installed package ships cross-encoder weights,
+and the bundled model on the demo's two cores would take seconds from every first token.
 """
 
 from __future__ import annotations
@@ -23,21 +29,35 @@ _lock = threading.Lock()
 _models: dict[str, object] = {}
 
 
+class CrossEncoderScorer:
+    def __init__(self, path: str):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import CrossEncoder
+
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"RAG_RERANK_MODEL: no model folder at {path}")
+        self.model = CrossEncoder(path, device="cpu")
+
+    def score(self, question: str, passages: list[str]) -> list[float]:
+        pairs = [(question, passage) for passage in passages]
+        return [float(s) for s in self.model.predict(pairs, show_progress_bar=False)]
+
+
 def get_reranker(path: str):
-    """The CrossEncoder at `path`, loaded once per process (never from a hub: a missing folder
-    fails loudly)."""
+    """The scorer at `path` (a CrossEncoder folder or a GGUF file), loaded once per process
+    (never from a hub: a missing model fails loudly)."""
     model = _models.get(path)
     if model is None:
         with _lock:
             model = _models.get(path)
             if model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                from sentence_transformers import CrossEncoder
+                if path.endswith(".gguf"):
+                    from apps.rag.query_likelihood import QueryLikelihood
 
-                if not os.path.isdir(path):
-                    raise FileNotFoundError(f"RAG_RERANK_MODEL: no model folder at {path}")
-                model = CrossEncoder(path, device="cpu")
+                    model = QueryLikelihood(path)
+                else:
+                    model = CrossEncoderScorer(path)
                 _models[path] = model
     return model
 
@@ -48,18 +68,16 @@ def passage_input(row: dict) -> str:
 
 
 def reorder(query: str, ranked: list, *, model_path: str | None = None, pool: int | None = None):
-    """`ranked` (best first) with its first `pool` entries in the cross-encoder's order, each
-    given its score in `.rerank`; the rest follow unchanged."""
+    """`ranked` (best first) with its first `pool` entries in the model's order, each given its
+    score in `.rerank`; the rest follow unchanged."""
     path = settings.RAG_RERANK_MODEL if model_path is None else model_path
     pool = settings.RAG_RERANK_CANDIDATES if pool is None else pool
     head, rest = ranked[:pool], ranked[pool:]
     if not path or len(head) < 2:
         return ranked
-    scores = get_reranker(path).predict(
-        [(query, passage_input(s.row)) for s in head], show_progress_bar=False
-    )
+    scores = get_reranker(path).score(query, [passage_input(s.row) for s in head])
     for s, score in zip(head, scores, strict=True):
-        s.rerank = float(score)
+        s.rerank = score
     # Stable: equal model scores keep the first stage's order.
     head = sorted(head, key=lambda s: -s.rerank)
     return head + rest

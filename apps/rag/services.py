@@ -81,7 +81,11 @@ def _retrieve(
     candidates = candidate_pool()
     options = {"k": k, "filter": metadata_filter, "boost": boost, "candidates": candidates}
     # Settings that change the ranking: a cached result made under others is not reused.
-    options["ranking"] = (settings.RAG_MEAN_REMOVAL, settings.RAG_RERANK_MODEL)
+    options["ranking"] = (
+        settings.RAG_MEAN_REMOVAL,
+        settings.RAG_RERANK_MODEL,
+        settings.RAG_RERANK_CANDIDATES,
+    )
     cache_key = caches.results_key(
         corpora=[(c.pk, c.version) for c in searchable], query=query, options=options
     )

@@ -247,8 +247,9 @@ RAG_MIN_SIMILARITY = env.float("RAG_MIN_SIMILARITY", default=0.2)
 # their cosine (apps/rag/centering.py): passages near the corpus's centre (introductions,
 # overviews) then stop matching every question. 0 is the plain cosine.
 RAG_MEAN_REMOVAL = env.float("RAG_MEAN_REMOVAL", default=0.5)
-# A cross-encoder (a local sentence-transformers folder) that reorders the best
-# RAG_RERANK_CANDIDATES passages after the relevance gate; none by default.
+# A second stage that reorders the best RAG_RERANK_CANDIDATES passages after the relevance
+# gate: a cross-encoder (a local sentence-transformers folder) or a language model's .gguf file
+# (apps/rag/query_likelihood.py); none by default.
 RAG_RERANK_MODEL = env.str("RAG_RERANK_MODEL", default="")
 RAG_RERANK_CANDIDATES = env.int("RAG_RERANK_CANDIDATES", default=20)
 # The passages' share of a prompt, in model tokens (about four characters each): every token

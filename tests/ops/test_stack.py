@@ -77,3 +77,42 @@ def test_ctrl_c_stops_embedded_postgres_and_redis_and_data_survives(tmp_path):
         process.send_signal(signal.SIGINT)
         process.wait(timeout=60)
     assert project_servers(tmp_path) == []
+
+
+TWO_STARTS = """
+import sys
+from pathlib import Path
+
+import psycopg
+
+from devstack.stack import embedded_postgres
+
+
+def connect(url):
+    socket_dir = url.split("@/")[1].split("/sluice")[0].replace("%2F", "/")
+    return psycopg.connect(host=socket_dir, dbname="sluice", user="postgres")
+
+
+datadir = Path(sys.argv[1])
+with embedded_postgres(datadir) as url, connect(url) as conn:
+    conn.execute("CREATE TABLE kept (x int)")
+with embedded_postgres(datadir) as url, connect(url) as conn:
+    print("rows", conn.execute("SELECT count(*) FROM kept").fetchone()[0])
+"""
+
+
+@pytest.mark.slow
+def test_one_process_can_start_the_same_data_directory_twice(tmp_path):
+    """A benchmark creates its cluster, stops it to change its configuration and starts it
+    again, all in one process: the second start must start a server, not hand back the first,
+    stopped one. (In a process of its own: pgserver's exit hooks log as the process ends.)"""
+    done = subprocess.run(
+        [sys.executable, "-c", TWO_STARTS, str(tmp_path / "postgres")],
+        cwd=BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "rows 0" in done.stdout
+    assert project_servers(tmp_path) == []

@@ -1,10 +1,13 @@
-"""The cross-encoder stage's plumbing. No installed package ships a trained cross-encoder, so
-the model here is one the test builds: MiniLM's tokenizer in front of a tiny BERT with random
-weights. Its scores mean nothing; what is tested is that the configured model scores each
-passage, that its scores decide the order, and that the stage stays off when none is set.
-The stage's quality is measured by bench/rag.py where a trained model is at hand."""
+"""The second stage. No installed package ships a trained cross-encoder, so the cross-encoder
+here is one the test builds: MiniLM's tokenizer in front of a tiny BERT with random weights. Its
+scores mean nothing; what is tested is that the configured model scores each passage, that its
+scores decide the order, and that the stage stays off when none is set. The language-model
+scorer runs the demo's real SmolLM2 GGUF, so its tests check what it decides too. The stage's
+quality on the labelled questions is measured by `bench/rag.py --rerank-model`."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -13,6 +16,7 @@ from transformers import AutoTokenizer, BertConfig, BertForSequenceClassificatio
 from apps.rag import rerank
 from apps.rag.embeddings import model_path
 from apps.rag.services import retrieve_for_prompt
+from worker.prepare_model import bundled_gguf
 
 QUERY = "How do I roll back billing?"
 
@@ -54,10 +58,10 @@ def test_the_configured_model_scores_and_orders_the_passages(
     # passage carries the model's score below).
     passages = retrieve_for_prompt(user=user, query=QUERY, budget_tokens=10_000)
     model = rerank.get_reranker(cross_encoder_dir)
-    expected = model.predict(
-        [(QUERY, f"{p.heading}\n{p.text}" if p.heading else p.text) for p in passages]
+    expected = model.score(
+        QUERY, [f"{p.heading}\n{p.text}" if p.heading else p.text for p in passages]
     )
-    assert [p.rerank_score for p in passages] == pytest.approx([float(s) for s in expected])
+    assert [p.rerank_score for p in passages] == pytest.approx(expected)
     scores = [p.rerank_score for p in passages]
     assert scores == sorted(scores, reverse=True)
     assert [p.number for p in passages] == list(range(1, len(passages) + 1))
@@ -65,5 +69,45 @@ def test_the_configured_model_scores_and_orders_the_passages(
 
 def test_a_missing_model_folder_fails_loudly(handbook, user, settings, tmp_path):
     settings.RAG_RERANK_MODEL = str(tmp_path / "absent")
+    with pytest.raises(FileNotFoundError, match="RAG_RERANK_MODEL"):
+        retrieve_for_prompt(user=user, query=QUERY)
+
+
+ANSWERS = "To roll back a billing change, open Billing > History and press Undo on the change."
+UNRELATED = "Bananas are rich in potassium and grow best in warm, humid climates."
+
+
+@pytest.fixture(scope="module")
+def language_model():
+    return rerank.get_reranker(str(bundled_gguf()))
+
+
+def test_the_language_model_scores_the_answering_passage_above_an_unrelated_one(language_model):
+    answers, unrelated = language_model.score(QUERY, [ANSWERS, UNRELATED])
+    assert answers > unrelated
+    # The same pair asked again (the second retrieval of a question) scores the same.
+    assert language_model.score(QUERY, [UNRELATED, ANSWERS]) == [unrelated, answers]
+
+
+def test_a_passage_longer_than_the_models_context_is_cut_not_refused(language_model):
+    long_passage = " ".join([ANSWERS] * 200)  # thousands of tokens; the context holds 512
+    [score] = language_model.score(QUERY, [long_passage])
+    assert math.isfinite(score) and score < 0
+
+
+def test_the_language_model_orders_the_passages_of_a_search(
+    handbook, user, settings, language_model
+):
+    settings.RAG_RERANK_MODEL = str(bundled_gguf())
+    settings.RAG_RERANK_CANDIDATES = 3
+    passages = retrieve_for_prompt(user=user, query=QUERY, budget_tokens=10_000)
+    head = passages[:3]
+    assert all(p.rerank_score is not None for p in head)
+    assert [p.rerank_score for p in head] == sorted((p.rerank_score for p in head), reverse=True)
+    assert all(p.rerank_score is None for p in passages[3:])
+
+
+def test_a_missing_gguf_file_fails_loudly(handbook, user, settings, tmp_path):
+    settings.RAG_RERANK_MODEL = str(tmp_path / "absent.gguf")
     with pytest.raises(FileNotFoundError, match="RAG_RERANK_MODEL"):
         retrieve_for_prompt(user=user, query=QUERY)
