@@ -297,10 +297,10 @@ def test_a_rolling_upgrade_with_answers_in_flight_loses_nothing(upgrade_stack):
         what="a new dispatcher to hold the lease",
     )
     for name in ("web-a", "web-b"):
-        # Out of the rotation first, as a load balancer takes it out: the previous release
-        # cannot drain on SIGTERM by itself (this one can: core/draining.py), so its streams
-        # are let end before it is stopped (docs/deploy.md): a load balancer's drain time, the
-        # longest an answer takes, let pass.
+        # Out of the rotation first, as a load balancer takes it out, and its streams let end
+        # before it is stopped (docs/deploy.md): a load balancer's drain time, the longest an
+        # answer takes, let pass. (Needed for a release before core/draining.py, which could
+        # not drain on SIGTERM by itself; harmless for one that can.)
         stack.web_urls.pop(name)
         time.sleep(ANSWER_SECONDS)
         assert stack.stop(name) == 0, name
