@@ -4,6 +4,12 @@ current value?
     .venv/bin/python bench/memory.py                     # 8 conversations, SmolLM2 summaries
     .venv/bin/python bench/memory.py --conversations 50 --answers 5  # the fuller run
     .venv/bin/python bench/memory.py --max-minutes 30    # starts no conversation after 30 min
+    .venv/bin/python bench/memory.py --set independent --summaries none --answers 0  # no model
+
+Two sets. `independent` (the headline): 40 conversations in bench/data/memory_independent_*.jsonl,
+written in their own words by people who never read the memory's code or this bench, frozen
+before the first run against them. `dev`: conversations this bench generates
+(bench/memory_data.py), on which the memory's thresholds were chosen.
 
 The model's work is what takes time: about three summary requests per conversation, and for the
 answers one long prompt per arm (an arm's questions share its prefix, so more `--answers` cost
@@ -46,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import sys
@@ -62,7 +69,13 @@ import django  # noqa: E402
 django.setup()
 
 import memory_grade as grade  # noqa: E402
-from memory_data import PLACEMENTS, Conversation, Fact, make_conversation  # noqa: E402
+from memory_data import (  # noqa: E402
+    PLACEMENTS,
+    Conversation,
+    Fact,
+    load_independent,
+    make_conversation,
+)
 from memory_grade import ARMS, Tally, pct, report  # noqa: E402
 
 from apps.chat.prompt import memory, memory_facts, memory_summary  # noqa: E402
@@ -158,6 +171,16 @@ class ModelSummariser:
         )
 
 
+class NoSummariser:
+    """No summary at all: what the statements alone keep (a run without the model)."""
+
+    calls = tokens = 0
+    raw: list = []
+
+    async def __call__(self, conversation: Conversation, previous: str, turns: list[Turn]) -> str:
+        return previous
+
+
 async def perfect_summary(conversation: Conversation, previous: str, turns: list[Turn]) -> str:
     """A scripted engine's summary: every fact the turns so far established, current values
     only, in the third person; what no model can beat."""
@@ -248,14 +271,15 @@ async def run_conversation(c: Conversation, engine, summariser, rng, args, tally
             tally.perfect_flagged += not grade.grounded(sentence, covered)
 
     summaries["summaries"] = await replay(c, summariser, budget, on_summary=check)
-    summaries["ceiling"] = await replay(c, perfect_summary, budget, on_summary=check_perfect)
+    if "ceiling" in tally.arms:
+        summaries["ceiling"] = await replay(c, perfect_summary, budget, on_summary=check_perfect)
 
     def build(arm: str, turns: list[Turn]) -> Built:
         if arm == "window":
             return window_prompt(turns, budget)
         return memory_prompt(turns, *summaries[arm][:2], budget, summaries[arm][2])
 
-    for arm in ARMS:
+    for arm in tally.arms:
         built = build(arm, history)
         tally.prompt_tokens[arm] += sum(
             memory.estimate_tokens(m["content"]) for m in built.messages
@@ -268,6 +292,15 @@ async def run_conversation(c: Conversation, engine, summariser, rng, args, tally
             tally.others_shown.append(f"{arm}: {line!r} <- {said!r}")
         if arm == "summaries":
             tally.others_lines += len(built.others_lines.splitlines())
+            for sentence in grade.instruction_lines(built.memory_block):
+                tally.instruction_lines.append(sentence)
+            for fact in c.facts:
+                if grade.presents_old(fact, built.memory_block):
+                    tally.stale_shown.append(
+                        f"{c.name or '?'}: {fact.old!r} in {built.key_lines!r}"[:300]
+                    )
+            if tally.dump is not None:
+                tally.dump.append({"conversation": c.name, "block": built.memory_block})
         if arm == "summaries":  # what of the summary reached the closing prompt
             covered = grade.source_index(source[: summaries[arm][1]])
             for sentence in grade.sentences(built.summary):
@@ -276,7 +309,7 @@ async def run_conversation(c: Conversation, engine, summariser, rng, args, tally
     for fact in c.facts:
         tally.needed[fact.placement] += 1
     sampled = rng.sample(c.facts, k=min(args.answers, len(c.facts)))
-    for arm in args.answer_arms:  # an arm's questions share its prompt's prefix: cached
+    for arm in [a for a in args.answer_arms if a in tally.arms]:  # sharing the prompt's prefix
         for fact in sampled:
             built = build(arm, with_question(c.turns, fact.question))
             reply = await ask(engine, built, tally.asked[arm])
@@ -303,40 +336,71 @@ async def main() -> None:
         "--max-minutes", type=float, default=0, help="start no conversation after this (0: none)"
     )
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--set", choices=("independent", "dev", "both"), default="both")
+    parser.add_argument(
+        "--conversations-independent", type=int, default=0, help="the first N (0: all 40)"
+    )
+    parser.add_argument(
+        "--summaries",
+        choices=("model", "none"),
+        default="model",
+        help="none: no summary requests (what the statements alone keep; no model needed)",
+    )
+    parser.add_argument("--dump", default="", help="write each closing memory block to this path")
     args = parser.parse_args()
     args.answer_arms = [a for a in args.answer_arms.split(",") if a in ARMS]
     args.budget = args.context - args.answer_tokens - memory.estimate_tokens(BASE_SYSTEM_PROMPT)
 
     rng = random.Random(args.seed)
-    conversations = [
-        make_conversation(rng, exchanges=args.exchanges) for _ in range(args.conversations)
-    ]
-    engine = LlamaCppEngine(
-        slots=1, n_ctx=args.context, threads_per_slot=args.threads or None, seed=args.seed
-    )
-    await engine.start()
-    tally = Tally()
-    summariser = ModelSummariser(engine)
+    sets = {}
+    if args.set in ("independent", "both"):
+        sets["independent"] = load_independent()
+        if args.conversations_independent:
+            sets["independent"] = sets["independent"][: args.conversations_independent]
+    if args.set in ("dev", "both"):
+        sets["dev"] = [
+            make_conversation(rng, exchanges=args.exchanges) for _ in range(args.conversations)
+        ]
+    engine = None
+    if args.summaries == "model" or args.answers:
+        engine = LlamaCppEngine(
+            slots=1, n_ctx=args.context, threads_per_slot=args.threads or None, seed=args.seed
+        )
+        await engine.start()
     started = time.perf_counter()
+    lines = {}
     try:
-        for n, conversation in enumerate(conversations, 1):
-            if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
-                print(f"  time limit: stopped after {n - 1} conversations", flush=True)
-                conversations = conversations[: n - 1]
-                break
-            await run_conversation(conversation, engine, summariser, rng, args, tally)
-            total = sum(tally.needed.values())
-            kept = sum(tally.kept["summaries", p] for p in PLACEMENTS)
-            print(
-                f"  {n}/{len(conversations)}: kept {pct(kept, total):.0f} % with summaries, "
-                f"{summariser.calls} summaries, {time.perf_counter() - started:.0f}s",
-                flush=True,
-            )
+        for name, conversations in sets.items():
+            arms = ARMS if name == "dev" else ("window", "summaries")
+            tally = Tally(arms=arms, dump=[] if args.dump else None)
+            summariser = ModelSummariser(engine) if args.summaries == "model" else NoSummariser()
+            print(f"[{name}] {len(conversations)} conversations", flush=True)
+            for n, conversation in enumerate(conversations, 1):
+                if args.max_minutes and time.perf_counter() - started > 60 * args.max_minutes:
+                    print(f"  time limit: stopped after {n - 1} conversations", flush=True)
+                    conversations = conversations[: n - 1]
+                    break
+                await run_conversation(conversation, engine, summariser, rng, args, tally)
+                total = sum(tally.needed.values())
+                kept = sum(tally.kept["summaries", p] for p in PLACEMENTS)
+                print(
+                    f"  {n}/{len(conversations)}: kept {pct(kept, total):.0f} % with summaries, "
+                    f"{summariser.calls} summaries, {time.perf_counter() - started:.0f}s",
+                    flush=True,
+                )
+            tally.summary_calls, tally.summary_tokens = summariser.calls, summariser.tokens
+            tally.raw_sentences = sum(len(grade.sentences(text)) for text, _ in summariser.raw)
+            print(f"[{name}]")
+            lines[name] = report(tally, args, len(conversations), time.perf_counter() - started)
+            if args.dump:
+                Path(args.dump).with_suffix(f".{name}.json").write_text(
+                    json.dumps(tally.dump, indent=1)
+                )
     finally:
-        await engine.stop()
-    tally.summary_calls, tally.summary_tokens = summariser.calls, summariser.tokens
-    tally.raw_sentences = sum(len(grade.sentences(text)) for text, _ in summariser.raw)
-    report(tally, args, len(conversations), time.perf_counter() - started)
+        if engine is not None:
+            await engine.stop()
+    for name, line in lines.items():
+        print(f"memory ({name}{', headline' if name == 'independent' else ', dev'}): {line}")
 
 
 if __name__ == "__main__":

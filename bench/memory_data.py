@@ -16,8 +16,10 @@ questions; not all of them end in "?".
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from memory_facts import (
     ALLERGIES,
@@ -33,7 +35,11 @@ from memory_facts import (
 
 from apps.chat.selectors import Turn
 
-__all__ = ["PLACEMENTS", "Conversation", "Fact", "make_conversation"]
+__all__ = ["PLACEMENTS", "Conversation", "Fact", "load_independent", "make_conversation"]
+
+# The independent set: conversations written by people who never read the memory's code or
+# this generator, frozen before the first run against it (never edited to fit).
+INDEPENDENT = sorted((Path(__file__).resolve().parent / "data").glob("memory_independent_*.jsonl"))
 
 
 @dataclass
@@ -56,6 +62,7 @@ class Conversation:
     known_at: dict[int, dict[str, tuple[str, str]]]
     # Names, places, jobs and codes the user said of other people: never the user's.
     others: set[str] = field(default_factory=set)
+    name: str = ""
 
 
 TOPICS = [
@@ -219,3 +226,37 @@ def make_conversation(rng: random.Random, *, exchanges: int) -> Conversation:
     return Conversation(
         turns=turns, facts=facts, question=last, known_at=known_at, others=set(OTHERS_SAID)
     )
+
+
+def load_independent(paths: list[Path] = INDEPENDENT) -> list[Conversation]:
+    """The frozen independent conversations, each ending with its closing question."""
+    out = []
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            turns = [Turn(n, t["role"], t["text"]) for n, t in enumerate(row["turns"], 1)]
+            turns.append(Turn(len(turns) + 1, "user", row["closing_question"]))
+            facts = [
+                Fact(
+                    f["subject"],
+                    f["placement"],
+                    f["value"],
+                    f.get("old", ""),
+                    f["subject"],
+                    f["question"],
+                )
+                for f in row["facts"]
+            ]
+            out.append(
+                Conversation(
+                    turns=turns,
+                    facts=facts,
+                    question=row["closing_question"],
+                    known_at={},
+                    others=set(row.get("others", [])),
+                    name=row["id"],
+                )
+            )
+    return out

@@ -11,14 +11,14 @@ from functools import cache
 
 from memory_data import PLACEMENTS, Conversation, Fact
 
-from apps.chat.prompt.memory_facts import RELATIONS
+from apps.chat.prompt import memory_summary
 
 ARMS = ("window", "summaries", "ceiling")
 
 # A sentence that names an old value beside one of these words says it is no longer current.
 _FORMER = re.compile(
     r"\b(formerly|previously|used to|no longer|not any ?more|old|former|moved from|"
-    r"changed from|instead of|until)\b",
+    r"changed from|instead of|until|earlier)\b",
     re.IGNORECASE,
 )
 _SENTENCES = re.compile(r"[^.!?\n]+[.!?]?")
@@ -59,24 +59,43 @@ def answered(fact: Fact, answer: str) -> bool:
     return has(fact.value, answer) and not (fact.old and has(fact.old, answer))
 
 
-# A line that names one of these says whom its detail is about.
-_RELATION = re.compile(rf"\b(?:{RELATIONS})\b", re.IGNORECASE)
+_QUOTED = re.compile(r'"([^"]+)"')
 
 
 def others_as_user(c: Conversation, lines: list[str]) -> list[tuple[str, str]]:
-    """The lines about the user (summary sentences, the user's entries) that name something
-    the user said of another person without saying whom it is about, each with the user's
-    turn that said it: (line, turn)."""
+    """The lines of the memory block that name something the user said of another person
+    other than inside a verbatim quote of the user's own words (a quote says whose it is),
+    each with the user's turn that said it: (line, turn)."""
+    said_by_user = [t.text for t in c.turns if t.role == "user"]
     found = []
     for line in lines:
         named = [v for v in c.others if has(v, line)]
-        if not named or _RELATION.search(line):
+        if not named:
+            continue
+        quotes = [q for q in _QUOTED.findall(line) if any(q in text for text in said_by_user)]
+        outside = _QUOTED.sub(" ", line) if quotes else line
+        if not any(has(v, outside) for v in named):
             continue
         said = next(
             (t.text for t in c.turns if t.role == "user" and any(has(v, t.text) for v in named)),
             "?",
         )
         found.append((line, said))
+    return found
+
+
+# The summary request's own words: a note that repeats them is instruction text, not memory.
+_REQUEST_WORDS = f"{memory_summary.SUMMARY_SYSTEM} {memory_summary.SUMMARY_INSTRUCTIONS}"
+
+
+def instruction_lines(memory_block: str) -> list[str]:
+    """Sentences of the memory block that repeat most of the summary request's instruction."""
+    request = {_stem(w.lower()) for w in _WORDS.findall(_REQUEST_WORDS) if w.lower() not in _STOP}
+    found = []
+    for sentence in sentences(memory_block):
+        content = [_stem(w.lower()) for w in _WORDS.findall(sentence) if w.lower() not in _STOP]
+        if len(content) >= 3 and sum(w in request for w in content) * 4 >= len(content) * 3:
+            found.append(sentence)
     return found
 
 
@@ -141,6 +160,10 @@ def grounded(sentence: str, source: tuple[set[str], set[str]]) -> bool:
 
 @dataclass
 class Tally:
+    arms: tuple[str, ...] = ARMS
+    instruction_lines: list[str] = field(default_factory=list)  # in the closing memory blocks
+    stale_shown: list[str] = field(default_factory=list)  # old values shown as current
+    dump: list | None = None  # the closing memory blocks, when asked for
     kept: Counter = field(default_factory=Counter)  # (arm, placement) → facts kept
     needed: Counter = field(default_factory=Counter)  # placement → facts asked
     carriers: Counter = field(default_factory=Counter)  # (arm, carrier) → facts carried
@@ -179,7 +202,7 @@ def report(tally: Tally, args, conversations: int, seconds: float) -> None:
         + " ".join(f"{p:>9s}" for p in PLACEMENTS)
         + "   old value shown as current   prompt tokens"
     )
-    for arm in ARMS:
+    for arm in tally.arms:
         kept = sum(tally.kept[arm, p] for p in PLACEMENTS)
         by = " ".join(f"{pct(tally.kept[arm, p], tally.needed[p]):8.0f}%" for p in PLACEMENTS)
         print(
@@ -187,7 +210,7 @@ def report(tally: Tally, args, conversations: int, seconds: float) -> None:
             f"{tally.old_current[arm]:>3d} of {tally.needed['corrected']} corrected facts"
             f"{'':10s}{tally.prompt_tokens[arm] / conversations:6.0f}"
         )
-    for arm in ("summaries", "ceiling"):
+    for arm in [a for a in ("summaries", "ceiling") if a in tally.arms]:
         carried = ", ".join(
             f"{c} {pct(tally.carriers[arm, c], total):.0f} %"
             for c in ("summary", "key lines", "recent turns")
@@ -218,7 +241,7 @@ def report(tally: Tally, args, conversations: int, seconds: float) -> None:
     )
     print(
         "  lines presenting what the user said of others as the user's: "
-        + ", ".join(f"{arm} {tally.others_as_user[arm]}" for arm in ("summaries", "ceiling"))
+        + ", ".join(f"{arm} {tally.others_as_user[arm]}" for arm in tally.arms[1:])
         + f"; statements about others kept as theirs: {tally.others_lines}"
     )
     if tally.others_shown:
@@ -235,12 +258,24 @@ def report(tally: Tally, args, conversations: int, seconds: float) -> None:
         for arm in args.answer_arms
     )
     print(f"  the demo model's answers (one question per sampled fact): {answers}")
-    mine = [pct(tally.kept["summaries", p], tally.needed[p]) for p in PLACEMENTS]
-    s, w, c = (
-        pct(sum(tally.kept[a, p] for p in PLACEMENTS), total)
-        for a in ("summaries", "window", "ceiling")
-    )
     print(
-        f"memory: facts kept {s:.0f} % with summaries vs {w:.0f} % sliding window "
-        f"(ceiling {c:.0f} %); by placement {'/'.join(f'{v:.0f}' for v in mine)} %"
+        f"  instruction text in the closing memory blocks: {len(tally.instruction_lines)}; "
+        f"old values shown as current: {len(tally.stale_shown)}"
     )
+    for line in [*tally.instruction_lines, *tally.stale_shown][:10]:
+        print(f"    {line[:200]!r}")
+    mine = [pct(tally.kept["summaries", p], tally.needed[p]) for p in PLACEMENTS]
+    s, w = (pct(sum(tally.kept[a, p] for p in PLACEMENTS), total) for a in ("summaries", "window"))
+    ceiling = ""
+    if "ceiling" in tally.arms:
+        c = pct(sum(tally.kept["ceiling", p] for p in PLACEMENTS), total)
+        ceiling = f" (ceiling {c:.0f} %)"
+    line = (
+        f"facts kept {s:.0f} % with summaries vs {w:.0f} % sliding window{ceiling}; by "
+        f"placement {'/'.join(f'{v:.0f}' for v in mine)} %; old value shown as current "
+        f"{tally.old_current['summaries']} of {tally.needed['corrected']}; instruction text "
+        f"{len(tally.instruction_lines)}, invented {tally.final_invented}, others as the "
+        f"user's {tally.others_as_user['summaries']}"
+    )
+    print(f"memory: {line}")
+    return line

@@ -99,18 +99,22 @@ def test_what_i_remember_is_corrected_and_deleted_on_the_page(
     page.goto(f"{live_web}/c/{conversation.id}/")
     note = page.locator("#memory-note")
     note.locator("summary").click()
-    city = note.locator('.memory-entry[data-key="city"]')
-    expect(city.locator(".memory-fact")).to_have_text("The user lives in Tallinn.")
-    city.locator("input[name=value]").fill("Tartu")
+    # The user's own words, as said; the entry's key names the statement.
+    city = note.locator(".memory-entry", has_text="I live in Tallinn.")
+    expect(city.locator(".memory-fact")).to_have_text('"I live in Tallinn."')
+    key = city.get_attribute("data-key")
+    city.locator("input[name=value]").fill("I live in Tartu.")
     city.locator("button[value=save]").click()
 
     # Back with the note open: the entry holds the correction, as the next prompt will.
     note = page.locator("#memory-note")
     expect(note).to_have_attribute("open", "")
-    city = note.locator('.memory-entry[data-key="city"]')
-    expect(city.locator(".memory-fact")).to_have_text("The user lives in Tartu.")
+    city = note.locator(f'.memory-entry[data-key="{key}"]')
+    expect(city.locator(".memory-fact")).to_have_text(
+        '"I live in Tartu." (as the user corrected it)'
+    )
     boss = note.locator(".memory-entry", has_text="boss has a cat called Mochi")
     boss.locator("button[value=delete]").click()
     expect(page.locator("#memory-note .memory-entry", has_text="Mochi")).to_have_count(0)
-    expect(page.locator('#memory-note .memory-entry[data-key="city"]')).to_be_visible()
+    expect(page.locator(f'#memory-note .memory-entry[data-key="{key}"]')).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= 375

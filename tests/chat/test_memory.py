@@ -169,17 +169,20 @@ def test_sending_a_question_asks_for_the_summary_and_its_answer_becomes_the_summ
     assert get_redis().get(keys().conversation_active(conversation.id)) != item.id
 
     messages_before = conversation.messages.count()
-    record_answer(item.id, user.id, "- The user is Oriel; locker code 4471.")
+    record_answer(item.id, user.id, "- The user asked about a sluice and rivers 1 to 3.")
     summary = ConversationSummary.objects.get(conversation=conversation)
-    assert summary.text == "The user is Oriel; locker code 4471."
+    assert summary.text == "The user asked about a sluice and rivers 1 to 3."
     assert summary.upto_message_id == item.purpose["upto"]
     assert conversation.messages.count() == messages_before  # no chat message from it
-    assert "locker code 4471" in prompt_build(conversation=conversation).messages[0]["content"]
+    system = prompt_build(conversation=conversation).messages[0]["content"]
+    assert "The user asked about a sluice and rivers 1 to 3." in system
+    # What the user said of themselves outlives the turns the summary folded, word for word.
+    assert '"My name is Oriel and my locker code is 4471."' in system
 
     # The same answer delivered again changes nothing; a new question asks for the next part.
     record_answer(item.id, user.id, "- something else")
     summary.refresh_from_db()
-    assert summary.text == "The user is Oriel; locker code 4471."
+    assert summary.text == "The user asked about a sluice and rivers 1 to 3."
 
 
 def test_only_one_summary_is_in_flight_per_conversation(user, small_window, settings):
@@ -233,13 +236,14 @@ def test_the_page_shows_what_sluice_remembers(user, client_for, small_window):
     memory_summary.summary_store(
         conversation_id=conversation.id,
         upto_message_id=last.id - 2,
-        text="The user Oriel <b>asked</b> about river number 3.",
+        text="The user <b>asked</b> about river number 3.",
     )
     page = client_for(user).get(f"/c/{conversation.id}/").content.decode()
     assert "What I remember" in page
-    assert "The user Oriel &lt;b&gt;asked&lt;/b&gt; about river number 3." in page  # text
-    assert "The user&#x27;s locker code is 4471." in page  # an entry, with its edit form
-    assert 'name="key" value="code:locker code"' in page
+    assert "The user &lt;b&gt;asked&lt;/b&gt; about river number 3." in page  # text
+    # An entry, in the user's words, with its edit form.
+    assert "&quot;My name is Oriel and my locker code is 4471.&quot;" in page
+    assert 'name="key" value="said:' in page
 
 
 def chat_with_an_answer_stored_after_the_next_question(user, *, late: int = 10):

@@ -1,10 +1,11 @@
-"""Memory that tells the truth: the user's facts as subject/value entries (a correction
-replaces the value, facts inside questions count, other people's statements stay theirs,
-requests and small talk are no facts), only grounded third-person summary sentences that
-tell the user nothing said of someone else, a budget with a rule for what leaves first, and
-the page's note: the prompt's memory block, whose entries the user corrects or deletes. Also
-what the conversation's order decides: an edit keeps a summary whose last turn survives it,
-and an export counts covered turns in order."""
+"""Memory that tells the truth: what the user said, kept in their own words (statements and
+questions that speak of them, never requests to the assistant), what they said of someone else
+quoted as said, a reply that took a suggestion kept with it, an older statement on the same
+subject shown as earlier (never as current), summary sentences that repeat no out-of-date value
+and no instruction, a budget with a rule for what leaves first, and the page's note: the
+prompt's memory block, whose entries the user corrects or deletes. Also what the conversation's
+order decides: an edit keeps a summary whose last turn survives it, and an export counts covered
+turns in order."""
 
 from __future__ import annotations
 
@@ -56,99 +57,107 @@ def system_of(conversation) -> str:
     return prompt_build(conversation=conversation).messages[0]["content"]
 
 
-def found(text: str) -> dict[str, str]:
-    return {e.key: e.text() for e in memory_facts.facts_of(text, at=1)}
+def said(text: str) -> list[str]:
+    return [e.value for e, _ in memory_facts.statements_of(text, at=1)]
 
 
-def test_facts_come_from_statements_and_questions_not_requests_or_small_talk():
-    assert found("Is it usually cold in winter near my flat in Tartu?") == {
-        "city": "The user lives in Tartu."
-    }
-    assert found("What stretches help a radiographer like me who stands all day?") == {
-        "job": "The user's job: radiographer."
-    }
-    assert found("My flight is BA 212. What gate is my flight at?") == {
-        "code:flight": "The user's flight is BA 212."
-    }
+def merged(*turns_said: tuple[str, str]) -> list[memory_facts.Entry]:
+    history = [Turn(n + 1, role, text) for n, (role, text) in enumerate(turns_said)]
+    return memory_facts.merge([], history, newer=lambda a, b: a > b)
+
+
+def test_statements_and_questions_that_speak_of_the_user_are_kept_word_for_word():
+    assert said("Is it usually cold in winter near my flat in Tartu?") == [
+        "Is it usually cold in winter near my flat in Tartu?"
+    ]
+    assert said("fwiw im a night-shift paramedic. what is the capital of France?") == [
+        "fwiw im a night-shift paramedic."
+    ]
+    # A detail in passing counts without "I": the ferry says where the user lives.
+    assert said("The ferry back to Tartu was late again.") == [
+        "The ferry back to Tartu was late again."
+    ]
     for nothing in (
-        "Suggest a relaxing hobby I could pick up.",
-        "Our team meeting ran two hours over today.",
         "What is the capital of France?",
-        "As a beginner, should I stretch first?",  # no job named
-        "Remind me: which city I live in now and what my gym locker code is now?",
+        "Tell me about river number 16 and how its banks are shaped.",
+        "Can you explain how tides work?",
+        "ok",
     ):
-        assert found(nothing) == {}, nothing
+        assert said(nothing) == [], nothing
 
 
-def test_statements_about_other_people_are_theirs():
-    found = memory_facts.facts_of(
-        "My sister lives in Porto and works as a librarian. My boss has a cat called Mochi.", at=1
-    )
-    assert [(e.kind, e.text()) for e in found] == [
-        ("other", "The user's sister lives in Porto and works as a librarian."),
-        ("other", "The user's boss has a cat called Mochi."),
+def test_what_the_user_said_of_someone_else_stays_in_their_words():
+    entries = merged(("user", "My sister lives in Porto and works as a librarian. I'm a nurse."))
+    assert [e.text() for e in entries] == [
+        '"My sister lives in Porto and works as a librarian."',
+        '"I\'m a nurse."',
     ]
+    # A summary may not retell the sister's detail as the user's; the user's own may stay.
+    summary = "The user lives in Porto.\nThe user asked about night shifts in Porto hospitals."
+    assert memory_summary.summary_lines(summary, entries) == []
+    entries += merged(("user", "We live in Porto too."))
+    assert memory_summary.summary_lines(summary, entries) == summary.split("\n")
 
 
-def test_a_statement_about_someone_else_is_theirs_wherever_it_names_them():
-    assert [
-        (e.kind, e.text())
-        for e in memory_facts.facts_of(
-            "Last week my cousin moved to Gdansk. Noor, my flatmate, is allergic to kiwi.", at=1
-        )
-    ] == [
-        ("other", "Last week the user's cousin moved to Gdansk."),
-        ("other", "Noor, the user's flatmate, is allergic to kiwi."),
-    ]
-
-
-def test_a_summary_never_tells_the_user_what_they_said_of_someone_else():
-    said = (
-        "My aunt lives in Mombasa and works as an architect. Anyway, what is a black hole?\n"
-        "My colleague Farah is allergic to sesame, she told everyone.\n"
-        "I live in Leuven and I work as a nurse."
+def test_a_reply_that_takes_the_assistants_suggestion_is_kept_with_it():
+    entries = merged(
+        ("user", "We got a kitten! Help me name her, something short."),
+        ("assistant", "Congratulations! How about **Maple**? Or Juniper, if you like trees."),
+        ("user", "Perfect, going with that one."),
     )
+    took = [e for e in entries if e.kind == memory_facts.TOOK]
+    assert len(took) == 1
+    assert "Maple" in took[0].text() and took[0].text().endswith(
+        'the user replied: "Perfect, going with that one."'
+    )
+    # A statement of the user's own after an answer is a statement, not a reply.
+    entries = merged(
+        ("user", "Any tips for night shifts?"),
+        ("assistant", "Keep the room dark. See the NHS guide, or ask Dr Patel on your ward."),
+        ("user", "I work as a radiographer."),
+    )
+    assert [(e.kind, e.value) for e in entries] == [("said", "I work as a radiographer.")]
+
+
+def test_a_later_statement_on_the_same_subject_shows_the_older_as_earlier():
+    entries = merged(
+        ("user", "I live in Tallinn."),
+        ("user", "My cat is called Miso."),
+        ("user", "Quick update: we moved house last month, we're in Tartu now."),
+    )
+    texts = [e.text() for e in entries]
+    assert texts == [
+        'Earlier (a later line may replace it): "I live in Tallinn."',
+        '"My cat is called Miso."',
+        '"Quick update: we moved house last month, we\'re in Tartu now."',
+    ]
+    # A summary written before the move may not say Tallinn any more.
+    summary = "The user lives in Tallinn.\nThe user asked about moving house."
+    assert memory_summary.summary_lines(summary, entries) == ["The user asked about moving house."]
+
+
+def test_only_grounded_summary_sentences_that_repeat_no_instruction_are_kept():
+    said = "My name is Oriel and I keep bees.\nWe moved to Tartu last year. I'm hosting a party."
     answer = (
-        "She lives in Mombasa and works as an architect.\n"  # the aunt's, as the user's
-        "He told everyone else he was allergic to sesame.\n"
-        "I live in Mombasa.\n"
-        "The user lives in Leuven and works as a nurse.\n"
-        "The user's aunt lives in Mombasa."
+        "I'm glad to hear that you're enjoying your time at the local pub.\n"
+        "The user mentioned a lunar eclipse that occurs every 18 months.\n"
+        "The user asked about: bees, moving to Tartu.\n"
+        "We moved to Tartu last year.\n"
+        "The user'm hosting a party.\n"
+        f"{memory_summary.SUMMARY_INSTRUCTIONS}\n"
+        "You should visit Tallinn."
     )
     assert memory_summary.summary_text(previous="", answer=answer, said=said) == (
-        "The user lives in Leuven and works as a nurse.\nThe user's aunt lives in Mombasa."
+        "The user asked about: bees, moving to Tartu."
     )
-    # What the notes so far said of someone else is theirs too.
-    assert memory_summary.summary_text(
-        previous="The user's aunt lives in Mombasa.",
-        answer="The user lives in Mombasa.",
-        said="I went for a run this morning.",
-    ) == ("The user's aunt lives in Mombasa.")
-    # What the user said of themselves as well stays theirs to say.
-    said = "My aunt lives in Mombasa. We live in Mombasa too."
-    answer = "The user lives in Mombasa."
-    assert memory_summary.summary_text(previous="", answer=answer, said=said) == answer
-
-
-def test_a_stored_summary_names_someone_elses_detail_only_saying_whose_it_is():
-    entries = [
-        *memory_facts.facts_of("My aunt lives in Mombasa.", at=1),
-        *memory_facts.facts_of("My son moved to Tucson.", at=2),
-    ]
-    summary = (
-        "The user lives in Mombasa.\n"  # "Mombasa" holds "mom", "Tucson" "son": no one's
-        "The user moved to Tucson last year.\n"
-        "The user's aunt lives in Mombasa."
+    # Nothing grounded: the notes so far stay.
+    assert memory_summary.summary_text(previous="Old notes.", answer=answer[:66], said=said) == (
+        "Old notes."
     )
-    assert memory_summary.summary_lines(summary, entries) == ["The user's aunt lives in Mombasa."]
 
 
-def test_a_correction_replaces_the_value_and_the_old_one_is_never_current(user, small_window):
-    conversation = chat(
-        user,
-        ["I live in Tallinn.", "My gym locker code is 4471."],
-        fillers=12,
-    )
+def test_a_correction_in_other_words_is_never_shown_as_current(user, small_window):
+    conversation = chat(user, ["I live in Tallinn.", "My gym locker code is 4471."], fillers=12)
     late = ["Quick update: we moved house last month, we're in Tartu now."]
     late += ["The gym reset all the lockers, so my new locker code is 9902."]
     for n, text in enumerate(late):
@@ -167,42 +176,30 @@ def test_a_correction_replaces_the_value_and_the_old_one_is_never_current(user, 
         upto_message_id=first_answer.id,
         text="The user lives in Tallinn.\nThe user's gym locker code is 4471.",
     )
-    system = system_of(conversation)
-    assert "The user lives in Tartu (formerly Tallinn)." in system
-    assert "locker code is 9902 (formerly 4471)." in system
-    assert "The user lives in Tallinn." not in system  # the summary's stale sentence is gone
-    assert "locker code is 4471." not in system
+    memory_block = system_of(conversation).split("\n\n", 1)[1]
+    assert 'Earlier (a later line may replace it): "I live in Tallinn."' in memory_block
+    assert 'Earlier (a later line may replace it): "My gym locker code is 4471."' in memory_block
+    assert "we're in Tartu now." in memory_block and "my new locker code is 9902." in memory_block
+    assert "The user lives in Tallinn." not in memory_block  # the summary's stale sentence
+    assert "code is 4471." not in memory_block.replace('code is 4471."', "")
 
 
-def test_only_grounded_third_person_summary_sentences_are_kept():
-    said = "My name is Oriel and I keep bees.\nWe moved to Tartu last year."
-    answer = (
-        "I'm glad to hear that you're enjoying your time at the local pub.\n"
-        "The user mentioned a lunar eclipse that occurs every 18 months.\n"
-        "The user is called Oriel and keeps bees.\n"
-        "We moved to Tartu last year.\n"
-        "You should visit Tallinn."
-    )
-    assert memory_summary.summary_text(previous="", answer=answer, said=said) == (
-        'The user is called Oriel and keeps bees.\nThe user said: "We moved to Tartu last year."'
-    )
-    # Nothing grounded: the notes so far stay.
-    assert memory_summary.summary_text(previous="Old notes.", answer=answer[:66], said=said) == (
-        "Old notes."
-    )
-
-
-def test_the_memory_block_has_a_budget_and_other_people_leave_it_first():
-    said = [f"My friend Noor{n} works as a pilot in Leuven{n}." for n in range(30)]
+def test_the_memory_block_has_a_budget_and_keeps_the_most_telling_in_order():
+    said = [
+        f"My friend told me a long story about pilots and planes ({'ha' * n})." for n in range(30)
+    ]
     said += ["I live in Tartu.", "My cat is called Miso.", "I'm allergic to peanuts."]
     history = [Turn(n + 1, "user", text) for n, text in enumerate(said)]
+    history.append(Turn(len(history) + 1, "user", "What do you know about me?"))
     sources = PromptSources(history=list(reversed(history)), profile=None)
     entries = memory.entries_for(sources)
     block = memory.remembered(sources=sources, entries=entries, budget=120, pinned=[])
-    assert [e.value for e in block.facts] == ["peanuts", "Miso", "Tartu"]  # newest first
-    assert 0 < len(block.others) < 30 and block.left_out == 30 - len(block.others)
-    assert block.others[0].value.startswith("The user's friend Noor29 ")  # the oldest left
-    assert memory.estimate_tokens(block.text) <= 120 + 40  # three headings beside the lines
+    values = [e.value for e in block.facts]
+    # A name or the user as subject tells more than a story of a friend's.
+    assert {"I live in Tartu.", "My cat is called Miso.", "I'm allergic to peanuts."} <= set(values)
+    assert block.left_out == len(entries) - len(values) > 0
+    assert values == [e.value for e in entries if e.value in values]  # in the order said
+    assert memory.estimate_tokens(block.text) <= 120 + 40  # the heading beside the lines
 
 
 def test_the_note_shows_the_prompts_memory_and_the_user_corrects_and_deletes_entries(
@@ -211,26 +208,31 @@ def test_the_note_shows_the_prompts_memory_and_the_user_corrects_and_deletes_ent
     conversation = chat(user, ["I live in Tallinn.", "My boss has a cat called Mochi."])
     page = client_for(user).get(f"/c/{conversation.id}/").content.decode()
     system = system_of(conversation)
-    assert "The user lives in Tallinn." in page and "The user lives in Tallinn." in system
+    assert "&quot;I live in Tallinn.&quot;" in page and '"I live in Tallinn."' in system
     assert "boss has a cat called Mochi." in page and "boss has a cat called Mochi." in system
+    entries = memory.entries_for(sources_of(conversation))
+    city = next(e.key for e in entries if "Tallinn" in e.value)
+    boss = next(e.key for e in entries if "boss" in e.value)
     url = f"/c/{conversation.id}/memory/"
-    assert client_for(other_user).post(url, {"key": "city", "value": "Oslo"}).status_code == 404
+    assert client_for(other_user).post(url, {"key": city, "value": "Oslo"}).status_code == 404
 
-    response = client_for(user).post(url, {"key": "city", "value": "Tartu", "action": "save"})
+    edit = {"key": city, "value": "I live in Tartu.", "action": "save"}
+    response = client_for(user).post(url, edit)
     assert response.status_code == 302 and response["Location"].endswith("?memory=1#memory-note")
     system = system_of(conversation)
-    assert "The user lives in Tartu." in system and "Tallinn" not in system.split("\n\n", 1)[1]
-    boss = next(e.key for e in memory.entries_for(sources_of(conversation)) if "boss" in e.value)
+    assert '"I live in Tartu." (as the user corrected it)' in system
+    assert "Tallinn" not in system.split("\n\n", 1)[1]
     client_for(user).post(url, {"key": boss, "action": "delete"})
     system = system_of(conversation)
     assert "Mochi" not in system
     page = client_for(user).get(f"/c/{conversation.id}/?memory=1").content.decode()
-    assert "The user lives in Tartu." in page and "Mochi" not in page.split("memory-note")[1]
+    assert "I live in Tartu." in page and "Mochi" not in page.split("memory-note")[1]
 
-    # A later turn says otherwise: the user's own words win again.
+    # A later turn says otherwise: the user's own words are kept, in order after the edit.
     message_create(conversation=conversation, role="user", text="We moved to Riga last week.")
-    assert "The user lives in Riga (formerly Tartu)." not in system_of(conversation)
-    assert "The user lives in Riga." in system_of(conversation)
+    message_create(conversation=conversation, role="user", text="What now?")
+    memory_block = system_of(conversation).split("\n\n", 1)[1]
+    assert memory_block.index("I live in Tartu.") < memory_block.index("We moved to Riga")
 
 
 def sources_of(conversation):
@@ -246,9 +248,9 @@ def test_the_note_says_summary_pending_until_it_is_written(
     request_id = background.summary_schedule(conversation=conversation, prompt=prompt)
     page = client_for(user).get(f"/c/{conversation.id}/").content.decode()
     assert "summary pending" in page
-    record_answer(request_id, user.id, "The user is Oriel; locker code 4471.")
+    record_answer(request_id, user.id, "The user asked about river number 3.")
     page = client_for(user).get(f"/c/{conversation.id}/").content.decode()
-    assert "summary pending" not in page and "The user is Oriel; locker code 4471." in page
+    assert "summary pending" not in page and "The user asked about river number 3." in page
 
 
 def test_an_edit_keeps_a_summary_whose_last_turn_comes_before_the_edited_question(user):

@@ -4,17 +4,17 @@ A prompt is the system prompt (with the user's profile), then the memory block, 
 recent turns that fit. The memory block holds, within MEMORY_SHARE of the turns' budget:
 
 - the turns the user pinned;
-- what the user told Sluice about themselves, as entries with a subject and a value
-  (memory_facts.py), newest first; a correction replaces the value ("formerly ..."), the
-  user may correct or delete an entry on the page, and statements about other people are
-  kept as theirs, apart;
-- the rolling summary's sentences, each grounded in the turns it summarises (names, numbers
-  and most content words said there), in the third person, and none that a later entry
-  contradicts.
+- what the user said of themselves and their life, in their own words (memory_facts.py), oldest
+  first; a statement that a later one may replace is shown as earlier, never as current; a
+  reply that took the assistant's suggestion is shown with it; the user may correct or delete
+  any of them on the page. When the block is full, the least telling leave first;
+- the rolling summary's sentences (the topics the user asked about), each grounded in the
+  turns it summarises, and none that names an out-of-date value or a detail the user did not
+  give as their own.
 
 When recent turns start falling out, the oldest of them are folded into the summary by a
 background request: the previous summary plus only the newly dropped turns, so each turn is
-summarised once. The summary's row also keeps the entries as of its last turn, so facts
+summarised once. The summary's row also keeps the statements as of its last turn, so they
 outlive the turns a prompt reads. bench/memory.py measures what reaches the prompt.
 """
 
@@ -54,8 +54,8 @@ class Remembered:
     """The memory block of a prompt, part by part: what the page's note shows."""
 
     summary: list[str] = field(default_factory=list)  # summary sentences, in order
-    facts: list[Entry] = field(default_factory=list)  # about the user, newest first
-    others: list[Entry] = field(default_factory=list)  # about other people, newest first
+    facts: list[Entry] = field(default_factory=list)  # the user's statements, oldest first
+    others: list[Entry] = field(default_factory=list)  # an older release's entries on others
     pinned: list[Turn] = field(default_factory=list)  # newest first
     left_out: int = 0  # summary sentences and entries the budget left out
     text: str = ""  # the block as the prompt holds it
@@ -83,7 +83,8 @@ def entries_for(sources: PromptSources) -> list[Entry]:
     def newer(turn_id: int, than: int) -> bool:  # a message not read is older than all read
         return position.get(turn_id, -1) > position.get(than, -1)
 
-    uncovered = after_summary(history, sources.summary_upto)
+    # The question being asked is the prompt's last turn: it is no memory yet.
+    uncovered = after_summary(history, sources.summary_upto)[1:]
     return facts.merge(facts.entries_from_json(sources.facts), reversed(uncovered), newer=newer)
 
 
@@ -91,8 +92,8 @@ def remembered(
     *, sources: PromptSources, entries: list[Entry], budget: int, pinned: list[Turn]
 ) -> Remembered:
     """The memory block within `budget` tokens. Filled in this order, so what leaves first
-    when it is full is the last of it: pinned turns, the user's facts (newest first), the
-    summary's sentences (in order), then what the user said of other people (newest first)."""
+    when it is full is the last of it: pinned turns, the user's statements (the most telling
+    first, memory_facts.weight_of), then the summary's sentences (in order)."""
     block = Remembered()
     used = 0
 
@@ -109,17 +110,22 @@ def remembered(
         speaker = "User" if turn.role == Message.Role.USER else "Assistant"
         if fits(f"- {speaker} (pinned): {_clip(turn.text, 120)}"):
             block.pinned.append(turn)
-    current = [e for e in reversed(entries) if e.value]
-    block.facts = [e for e in current if e.kind != facts.OTHER and fits(e.text())]
+    current = [e for e in entries if e.value]
+    # The most telling first while room lasts; shown in the order they were said.
+    chosen = {e.key for e in sorted(current, key=facts.weight_of, reverse=True) if fits(e.text())}
+    block.facts = [e for e in current if e.key in chosen and e.kind != facts.OTHER]
+    block.others = [e for e in current if e.key in chosen and e.kind == facts.OTHER]
     if sources.summary:
         block.summary = [s for s in summary_lines(sources.summary, entries) if fits(s)]
-    block.others = [e for e in current if e.kind == facts.OTHER and fits(e.text())]
     parts = []
     if block.summary:
         parts.append("What you remember of this conversation so far:\n" + "\n".join(block.summary))
     if block.facts:
         lines = "\n".join(f"- {e.text()}" for e in block.facts)
-        parts.append(f"What the user told you (newest first; these values are current):\n{lines}")
+        parts.append(
+            "What the user said earlier in this conversation, in their own words (oldest "
+            f"first; a line marked earlier may be out of date):\n{lines}"
+        )
     if block.others:
         lines = "\n".join(f"- {e.text()}" for e in block.others)
         parts.append(f"What the user said about other people (not about the user):\n{lines}")
@@ -160,7 +166,10 @@ def plan_prompt(*, system: str, sources: PromptSources, budget: int) -> Plan:
     pinned = sources.pinned
     total = sum(estimate_tokens(t.text) for t in uncovered)
     read = {t.id for t in history}
-    if not sources.summary and total <= budget and all(t.id in read for t in pinned):
+    # A summary row that covers turns (its text may be empty: none of the model's notes was
+    # kept) means the turns before it are read through the memory block, never sent whole.
+    covered = sources.summary or sources.summary_upto
+    if not covered and total <= budget and all(t.id in read for t in pinned):
         # Everything fits: the whole conversation, as it was said, and what the user corrected
         # of it on the page (the turns still say the old value).
         block = Remembered()

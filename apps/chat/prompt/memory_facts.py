@@ -1,20 +1,27 @@
-"""What the user told Sluice about themselves, as entries with a subject and a value.
+"""What the user told Sluice, kept in the user's own words.
 
-Each user turn is read sentence by sentence, questions too ("near my flat in Tartu?" says where
-the user lives). A sentence yields:
+No list of attributes, phrasings, jobs or relations decides what is a fact: a user turn is
+read sentence by sentence, and a sentence is kept verbatim (a *statement*, kind SAID) when it
+speaks of the user or carries a detail a later question may need:
 
-- an entry about the user for each pattern it matches (where they live, their job, their pet's
-  name, partner, allergies, name, and any "my <code, number, address...> is <value>"): the
-  subject is the entry's key, so a later value replaces the earlier one, which is kept as
-  `former` (the prompt says "formerly", never shows it as current);
-- for a sentence about someone else ("My sister lives in Porto", "Yesterday my brother moved
-  to Leuven"), an entry that says so about them ("The user's sister lives in Porto."), never
-  one about the user;
-- for another first-person statement that carries a number or a word facts come with, the
-  sentence itself, quoted as what the user said.
+- a statement (not a question) with a first-person subject or possessive (I, I'm, my, we,
+  our...: closed-class words of the grammar, not phrasings), or with a name or a number
+  ("The ferry back to Tartu was late again" implies where the user lives);
+- a question or request that says something of the user: a possessive ("near my office in
+  Leeds?"), or a first person beside a name or number ("what do I feed a beagle called Pip?").
 
-Requests, small talk and questions without a fact in them yield nothing. Entries the user set
-or deleted on the page (`edited`) win over what turns said before the edit.
+A statement about someone in the user's life ("My sister lives in Porto") is kept as it was
+said, in quotes: the quote itself says whose detail it is, so it is never told as the
+user's. A short reply that takes the assistant's suggestion ("Perfect, going with that one.")
+is kept with the suggestion it answers (kind TOOK).
+
+A newer statement that speaks of the same thing as an older one (the embedding model's cosine
+similarity of the two, MiniLM, already loaded for retrieval) marks the older one `later`:
+the prompt shows it as earlier, under its successor, never as current. Nothing is deleted on
+a guess; order and source are shown instead.
+
+Entries the user corrected or deleted on the page (`edited`) win over what turns said before
+the edit.
 """
 
 from __future__ import annotations
@@ -25,27 +32,54 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 
-USER, OTHER, SAID = "user", "other", "said"
+from apps.chat.prompt import memory_reading as reading
+
+# USER and OTHER are kinds of entries stored by earlier releases (a subject and a value): they
+# are still read, shown and edited as they were.
+USER, OTHER, SAID, TOOK = "user", "other", "said", "took"
+
+# Two statements whose embeddings (names and numbers masked: subject_of) are at least this
+# similar speak of the same thing: the older is shown as earlier. Higher when only one of the
+# two has the user as its subject ("I ..." against "My sister ..."). Chosen on the dev set
+# (bench/memory.py --set dev; docs/benchmarks.md has the figures).
+SAME_SUBJECT = 0.3
+SAME_SUBJECT_OTHER_PERSON = 0.45
+# A reply this short with no detail of its own answers the assistant's turn before it.
+REPLY_MAX_WORDS = 14
+# The assistant's suggestion kept with such a reply (characters).
+SUGGESTION_CHARS = 120
+# Statements a conversation keeps at most (the least telling leave first).
+ENTRIES_KEPT = 160
 
 
 @dataclass
 class Entry:
-    key: str  # the subject: "city", "job", "pet:cat", "code:locker code", "other:…", "said:…"
-    template: str  # the sentence, "{}" standing for the value
-    value: str  # "" when the user deleted it (kept, so older turns do not bring it back)
-    kind: str = USER  # USER: about the user; OTHER: about someone else; SAID: a quoted statement
-    former: str = ""  # the value a later statement replaced
+    key: str  # "said:<hash>", "took:<hash>" (older releases: "city", "other:…")
+    template: str  # "{}" standing for the value
+    value: str  # the user's words; "" when the user deleted it (kept, so turns do not repeat it)
+    kind: str = SAID
+    former: str = ""  # an older release's replaced value, or the value an edit replaced
     at: int = 0  # the message that said it (for an edit: the newest message at the time)
     edited: bool = False  # set by the user on the page
+    context: str = ""  # TOOK: the assistant's suggestion the reply answers
+    later: str = ""  # the key of a newer statement that speaks of the same thing
 
     def text(self) -> str:
+        """The entry as the prompt and the page show it."""
         if not self.value:
             return ""
-        sentence = self.template.replace("{}", self.value, 1)
-        # An edit's former value was wrong, not past: it is kept only so nothing repeats it.
-        if self.former and not self.edited and self.former.lower() != self.value.lower():
-            sentence = f"{sentence.rstrip('.')} (formerly {self.former})."
-        return sentence
+        if self.edited:
+            return f'"{self.value}" (as the user corrected it)'
+        if self.kind == TOOK:
+            return f'You suggested: "{self.context}"; the user replied: "{self.value}"'
+        if self.kind in (USER, OTHER):
+            sentence = self.template.replace("{}", self.value, 1)
+            if self.former and self.former.lower() != self.value.lower():
+                sentence = f"{sentence.rstrip('.')} (formerly {self.former})."
+            return sentence
+        if self.later:
+            return f'Earlier (a later line may replace it): "{self.value}"'
+        return f'"{self.value}"'
 
     @classmethod
     def from_dict(cls, data: dict) -> Entry | None:
@@ -64,328 +98,208 @@ def entries_to_json(entries: Iterable[Entry]) -> list[dict]:
     return [asdict(e) for e in entries]
 
 
-# -- reading a turn -----------------------------------------------------------------------------
-
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
-_LEAD = re.compile(
-    r"^(?:(?:quick update|update|actually|anyway|also|so|oh|well|big news|by the way|btw|fyi|"
-    r"hi|hello|hey|yes|no|ok|okay)\b[:,!-]?\s*)+",
-    re.IGNORECASE,
-)
-NAME = r"(?-i:[A-Z][\w'-]+(?:\s+[A-Z][\w'-]+)?)"
-_I_AM = r"i(?:'m|\s+am)"
-RELATIONS = (
-    r"sister|brother|mother|mum|mom|father|dad|parents|boss|manager|friend|neighbou?r|colleague|"
-    r"co-?worker|son|daughter|kids|children|cousin|aunt|uncle|grandmother|grandma|grandfather|"
-    r"grandpa|grandson|granddaughter|grandchildren|grandparents|niece|nephew|roommate|flatmate|"
-    r"landlord|landlady|teacher|doctor|coach|in-laws"
-)
-PARTNERS = r"partner|wife|husband|girlfriend|boyfriend|fianc[ée]e?|spouse"
-PETS = r"cat|dog|kitten|puppy|rabbit|hamster|parrot|budgie|horse|tortoise|turtle|ferret|goldfish"
-# Whom a sentence may be about besides the user: a relative, a partner, a pet (plural too).
-SOMEONE = rf"\b(?:{RELATIONS}|{PARTNERS}|{PETS})(?:s|es)?\b"
-# ... said as theirs: "my sister", "our old neighbour", "the user's friend Noor", "Noor's dog".
-_SOMEONE_ELSE = re.compile(
-    rf"(?:\b(?:my|our|user's|users'|their|his|her)|'s)\s+(?:[\w-]+\s+)?{SOMEONE}", re.IGNORECASE
-)
+def _key(kind: str, text: str) -> str:
+    return f"{kind}:" + hashlib.sha1(" ".join(text.lower().split()).encode()).hexdigest()[:12]
 
 
-def about_someone_else(sentence: str) -> bool:
-    """Whether a sentence speaks of someone in the user's life ("My sister lives in Porto",
-    "The user's sister lives in Porto"), so that what it says may be theirs, not the user's.
-    "The user is a teacher" names no one else."""
-    return _SOMEONE_ELSE.search(sentence) is not None
+def statements_of(text: str, *, at: int) -> list[tuple[Entry, float]]:
+    """The statements one user turn (message `at`) yields, in the order said, each with its
+    weight."""
+    found = []
+    for raw in reading.sentences_of(text):
+        sentence = reading.read_sentence(raw)
+        if sentence.kept:
+            quoted = reading.shortened(sentence)
+            found.append((Entry(_key(SAID, quoted), "{}", quoted, SAID, at=at), sentence.weight))
+    return found
 
 
-# Jobs named without "I work as" ("a nurse like me", "As a pilot, ...") are taken only from
-# this list: "As a beginner" or "a person like me" name no job.
-OCCUPATIONS = frozenset(
-    """accountant actor architect artist baker barber barista builder butcher carpenter cashier
-    chef chemist cleaner coach consultant cook dentist designer developer doctor driver economist
-    editor electrician engineer farmer firefighter gardener hairdresser journalist judge lawyer
-    lecturer librarian mechanic midwife musician nurse optician painter paramedic pharmacist
-    photographer physician physiotherapist pilot plumber police officer postman programmer
-    psychologist radiographer receptionist researcher scientist secretary shopkeeper
-    solicitor surgeon tailor teacher technician therapist translator tutor vet veterinarian
-    waiter waitress welder writer""".split()
-)
-_STOP_TAIL = {
-    *"now by for at in since and but so with these today here again".split(),
-    *"who which that because".split(),
-}
-
-
-def _flags(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern, re.IGNORECASE)
-
-
-# (pattern, key): the pattern's `v` group is the value, `k` (if any) refines the key
-# and the template ("{k}"). A pattern must itself say that the fact is the user's (I, my, we).
-_USER_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    (_flags(rf"\b(?:i|we)\s+(?:now\s+|still\s+)?live\s+in\s+(?P<v>{NAME})"), "city"),
-    (
-        _flags(
-            rf"\b(?:i|we)(?:'ve|\s+have)?\s+(?:just\s+|recently\s+|finally\s+)?"
-            rf"(?:moved|relocated)\s+(?:house\s+|back\s+)?to\s+(?P<v>{NAME})"
-        ),
-        "city",
-    ),
-    (_flags(rf"\bhome(?:\s+for\s+(?:me|us))?\s+is\s+(?:now\s+)?(?P<v>{NAME})"), "city"),
-    (
-        _flags(
-            rf"\b(?:{_I_AM}|we(?:'re|\s+are))\s+(?:now\s+)?(?:living\s+|based\s+)?in\s+"
-            rf"(?P<v>{NAME})(?=.*\b(?:now|moved|relocated|live|based|home)\b|\s+now\b)"
-        ),
-        "city",
-    ),
-    (
-        _flags(
-            rf"\b(?:my|our)\s+(?:flat|apartment|place|house|home)\s+(?:in|near)\s+(?P<v>{NAME})"
-        ),
-        "city",
-    ),
-    (_flags(rf"\b(?P<v>{NAME}),?\s+where\s+(?:i|we)\s+live\b"), "city"),
-    (
-        _flags(
-            rf"\b(?:i|{_I_AM})\s+(?:now\s+)?(?:work|working)\s+as\s+(?:a|an)\s+(?P<v>[a-z][\w -]+)"
-        ),
-        "job",
-    ),
-    (_flags(rf"\b{_I_AM}\s+(?:a|an)\s+(?P<v>[a-z][\w-]+)\s+by\s+trade"), "job"),
-    (
-        _flags(r"\bi(?:'ve|\s+have)\s+been\s+(?:a|an)\s+(?P<v>[a-z][\w-]+)\s+for\b"),
-        "job",
-    ),
-    (_flags(r"\b(?:a|an)\s+(?P<v>[a-z][\w-]+)\s+like\s+me\b"), "job?"),
-    (_flags(r"^as\s+(?:a|an)\s+(?P<v>[a-z][\w-]+)\s*,"), "job?"),
-    (_flags(rf"\b{_I_AM}\s+(?:a|an)\s+(?P<v>[a-z][\w-]+)\s*[.!,;]?$"), "job?"),
-    (
-        _flags(
-            rf"\bmy\s+(?P<k>{PETS})(?:'s\s+name)?\s+(?:is\s+)?(?:called|named|is)\s+(?P<v>{NAME})"
-        ),
-        "pet",
-    ),
-    (
-        _flags(
-            rf"\bi\s+(?:have|own|got)\s+(?:a|an)\s+(?:[a-z-]+\s+)?(?P<k>{PETS})\s+"
-            rf"(?:called|named)\s+(?P<v>{NAME})"
-        ),
-        "pet",
-    ),
-    (_flags(rf"\bmy\s+(?:[a-z-]+\s+)?(?P<k>{PETS}),?\s+(?P<v>{NAME})\b"), "pet"),
-    (_flags(rf"\b(?P<v>{NAME}),\s+my\s+(?:[\w-]+\s+){{0,3}}?(?P<k>{PETS})\b"), "pet"),
-    (
-        _flags(
-            rf"\bmy\s+(?P<k>{PARTNERS})(?:'s\s+name\s+is|\s+is\s+called|\s+is\s+named|,)?\s+"
-            rf"(?P<v>{NAME})"
-        ),
-        "partner",
-    ),
-    (_flags(rf"\b{_I_AM}\s+married\s+to\s+(?P<v>{NAME})"), "partner"),
-    (
-        _flags(
-            rf"\b{_I_AM}\s+(?:also\s+|very\s+|badly\s+|severely\s+)?allergic\s+to\s+"
-            r"(?P<v>[a-z][a-z -]{1,30}?)(?=\s*(?:[.,;!?]|\band\s+i\b|$))"
-        ),
-        "allergy",
-    ),
-    (_flags(r"\b(?:my|a|an)\s+(?P<v>[a-z]+)\s+allergy\s+(?:like\s+mine)?"), "allergy?"),
-    (_flags(rf"\bmy\s+name\s+is\s+(?P<v>{NAME})"), "name"),
-    (_flags(rf"\bcall\s+me\s+(?P<v>{NAME})"), "name"),
-    (_flags(rf"^{_I_AM}\s+(?P<v>{NAME})\s*[.!]?$"), "name"),
-    (
-        _flags(
-            r"\b(?:my|our)\s+(?P<k>(?:[a-z]+\s+){0,3}?(?:code|number|pin|password|reference|"
-            r"postcode|address|email|birthday|flight|seat|booking|plate|registration|budget|"
-            r"deadline))\s+(?:is|are)\s+(?P<v>[^,;!?]+?)\s*(?=[,;!?]|\.(?:\s|$)|$)"
-        ),
-        "code",
-    ),
-]
-_TEMPLATES = {
-    "city": "The user lives in {}.",
-    "job": "The user's job: {}.",
-    "partner": "The user's {k} is {}.",
-    "pet": "The user's {k} is called {}.",
-    "allergy": "The user is allergic to {}.",
-    "name": "The user's name is {}.",
-    "code": "The user's {k} is {}.",
-}
-_OTHERS = _flags(rf"^(?:my|our)\s+(?P<rel>{RELATIONS})\b(?:'s)?")
-_NAMED_RELATION = _flags(
-    rf"^(?:my|our)\s+(?P<rel>{RELATIONS})(?:'s\s+name\s+is|\s+is\s+called|,)?\s+(?P<v>{NAME})\b"
-)
-_FIRST_PERSON = _flags(r"\b(?:i|i'm|i've|i'd|my|me|mine|we|our|us)\b")
-_REQUEST = _flags(
-    r"^(?:please\s+)?(?:tell|explain|show|give|write|list|help|describe|summari[sz]e|compare|"
-    r"translate|make|find|suggest|recommend|draft|remind|can|could|would|will|what|why|how|"
-    r"when|where|who|which|is|are|do|does|thanks|thank|let's|note to self)\b"
-)
-_STRONG = _flags(
-    r"\b(?:remember|prefer|rather|favou?rite|allergic|birthday|born|live|moved|work|number|"
-    r"code|reference|budget|deadline|vegetarian|vegan)\b|\d"
-)
-_MINE = _flags(r"\ballergy\s+like\s+mine|^my\s")
-_MODIFIERS = {"new", "old", "current", "latest", "actual", "real", "own"}
-
-
-def _tidy(value: str) -> str:
-    """The value up to the first word that starts what is said about it ("nurse in a
-    hospital" → "nurse"), at most six words."""
-    words = []
-    for word in value.strip(" .,;:!?'\"").split():
-        if word.lower() in _STOP_TAIL:
+def _suggestion(assistant_text: str) -> tuple[str, bool]:
+    """What the assistant proposed, and whether it named something: its sentences with a
+    name, a number, a quoted or a highlighted word, or a list item; else its first sentences;
+    up to SUGGESTION_CHARS."""
+    sentences = [raw.strip(" -*\u2022\t") for raw in reading.sentences_of(assistant_text)]
+    marked = [
+        s
+        for raw, s in zip(reading.sentences_of(assistant_text), sentences, strict=True)
+        if re.search(r"[\"\u201c*`]|^\s*(?:[-*\u2022]|\d+[.)])\s", raw)
+        or reading.details(reading.WORD.findall(s))
+    ]
+    picked, used = [], 0
+    for sentence in marked or sentences:
+        if picked and used + len(sentence) > SUGGESTION_CHARS:
             break
-        words.append(word)
-    return " ".join(words[:6])
+        picked.append(sentence[:SUGGESTION_CHARS])
+        used += len(sentence) + 1
+    return " ".join(picked), bool(marked)
 
 
-def _key(text: str) -> str:
-    return hashlib.sha1(" ".join(text.lower().split()).encode()).hexdigest()[:12]
+def reply_to_suggestion(text: str, previous_assistant: str, *, at: int) -> Entry | None:
+    """A turn that opens with a short reply to the assistant's proposal ("Perfect, going with
+    that one.", "ok option B then"): its opening kept with the proposal, since the reply alone
+    says nothing. Whatever the turn says after it is read as usual."""
+    opening = next(iter(reading.sentences_of(text)), "")
+    words = opening.split()
+    if not previous_assistant or not words or len(words) > REPLY_MAX_WORDS:
+        return None
+    sentence = reading.read_sentence(opening)
+    if sentence.question:
+        return None
+    said = [w.lower() for w in reading.WORD.findall(opening.replace("\u2019", "'"))]
+    points_back = any(w in reading.ANAPHORS for w in said)
+    proposal, named = _suggestion(previous_assistant)
+    # "Perfect, going with that one." points back; "ok option B then" is short and bare after
+    # a proposal that named something; "I work as a radiographer." or "Recommend a board game
+    # for four people." is neither.
+    short_and_bare = len(words) <= 6 and not sentence.first_person and not sentence.details
+    if not proposal or not (points_back or (named and short_and_bare)):
+        return None
+    reply = " ".join(words)
+    return Entry(_key(TOOK, reply + proposal), "{}", reply, TOOK, at=at, context=proposal)
 
 
-def _third_person(sentence: str) -> str:
-    """A sentence about someone in the user's life, told about the user ("My sister ..." →
-    "The user's sister ...")."""
-    text = re.sub(r"^(?:my|our)\b", "The user's", sentence.strip(), flags=re.IGNORECASE)
-    text = re.sub(r"\b(?:my|our)\b", "the user's", text, flags=re.IGNORECASE)
-    text = re.sub(r"\b(?:I|me|we|us)\b", "the user", text)
-    return text if text[-1:] in ".!?" else text + "."
+# -- the same subject ---------------------------------------------------------------------------
 
 
-def _user_entries(sentence: str, question: bool, at: int) -> list[Entry]:
-    found: dict[str, Entry] = {}
-    for pattern, named_key in _USER_PATTERNS:
-        # "job?": a value named without its usual phrase, kept only when it surely is one.
-        key, sure = named_key.rstrip("?"), not named_key.endswith("?")
-        for match in pattern.finditer(sentence):
-            value = _tidy(match.group("v"))
-            if not value:
-                continue
-            kind = (match.groupdict().get("k") or "").lower()
-            if not sure and key == "job" and value.lower() not in OCCUPATIONS:
-                continue
-            if not sure and key == "allergy" and not _MINE.search(match.group()):
-                continue
-            if key == "code":
-                if value.lower() in _STOP_TAIL or (question and not re.search(r"\d", value)):
-                    continue
-                label = [w for w in kind.split() if w not in _MODIFIERS] or kind.split()
-                kind = " ".join(label)
-            if key == "pet" and kind in ("kitten", "puppy"):
-                kind = {"kitten": "cat", "puppy": "dog"}[kind]
-            full = {
-                "code": f"code:{' '.join(kind.split()[-2:])}",
-                "pet": f"pet:{kind}",
-                "allergy": f"allergy:{value.lower().rstrip('s')}",
-            }.get(key, key)
-            template = _TEMPLATES[key].replace("{k}", kind or "partner")
-            found.setdefault(full, Entry(full, template, value, USER, at=at))
-    return list(found.values())
-
-
-def facts_of(text: str, *, at: int) -> list[Entry]:
-    """The entries one user turn (message `at`) yields, in the order said."""
-    entries: list[Entry] = []
-    text = text.replace("\u2019", "'")  # one apostrophe for the patterns to know
-    for match in _SENTENCE.finditer(text):
-        raw = match.group().strip()
-        sentence = _LEAD.sub("", raw).strip()
-        if len(sentence.split()) < 2:
+def _mark_replaced(entries: list[Entry], newest: list[Entry]) -> None:
+    """Each of `newest` marks the most similar older statement of another turn as earlier,
+    when the two speak of the same thing (SAME_SUBJECT)."""
+    older = [e for e in entries if e.kind == SAID and e.value and not e.edited]
+    if not older or not newest:
+        return
+    subjects = [reading.subject_of(e.value) for e in [*older, *newest]]
+    vectors = reading.vectors(subjects)
+    old_vectors, new_vectors = vectors[: len(older)], vectors[len(older) :]
+    similarity = new_vectors @ old_vectors.T
+    for row, entry in enumerate(newest):
+        candidates = [
+            (similarity[row, col], old)
+            for col, old in enumerate(older)
+            if old.at != entry.at and old.key != entry.key
+        ]
+        if not candidates:
             continue
-        question = raw.endswith("?")
-        named = _NAMED_RELATION.match(sentence)
-        rest = sentence[named.end() :] if named else sentence
-        if named and len(rest.split()) < 2:  # "My sister's name is Ana."
-            relation = named.group("rel").lower()
-            template = f"The user's {relation} is called {{}}."
-            entries.append(Entry(f"other:{relation}", template, named.group("v"), OTHER, at=at))
-        if _OTHERS.match(sentence):
-            if not question and len(rest.split()) >= 2:
-                told = _third_person(sentence)
-                entries.append(Entry(f"other:{_key(told)}", "{}", told, OTHER, at=at))
-            continue
-        mine = _user_entries(sentence, question, at)
-        entries.extend(mine)
-        if (
-            not mine
-            and not question
-            and not _REQUEST.match(sentence)
-            and _FIRST_PERSON.search(sentence)
-            and _STRONG.search(sentence)
-            and len(sentence.split()) >= 3
-        ):
-            if about_someone_else(sentence):  # "Yesterday my sister moved to Porto."
-                told = _third_person(sentence)
-                entries.append(Entry(f"other:{_key(told)}", "{}", told, OTHER, at=at))
-                continue
-            quoted = f'The user said: "{sentence.rstrip(".")}."'
-            entries.append(Entry(f"said:{_key(sentence)}", "{}", quoted, SAID, at=at))
-    return entries
-
-
-@lru_cache(maxsize=4096)
-def _facts_cached(text: str, at: int) -> tuple[Entry, ...]:
-    """Every prompt of a long conversation reads its turns again: each is read once."""
-    return tuple(facts_of(text, at=at))
+        score, old = max(candidates, key=lambda pair: pair[0])
+        same_person = reading.user_is_subject(old.value) == reading.user_is_subject(entry.value)
+        if score >= (SAME_SUBJECT if same_person else SAME_SUBJECT_OTHER_PERSON):
+            old.later = entry.key
 
 
 # -- keeping them ---------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=4096)
+def _statements_cached(text: str, at: int) -> tuple[tuple[Entry, float], ...]:
+    return tuple(statements_of(text, at=at))
+
+
 def merge(
     entries: list[Entry], turns: Iterable, *, newer: Callable[[int, int], bool]
 ) -> list[Entry]:
-    """`entries` (oldest first) updated by the user turns of `turns` (oldest first): a new
-    value for a subject replaces the old one (kept as `former`) and moves the entry to the end.
-    `newer(turn_id, message_id)`: whether the turn comes after that message; an entry the user
-    edited is replaced only by turns after the edit."""
-    by_key = {e.key: e for e in entries}
-    order = [e.key for e in entries]
+    """`entries` (oldest first) updated by `turns` (oldest first; user and assistant turns):
+    the user's statements are added, each marking an older one on the same subject as earlier;
+    a reply to a suggestion is added with the suggestion. `newer(turn_id, message_id)`: whether
+    the turn comes after that message; an entry the user edited or deleted holds against the
+    turns before the edit, so they do not bring it back."""
+    merged = [replace(e) for e in entries]
+    present = {e.key for e in merged}
+    edits = [e for e in merged if e.edited]
+    weights = {e.key: 1.0 for e in merged}
+    previous_assistant = ""
     for turn in turns:
         if turn.role != USER:
+            previous_assistant = turn.text
             continue
-        for said in _facts_cached(turn.text, turn.id):
-            entry = replace(said)  # the cached one stays as it was said
-            current = by_key.get(entry.key)
-            if current is not None and current.edited and not newer(turn.id, current.at):
-                continue
-            if current is not None:
-                order.remove(entry.key)
-                same = current.value.lower() == entry.value.lower()
-                if current.kind == USER and current.value and not current.edited and not same:
-                    entry.former = current.value
-                elif same:
-                    entry.former = current.former
-            by_key[entry.key] = entry
-            order.append(entry.key)
-    return [by_key[key] for key in order]
+        took = reply_to_suggestion(turn.text, previous_assistant, at=turn.id)
+        said = [(took, weight_of(took))] if took else []
+        said += [
+            (replace(e), w)
+            for e, w in _statements_cached(turn.text, turn.id)
+            if not took or e.value != took.value  # the reply is kept once, with its proposal
+        ]
+        previous_assistant = ""
+        fresh = []
+        for entry, weight in said:
+            if entry.key in present:
+                # Said again: kept once, unless the user edited it since and says it anew.
+                edit = next((e for e in edits if e.key == entry.key), None)
+                if edit is None or not newer(turn.id, edit.at):
+                    continue
+                merged.remove(edit)
+                edits.remove(edit)
+            present.add(entry.key)
+            weights[entry.key] = weight
+            fresh.append(entry)
+        _mark_replaced([e for e in merged if e.kind == SAID], fresh)
+        merged.extend(fresh)
+    return _bounded(merged, weights)
+
+
+def _bounded(entries: list[Entry], weights: dict[str, float]) -> list[Entry]:
+    """At most ENTRIES_KEPT: edits always, then the most telling, in their order."""
+    if len(entries) <= ENTRIES_KEPT:
+        return entries
+    ranked = sorted(entries, key=lambda e: (not e.edited, -weights.get(e.key, 1.0)))
+    keep = {e.key for e in ranked[:ENTRIES_KEPT]}
+    return [e for e in entries if e.key in keep]
+
+
+def weight_of(entry: Entry) -> float:
+    """How much an entry is worth in a full memory block: what it tells, less for an earlier
+    statement that a later one may replace."""
+    if entry.edited:
+        return 100.0
+    if entry.kind == TOOK:  # as telling as the proposal it takes, and the user took it
+        return 1.0 + 1.5 * min(reading.details(reading.WORD.findall(entry.context)), 2)
+    if entry.kind in (USER, OTHER):
+        return 5.0
+    weight = reading.read_sentence(entry.value).weight
+    return weight - 3.0 if entry.later else weight
 
 
 def entry_edit(entries: list[Entry], *, key: str, value: str, at: int) -> Entry | None:
     """The user's own correction of entry `key` ("" deletes it), None for a key not among
-    `entries`. It never says "formerly" (the old value was wrong, not past) and holds against
-    every turn said before message `at`."""
+    `entries`. It holds against every turn said before message `at`."""
     current = next((e for e in entries if e.key == key), None)
     if current is None:
         return None
     value = " ".join(value.split())[:200]
-    if current.kind != USER and value:
-        value = value if value[-1:] in ".!?" else value + "."
     # The replaced value is kept, so that no summary sentence repeats it (memory_summary.py).
     former = current.value if current.value.lower() != value.lower() else current.former
-    return Entry(key, current.template, value, current.kind, former, at, True)
+    return Entry(key, current.template, value, current.kind, former, at, True, current.context)
 
 
-def values_of(entries: Iterable[Entry], kind: str) -> set[str]:
-    """The names and numbers entries of `kind` hold (the values of OTHER and SAID entries are
-    whole sentences: their capitalised words and numbers)."""
-    found = set()
+def unsure_values(entries: Iterable[Entry]) -> set[str]:
+    """The names and numbers a summary may not tell as the user's: those the user said only
+    in sentences that speak of something of theirs without saying "I" or "we" ("My sister
+    lives in Porto", "My boss's cat is Nimbus": whose the detail is, the quote shows, a
+    rewrite loses). A detail also said in a sentence of the user's own first person ("I
+    live in Porto") is theirs; one said in no kept statement is a topic."""
+    own, unsure = set(), set()
     for e in entries:
-        if e.kind != kind or not e.value:
+        if not e.value or e.kind != SAID:
             continue
-        if kind == USER:
-            found.add(e.value.lower())
-        else:
-            found.update(w.lower() for w in re.findall(r"(?<=\s)[A-Z][\w'-]+|\d{2,}", e.value))
-    return found
+        words = reading.WORD.findall(e.value.replace("\u2019", "'"))
+        lower = {w.lower() for w in words}
+        details = {w.lower() for w in reading.detail_words_of(words)}
+        if lower & reading.SUBJECT:
+            own |= details
+        elif lower & reading.POSSESSIVE:
+            unsure |= details
+    return unsure - own
+
+
+def stale_words(entries: Iterable[Entry]) -> set[str]:
+    """Names and numbers of earlier statements that their later statement does not repeat:
+    values that may be out of date (and every value the user replaced on the page)."""
+    entries = list(entries)
+    by_key = {e.key: e for e in entries}
+    stale = set()
+    for e in entries:
+        if e.edited and e.former:
+            stale.update(w.lower() for w in reading.detail_words(e.former) or [e.former])
+        successor = by_key.get(e.later)
+        if successor is not None:
+            now = {w.lower() for w in reading.detail_words(successor.value)}
+            stale.update(w.lower() for w in reading.detail_words(e.value) if w.lower() not in now)
+    return stale

@@ -1,7 +1,14 @@
 """The rolling summary: the background request that folds turns falling out of the prompt into
-it, the check that keeps only its grounded sentences, and its storage (with the memory entries
-as of its last turn, memory_facts.py). memory.py decides when a summary is due and puts it in
-the prompt (summary_lines: none of its sentences that a later entry contradicts).
+it, the check that keeps only its grounded sentences, and its storage (with the user's
+statements as of its last turn, memory_facts.py). memory.py decides when a summary is due and
+puts it in the prompt (summary_lines: none of its sentences that names an out-of-date value or a
+detail the user did not give as their own).
+
+The statements carry what the user said, in their words; the summary carries what they asked
+about, which no single sentence of theirs says. A model's rewrite of a fact ("The user lives in
+...") is where facts went wrong (a sister's city told as the user's, "the user'm"), so the
+summary is asked for topics, and a sentence that names a detail is kept only when the user gave
+that detail as their own.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from django.db import transaction
 
 from apps.chat.models import Conversation, ConversationSummary, Message
 from apps.chat.prompt import memory_facts as facts
+from apps.chat.prompt import memory_reading as reading
 from apps.chat.prompt.memory_facts import Entry
 from apps.chat.selectors import Turn
 
@@ -26,9 +34,8 @@ SUMMARY_MAX_TOKENS = 240
 # continues it instead of summarising it, and the answers say little about the user.
 SUMMARY_SYSTEM = "You write short notes about a user, in the third person."
 SUMMARY_INSTRUCTIONS = (
-    "Rewrite the notes in the third person: one short line per fact the user stated about "
-    'themselves (name, numbers, places, preferences), each starting with "The user", then '
-    'one line "The user asked about: ..." listing the topics. Write only what the user said.'
+    'Update the notes: one line "The user asked about: ..." listing the topics of the notes '
+    "and of what the user said, in a few words each."
 )
 
 
@@ -109,55 +116,40 @@ def grounded(sentence: str, source: str) -> bool:
     return sum(_stem(w) in stems for w in content) * 3 >= len(content) * 2
 
 
-def _theirs_only(previous: str, said: str) -> set[str]:
-    """The words (by stem) the source says only of someone else: in the user's sentences about
-    someone in their life ("My sister lives in Porto") and the notes about them ("The user's
-    sister ..."), and in none of the rest."""
-    own, theirs = set(), set()
-    for match in _SENTENCE.finditer(f"{previous}\n{said}"):
-        sentence = match.group()
-        words = {_stem(w.lower()) for w in _WORDS.findall(sentence) if w.lower() not in _STOP}
-        (theirs if facts.about_someone_else(sentence) else own).update(words)
-    return theirs - own
+def _echoes(sentence: str, text: str) -> bool:
+    """Whether most of the sentence's content words are the summary request's own (its
+    instruction or system prompt, repeated as if it were a note)."""
+    own = {_stem(w.lower()) for w in _WORDS.findall(text) if w.lower() not in _STOP}
+    content = [_stem(w.lower()) for w in _WORDS.findall(sentence) if w.lower() not in _STOP]
+    return bool(content) and sum(w in own for w in content) * 2 > len(content)
 
 
-def _takes_theirs(sentence: str, theirs_only: set[str]) -> bool:
-    """A sentence that names no one else (so it tells of the user) but uses a word the source
-    said only of someone else: "The user works as a librarian" from "My sister works as a
-    librarian"."""
-    if facts.about_someone_else(sentence):
-        return False
-    return any(
-        _stem(w.lower()) in theirs_only for w in _WORDS.findall(sentence) if w.lower() not in _STOP
-    )
+# A rewrite into the third person that broke the grammar: "the user'm", "the user've".
+_BROKEN = re.compile(r"\buser'(?!s\b)[a-z]", re.IGNORECASE)
 
 
 def summary_text(*, previous: str, answer: str, finish_reason: str = "", said: str = "") -> str:
     """The stored summary: the model's notes that are grounded in what the user `said` in the
     summarised turns or in the `previous` notes, in the third person; the previous notes kept
     when none is. Notes the answer cap cut (`finish_reason` "length") end at their last
-    complete line or sentence: half a fact stored as memory would be repeated as if whole.
-    A note that opens in the first person copies the user's words ("I live in ..."): it is
-    kept as their quote when it is theirs; one that speaks to someone ("I'm glad you ...") or
-    is not grounded is dropped, as a small model invents events and answers the user. So is
-    one that tells the user something the user said of someone else (_takes_theirs)."""
+    complete line or sentence. Dropped: a note that speaks to someone or copies the user's
+    first person (a small model answers the user or invents events), one that repeats the
+    request's own instruction, and one whose third person broke ("the user'm")."""
     text = answer.strip()
     if finish_reason == "length":
         ends = [match.end() for match in _COMPLETE.finditer(text)]
         text = text[: ends[-1]].strip() if ends else ""
     source = f"{previous}\n{said}"
-    theirs_only = _theirs_only(previous, said)
+    request = f"{SUMMARY_SYSTEM} {SUMMARY_INSTRUCTIONS}"
     kept = []
     for sentence in _sentences(text):
-        if not grounded(sentence, source) or _takes_theirs(sentence, theirs_only):
+        if not grounded(sentence, source) or _echoes(sentence, request):
             continue
-        if _OPENS_AS_USER.match(sentence):
-            words = [w.lower() for w in _WORDS.findall(sentence)]
-            theirs = {w.lower() for w in _WORDS.findall(said)}
-            if words and sum(w in theirs for w in words) * 5 >= len(words) * 4:
-                kept.append(f'The user said: "{sentence.rstrip(".")}."')
-        elif not _ADDRESSES.search(sentence):
-            kept.append(sentence)
+        if _OPENS_AS_USER.match(sentence) or _ADDRESSES.search(sentence):
+            continue
+        if _BROKEN.search(sentence):
+            continue
+        kept.append(sentence)
     return "\n".join(dict.fromkeys(kept)) or previous
 
 
@@ -259,35 +251,20 @@ def _comes_after(conversation_id: int, later: int, earlier: int) -> bool:
     return earlier not in created or (created[later], later) > (created[earlier], earlier)
 
 
-# Words that mark a sentence naming an old value as about the past.
-_PAST = re.compile(r"\b(formerly|previously|used to|no longer|moved from|before)\b", re.I)
-
-
 def summary_lines(summary: str, entries: list[Entry]) -> list[str]:
-    """The stored summary's sentences that the entries do not contradict: none that names a
-    value the user corrected (unless as past) or deleted, or a name or number said of someone
-    else without saying whom it is about."""
-    replaced = {e.former.lower() for e in entries if e.kind == facts.USER and e.former}
-    # What the user corrected or deleted on the page was wrong: not even as past.
-    deleted = {e.former.lower() for e in entries if e.edited and e.former}
-    theirs = facts.values_of(entries, facts.OTHER) - facts.values_of(entries, facts.USER)
+    """The stored summary's sentences that the statements do not contradict: none that names
+    a value a later statement may have replaced or the user corrected or deleted on the page,
+    and none that names a detail the user gave only of something of theirs without "I" or
+    "we" (memory_facts.unsure_values: a sister's city told as the user's)."""
+    stale = facts.stale_words(entries)
+    unsure = facts.unsure_values(entries)
     kept = []
     for sentence in _sentences(summary):
         words = {w.lower() for w in _WORDS.findall(sentence)}
-        lower = sentence.lower()
-        if any(v in lower for v in deleted):
-            continue
-        if any(_names(v, lower) for v in replaced) and not _PAST.search(sentence):
-            continue
-        # "Mombasa" or "Tucson" hold no mother or son: whom it is about is a whole word.
-        if words & theirs and not facts.about_someone_else(sentence):
+        if words & stale or {w.lower() for w in reading.detail_words(sentence)} & unsure:
             continue
         kept.append(sentence)
     return kept
-
-
-def _names(value: str, text: str) -> bool:
-    return re.search(rf"\b{re.escape(value)}\b", text) is not None
 
 
 def summary_discard_from(*, conversation_id: int, message_id: int) -> None:

@@ -1,0 +1,150 @@
+"""Reading the user's words for memory (memory_facts.py): sentences, whether a sentence speaks
+of the user (the grammar's first person, never a list of phrasings), the names and numbers it
+carries, and what it is about as the embedding model sees it (subject_of)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+# A very long sentence is cut to its clauses that speak of the user (words, not tokens).
+LONG_SENTENCE_WORDS = 32
+
+# Sentence ends: an end mark before a space, or a line break (a decimal point is no end).
+_SENTENCE_END = re.compile(r"(?<=[.!?\u2026])[\"')\]\u201d]*\s+|\s*\n+\s*")
+_CLAUSE_END = re.compile(r"\s*(?:[,;:]\s+|\s+[-\u2013\u2014]\s+|\s+(?:but|and|so|because)\s+)")
+WORD = re.compile(r"[\w][\w'\u2019-]*")
+# The grammar's first person: subject and possessive forms ("me" and "us", objects of a
+# request like "tell me", say nothing of the user on their own).
+FIRST_PERSON = frozenset(
+    "i i'm im i've ive i'd i'll my mine myself we we're we've we'd we'll our ours".split()
+)
+POSSESSIVE = frozenset({"my", "mine", "our", "ours"})
+SUBJECT = FIRST_PERSON - POSSESSIVE
+ADDRESSED = frozenset("you your you're yours me us".split())
+# Words that point back at something said before ("that one", "love it").
+ANAPHORS = frozenset("that that's it it's those them one".split())
+
+
+@dataclass(frozen=True)
+class Sentence:
+    text: str
+    question: bool
+    first_person: bool
+    possessive: bool
+    details: int  # names and numbers in it
+    addressed: bool  # speaks to the assistant: "you", or "me" as in "tell me"
+
+    @property
+    def kept(self) -> bool:
+        if len(self.text.split()) < 3:
+            return False
+        if self.question:
+            return self.possessive or (self.first_person and self.details > 0)
+        # A name or a number alone counts in a statement, not in what is said to the
+        # assistant ("Tell me about river 16", "Can you explain the 1929 crash").
+        return self.first_person or (self.details > 0 and not self.addressed)
+
+    @property
+    def weight(self) -> float:
+        """How much the sentence is likely to tell: names and numbers, then the user as its
+        subject, then a possessive, then a statement over a question."""
+        subject = any(w.lower() in SUBJECT for w in WORD.findall(self.text.replace("\u2019", "'")))
+        return (
+            2.0 * min(self.details, 2)
+            + 2.0 * subject
+            + self.possessive
+            + (0.5 if not self.question else 0.0)
+        )
+
+
+def details(words: list[str]) -> int:
+    """Names (capitalised past the first word, not "I") and numbers."""
+    found = 0
+    for index, word in enumerate(words):
+        if any(c.isdigit() for c in word):
+            found += 1
+        elif index > 0 and word[0].isupper() and word.lower() not in FIRST_PERSON:
+            found += 1
+    return found
+
+
+def read_sentence(text: str) -> Sentence:
+    words = WORD.findall(text.replace("\u2019", "'"))
+    lower = [w.lower() for w in words]
+    return Sentence(
+        text=text,
+        question=text.rstrip().endswith("?"),
+        first_person=any(w in FIRST_PERSON for w in lower),
+        possessive=any(w in POSSESSIVE for w in lower),
+        details=details(words),
+        addressed=any(w in ADDRESSED for w in lower),
+    )
+
+
+def sentences_of(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s and s.strip()]
+
+
+def shortened(sentence: Sentence) -> str:
+    """A long sentence cut to its clauses that are worth keeping, joined by "…"."""
+    if len(sentence.text.split()) <= LONG_SENTENCE_WORDS:
+        return sentence.text
+    clauses = [c for c in _CLAUSE_END.split(sentence.text) if c and c.strip()]
+    kept = [c.strip() for c in clauses if read_sentence(c).kept or details(WORD.findall(c))]
+    return " \u2026 ".join(kept) if kept else sentence.text
+
+
+def detail_words_of(words: list[str]) -> list[str]:
+    return [
+        w
+        for index, w in enumerate(words)
+        if any(c.isdigit() for c in w)
+        or (index > 0 and w[0].isupper() and w.lower() not in FIRST_PERSON)
+    ]
+
+
+def detail_words(text: str) -> list[str]:
+    """The names and numbers in `text` (as _details counts them)."""
+    return detail_words_of(WORD.findall(text.replace("\u2019", "'")))
+
+
+# -- what a statement is about ------------------------------------------------------------------
+
+_VECTORS: OrderedDict[str, np.ndarray] = OrderedDict()
+_VECTORS_KEPT = 4096
+_vectors_lock = threading.Lock()
+
+
+def vectors(texts: list[str]) -> np.ndarray:
+    """Unit vectors of `texts`, each embedded once per process (every prompt of a
+    conversation reads its statements again)."""
+    from apps.rag.embeddings import embed_texts
+
+    with _vectors_lock:
+        missing = [t for t in dict.fromkeys(texts) if t not in _VECTORS]
+    if missing:
+        computed = embed_texts(missing)
+        with _vectors_lock:
+            for text, vector in zip(missing, computed, strict=True):
+                _VECTORS[text] = vector
+            while len(_VECTORS) > _VECTORS_KEPT:
+                _VECTORS.popitem(last=False)
+    with _vectors_lock:
+        return np.stack([_VECTORS.get(t) for t in texts]) if texts else np.zeros((0, 1))
+
+
+def user_is_subject(text: str) -> bool:
+    return any(w.lower() in SUBJECT for w in WORD.findall(text.replace("\u2019", "'")))
+
+
+def subject_of(text: str) -> str:
+    """The statement with its names and numbers masked: what it says something about, not the
+    value it says ("I live in Tucson" and "we're in Tallinn now" both speak of where)."""
+    words = WORD.findall(text.replace("\u2019", "'"))
+    masked = set(detail_words_of(words))
+    return " ".join("something" if w in masked else w for w in words)
