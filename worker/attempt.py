@@ -24,6 +24,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from worker import metrics, transitions
 from worker.ahead import EngineAhead
 from worker.batching import CommandBatcher
+from worker.capabilities import REFUSED_CODE, EngineRefused
 from worker.engines import Engine, EngineRequest
 from worker.heartbeat import WorkerStats
 from worker.isolation import Isolation
@@ -271,6 +272,11 @@ class Attempts:
             await self.engine.abort(item.id)
             await self.output.close(buffer)
             raise
+        except EngineRefused as exc:  # asked what it cannot do (a schema it cannot enforce)
+            log.warning("request %s refused: %s", item.id, exc)
+            answer.state = State.FAILED
+            answer.error = f"This model cannot answer it: {exc}."
+            answer.code = REFUSED_CODE
         except Exception as exc:  # an engine failure fails this answer, not the worker
             log.exception("request %s failed in the engine", item.id)
             answer.state = State.FAILED
@@ -305,7 +311,9 @@ class Attempts:
                 "request %s: attempt %d lost its claim before it ended", answer.id, answer.attempt
             )
             return True
-        self.stats.ended(answer.id, failed=answer.state == State.FAILED)
+        # A request its engine refused is the request's fault, not the worker's.
+        failed = answer.state == State.FAILED and answer.code != REFUSED_CODE
+        self.stats.ended(answer.id, failed=failed)
         metrics.ended(answer)
 
         def after(pipe) -> None:
@@ -352,4 +360,8 @@ def _request_of(item: WorkItem) -> EngineRequest:
         temperature=item.temperature,
         top_p=item.top_p,
         stop=item.stop,
+        response_format=item.response_format,
+        seed=item.seed,
+        presence_penalty=item.presence_penalty,
+        frequency_penalty=item.frequency_penalty,
     )

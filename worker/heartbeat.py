@@ -68,6 +68,8 @@ async def beat(
         "worker_id": worker_id,
         "engine": engine.name,
         "model": model,
+        # What a request of this model may ask for (worker/capabilities.py).
+        "capabilities": sorted(getattr(engine, "capabilities", ())),
         # The web builds this model's prompts to fit it (absent: MODEL_CONTEXT_TOKENS).
         "context_tokens": _window(engine.context_tokens, prompt_window),
         "slots": slots,

@@ -102,6 +102,14 @@ class WorkItem:
     stop: list[str] = field(default_factory=list)  # the answer ends before any of these
     # A background request's task ({"task": "summary", ...}): its answer goes to that task.
     purpose: dict = field(default_factory=dict)
+    # What the OpenAI API passes on to the engine. Left out of the entry when unset, so entries
+    # without them read as before; a worker of the previous release ignores them, and the web
+    # sends them only to models whose every worker announces it serves them
+    # (worker/capabilities.py).
+    response_format: dict = field(default_factory=dict)  # {}: plain text
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
 
     def to_fields(self) -> dict[str, str]:
         # Field by field: asdict() would deep-copy every message first, on the hot path.
@@ -110,6 +118,13 @@ class WorkItem:
         data["top_p"] = "" if self.top_p is None else self.top_p
         data["stop"] = json.dumps(self.stop) if self.stop else ""
         data["purpose"] = json.dumps(self.purpose) if self.purpose else ""
+        for name in OPTIONAL_SAMPLING:
+            if data[name] is None:
+                del data[name]
+        if self.response_format:
+            data["response_format"] = json.dumps(self.response_format)
+        else:
+            del data["response_format"]
         return {k: str(v) for k, v in data.items()}
 
     @classmethod
@@ -136,7 +151,18 @@ class WorkItem:
             top_p=float(fields["top_p"]) if fields.get("top_p") else None,
             stop=_stop_list(fields.get("stop")),
             purpose=dict(json.loads(fields.get("purpose") or "{}")),
+            response_format=dict(json.loads(fields.get("response_format") or "{}")),
+            seed=int(fields["seed"]) if fields.get("seed") else None,
+            presence_penalty=_float_or_none(fields.get("presence_penalty")),
+            frequency_penalty=_float_or_none(fields.get("frequency_penalty")),
         )
+
+
+OPTIONAL_SAMPLING = ("seed", "presence_penalty", "frequency_penalty")
+
+
+def _float_or_none(raw: str | None) -> float | None:
+    return float(raw) if raw else None
 
 
 def _stop_list(raw: str | None) -> list[str]:
@@ -175,7 +201,8 @@ class Answer:
     attempt: int = 0  # 0: ended without running (rejected, timed out or stopped in line)
     retry_after: int | None = None  # seconds, for a rejection that waiting can fix
     # Why the dispatcher refused it, for programs (`error` is for people): "rate_limited",
-    # "too_large", "shed", "no_worker", "model_not_allowed"; "" otherwise.
+    # "too_large", "shed", "no_worker", "model_not_allowed"; or "engine_refused": the worker's
+    # engine cannot serve what it asks (worker/capabilities.py); "" otherwise.
     code: str = ""
     prompt_tokens_estimate: int = 0
     max_tokens: int = 0

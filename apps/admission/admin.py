@@ -54,17 +54,25 @@ class PlanAdmin(admin.ModelAdmin):
     @admin.display(description="served now")
     def models_served_now(self, obj=None) -> str:
         try:
-            live = model_fleet(fresh=True).live
+            fleet = model_fleet(fresh=True)
         except Exception:  # the admin page must render even while Redis is down
             return "unknown (Redis unreachable)"
-        if not live:
+        if not fleet.live:
             return "no live worker announces a model"
-        return ", ".join(f"{name} ({slots} slots)" for name, slots in sorted(live.items()))
+        return "; ".join(
+            f"{name} ({slots} slots, {served_summary(fleet.capabilities.get(name, ()))})"
+            for name, slots in sorted(fleet.live.items())
+        )
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
         if obj.is_default:
             plan_make_default(plan=obj)
+
+
+def served_summary(served) -> str:
+    """What a model's workers serve beyond plain sampling, as the admin lists it."""
+    return "serves " + ", ".join(sorted(served)) if served else "plain sampling only"
 
 
 @admin.register(UserPlan)

@@ -25,7 +25,7 @@ from apps.admission.models import Plan, UserPlan
 from apps.admission.plans import model_choose, plan_decide
 from apps.admission.release import LIVE_SECONDS, beat_model, parsed_heartbeats
 from core.redis_client import get_redis, keys
-from worker import protocol
+from worker import capabilities, protocol
 
 # How long a process trusts what it read of the fleet; a model it did not see is read again at
 # once (a worker that has just started is served without waiting for this).
@@ -42,6 +42,8 @@ class ModelFleet:
     # model → the smallest context window its live workers report (a request of that model
     # may run on any of them); a model whose workers report none is absent.
     context: dict[str, int] = field(default_factory=dict)
+    # model → what every one of its live workers can serve (worker/capabilities.py)
+    capabilities: dict[str, frozenset[str]] = field(default_factory=dict)
 
 
 _fleets: dict[str, ModelFleet] = {}  # by key prefix (tests use one each)
@@ -61,8 +63,13 @@ def model_fleet(*, fresh: bool = False) -> ModelFleet:
     ids, seen = pipe.execute()
     live: dict[str, int] = {}
     context: dict[str, int] = {}
+    # (model, heartbeat) of every worker that may still read its model's work, unhealthy ones
+    # too: one that recovers reads it without the web looking again.
+    readers: list[tuple[str, dict]] = []
     for beat in parsed_heartbeats(client.mget([k.heartbeat(w) for w in ids]) if ids else []):
         model = beat_model(beat)
+        if not beat.get("draining"):
+            readers.append((model, beat))
         if model and beat.get("healthy", True) and not beat.get("draining"):
             live[model] = live.get(model, 0) + int(beat.get("slots") or 0)
         window = _int(beat.get("context_tokens"))
@@ -72,7 +79,9 @@ def model_fleet(*, fresh: bool = False) -> ModelFleet:
     known = {m: _int(at) for m, at in seen.items() if _int(at) >= now - KNOWN_MODEL_SECONDS * 1000}
     for model in live:
         known.setdefault(model, now)
-    fleet = _fleets[prefix] = ModelFleet(live, known, time.monotonic(), context)
+    fleet = _fleets[prefix] = ModelFleet(
+        live, known, time.monotonic(), context, capabilities.of_models(readers)
+    )
     return fleet
 
 
@@ -89,6 +98,12 @@ def model_context_tokens(*, model: str) -> int:
     if "" in fleet.context:  # workers that announce no model, and report their window
         windows.append(fleet.context[""])
     return min(windows, default=fallback)
+
+
+def model_capabilities(*, model: str) -> frozenset[str]:
+    """What a request of `model` may ask beyond plain sampling: what all of its live workers
+    announce (none when none is live)."""
+    return model_fleet().capabilities.get(model, frozenset())
 
 
 def models_for_plan(*, plan: Plan) -> list[str]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import orjson
 from django.http import JsonResponse
 
+from worker.capabilities import describe
+
 
 class ApiError(Exception):
     """An error as OpenAI's API reports it; `response()` is what the client receives."""
@@ -47,6 +49,16 @@ def invalid(param: str | None, message: str, code: str | None = None) -> ApiErro
 
 def unsupported(param: str, what: str) -> ApiError:
     return invalid(param, f"Sluice does not support {what}.", code="unsupported_parameter")
+
+
+def not_on_model(model: str, param: str, capability: str) -> ApiError:
+    """A parameter the chosen model's workers cannot serve (worker/capabilities.py)."""
+    return invalid(
+        param,
+        f"The model `{model or '(default)'}` does not support {describe(capability)}, so "
+        f"`{param}` cannot be honoured. GET /v1/models lists what each model supports.",
+        code="unsupported_parameter",
+    )
 
 
 def bad_key() -> ApiError:

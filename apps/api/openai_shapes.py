@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from apps.api import openai_formats as formats
 from apps.api.openai_errors import ApiError, invalid, unsupported
 from apps.chat.prompt.prompting import estimate_tokens
 
@@ -37,6 +38,11 @@ class ChatRequest:
     temperature: float | None = None
     top_p: float | None = None
     stop: list[str] = field(default_factory=list)
+    # Named as on the work item: worker/capabilities.py reads either to know what is asked.
+    response_format: dict = field(default_factory=dict)  # {}: plain text
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
 
     @property
     def prompt_tokens_estimate(self) -> int:
@@ -76,7 +82,15 @@ def chat_request(body: dict) -> ChatRequest:
         temperature=body.get("temperature"),
         top_p=body.get("top_p"),
         stop=[stop] if isinstance(stop, str) else list(stop or []),
+        response_format=formats.response_format_of(body.get("response_format")),
+        seed=body.get("seed"),
+        presence_penalty=_float(body.get("presence_penalty")),
+        frequency_penalty=_float(body.get("frequency_penalty")),
     )
+
+
+def _float(value) -> float | None:
+    return None if value is None else float(value)
 
 
 def _bool(body: dict, name: str) -> bool:
@@ -204,11 +218,6 @@ def _no_tools(name: str, value) -> None:
         raise unsupported(name, "tools or function calling")
 
 
-def _text_format(name: str, value) -> None:
-    if value is not None and value != {"type": "text"}:
-        raise unsupported(name, "structured output (response_format other than text)")
-
-
 def _text_only(name: str, value) -> None:
     if value is not None and value != ["text"]:
         raise unsupported(name, "output other than text")
@@ -245,10 +254,11 @@ CHECKS = {
     "parallel_tool_calls": _absent("tools or function calling"),
     "logprobs": _refuse_unless((None, False), "logprobs"),
     "top_logprobs": _refuse_unless((None, 0), "logprobs"),
-    "response_format": _text_format,
-    "seed": _absent("seeded sampling"),
-    "presence_penalty": _refuse_unless((None, 0, 0.0), "presence_penalty"),
-    "frequency_penalty": _refuse_unless((None, 0, 0.0), "frequency_penalty"),
+    # Served where the model's workers can (worker/capabilities.py): checked with the model.
+    "response_format": formats.check_response_format,
+    "seed": formats.check_seed,
+    "presence_penalty": formats.check_penalty,
+    "frequency_penalty": formats.check_penalty,
     "logit_bias": _refuse_unless((None, {}), "logit_bias"),
     "store": _refuse_unless((None, False), "storing completions (store)"),
     "service_tier": _refuse_unless((None, "auto", "default"), "service tiers"),

@@ -44,7 +44,7 @@ from apps.api.openai_relay import (
 from apps.chat import services, submission
 from apps.streams.hub_base import Entry
 from apps.streams.offload import db_call
-from worker import protocol
+from worker import capabilities, protocol
 from worker.protocol import WorkItem
 
 log = logging.getLogger("sluice.chat.openai")
@@ -129,6 +129,11 @@ def start_completion(
         raise errors.model_not_found(model)
     if status != admission.MODEL_OK:
         raise errors.no_worker(model or "(default)")
+    needs = capabilities.asked(asked)
+    if needs:  # only the models whose every worker can serve it
+        missing = capabilities.first_missing(needs, admission.model_capabilities(model=model))
+        if missing is not None:
+            raise errors.not_on_model(model, *missing)
     prompt_tokens = asked.prompt_tokens_estimate
     room = errors.context_room(
         window=admission.model_context_tokens(model=model),
@@ -149,6 +154,10 @@ def start_completion(
         model=model,
         top_p=None if asked.top_p is None else float(asked.top_p),
         stop=asked.stop,
+        response_format=asked.response_format,
+        seed=asked.seed,
+        presence_penalty=asked.presence_penalty,
+        frequency_penalty=asked.frequency_penalty,
     )
     # The key's hash goes with the request, so its usage is filed under the key (apps/usage).
     first_event = submission.request_publish(
@@ -180,6 +189,8 @@ def refusal(final: dict[str, str], caller: Caller, model: str, *, headers: bool 
         return ApiError(400, message, param="max_tokens", code="request_too_large")
     if code == "model_not_allowed":
         return errors.model_not_found(model)
+    if code == capabilities.REFUSED_CODE:  # the engine cannot serve what the request asks
+        return ApiError(400, message, code="unsupported_parameter")
     if code in ("shed", "no_worker"):
         return ApiError(
             503,
@@ -256,15 +267,26 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
 # -- models and embeddings --------------------------------------------------------------------
 
 
-def model_entry(name: str, seen_ms: int) -> dict:
-    return {"id": name, "object": "model", "created": seen_ms // 1000, "owned_by": "sluice"}
+def model_entry(name: str, seen_ms: int, served: frozenset[str]) -> dict:
+    """OpenAI's model object, with what a request of the model may ask (`capabilities`: every
+    one Sluice knows, true or false) beside it."""
+    return {
+        "id": name,
+        "object": "model",
+        "created": seen_ms // 1000,
+        "owned_by": "sluice",
+        "capabilities": capabilities.table(served),
+    }
 
 
-def listed_models(caller: Caller) -> dict[str, int]:
-    """The models live workers serve that the caller's plan allows, with when each was last
-    announced (ms)."""
+def listed_models(caller: Caller) -> dict[str, dict]:
+    """The models live workers serve that the caller's plan allows, as /v1/models shows
+    them."""
     fleet = admission.model_fleet()
-    return {name: fleet.known.get(name, 0) for name in admission.models_for_plan(plan=caller.plan)}
+    return {
+        name: model_entry(name, fleet.known.get(name, 0), fleet.capabilities.get(name, frozenset()))
+        for name in admission.models_for_plan(plan=caller.plan)
+    }
 
 
 @api_view
@@ -272,9 +294,7 @@ async def models_list(request: HttpRequest) -> HttpResponse:
     method(request, "GET")
     caller = await authenticated(request)
     listed = await db_call(listed_models)(caller)
-    return JsonResponse(
-        {"object": "list", "data": [model_entry(n, at) for n, at in listed.items()]}
-    )
+    return JsonResponse({"object": "list", "data": list(listed.values())})
 
 
 @api_view
@@ -284,7 +304,7 @@ async def model_detail(request: HttpRequest, model: str) -> HttpResponse:
     listed = await db_call(listed_models)(caller)
     if model not in listed:
         raise errors.model_not_found(model)
-    return JsonResponse(model_entry(model, listed[model]))
+    return JsonResponse(listed[model])
 
 
 @api_view

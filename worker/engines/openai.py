@@ -6,6 +6,9 @@ it): a token is a streamed chunk with text, unless the upstream reports usage as
 The stream is read with aiohttp: its HTTP parser is in C, and a streamed answer is a hundred
 small chunks, each of which a pure-Python client (httpx on anyio) spent more CPU receiving
 than the rest of the worker spent relaying it.
+
+A response format, a seed and the penalties go to the upstream as the client sent them: the
+upstream enforces them, and refuses what it cannot do (its 400 fails the answer with its words).
 """
 
 from __future__ import annotations
@@ -15,11 +18,18 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
+from worker.capabilities import SAMPLING_AND_STRUCTURED, EngineRefused
 from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
+
+PASSED_ON = ("seed", "presence_penalty", "frequency_penalty")  # sent when the request sets them
+# An upstream's answer that blames the request (a schema it cannot enforce, say), not itself:
+# the client is told why, and the worker's circuit breaker does not count it.
+REQUEST_FAULTS = (400, 422)
 
 
 class OpenAIEngine:
     name = "openai"
+    capabilities = SAMPLING_AND_STRUCTURED
 
     def __init__(
         self,
@@ -92,6 +102,11 @@ class OpenAIEngine:
             body["top_p"] = request.top_p
         if request.stop:
             body["stop"] = request.stop
+        if request.response_format:
+            body["response_format"] = request.response_format
+        for name in PASSED_ON:
+            if getattr(request, name) is not None:
+                body[name] = getattr(request, name)
         prompt_tokens = completion_tokens = 0
         finish = None  # the upstream's own reason, "length" included
         url = self.base_url + "/chat/completions"
@@ -99,6 +114,8 @@ class OpenAIEngine:
             async with self._client.post(url, json=body) as response:
                 if response.status >= 400:
                     detail = (await response.read()).decode(errors="replace")[:200]
+                    if response.status in REQUEST_FAULTS:  # the request's fault: said as such
+                        raise EngineRefused(f"the upstream refused it: {detail}")
                     raise RuntimeError(f"upstream answered {response.status}: {detail}")
                 async for data in sse_data(response.content):
                     if request.id in self._aborted:

@@ -29,6 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 
+from worker.capabilities import refuse_missing
 from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
 
 LENGTH_MARKER = re.compile(r"\[\[sim:tokens=(\d+)\]\]")
@@ -40,6 +41,9 @@ def approx_tokens(text: str) -> int:
 
 class SimulatedEngine:
     name = "simulated"
+    # Its text is a timing model's, not a model's: it can honour no response format, seed or
+    # penalty, and says so rather than pretend.
+    capabilities: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -181,6 +185,7 @@ class SimulatedEngine:
         return ms * (1 + self.batch_slowdown * (self.running - 1)) / self.speed
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        refuse_missing(request, self.capabilities)
         await self._misbehave(request)
         prompt_tokens = sum(approx_tokens(m.get("content", "")) for m in request.messages)
         uncached = self._uncached_prompt_tokens(request.messages)

@@ -8,6 +8,11 @@ The engine's own figures — KV-cache usage, running and waiting sequences, pref
 come from a stat logger that vLLM calls after every engine step, and go into the worker's
 heartbeat through health().
 
+A response format becomes vLLM's structured outputs (its grammar backend, xgrammar by default,
+masks every token that would leave the schema); a seed, and presence and frequency penalties, go
+into the request's SamplingParams. A seed fixes the sampler's random draws, but a sequence that
+shares batches with others may still come out differently (the batch changes the arithmetic).
+
 vLLM is imported only in start(): this module imports without it, so a worker without vLLM says
 what to install instead of failing at import.
 """
@@ -25,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from worker.capabilities import JSON_OBJECT, JSON_SCHEMA, SAMPLING_AND_STRUCTURED
 from worker.engines.base import EngineHealth, EngineOutput, EngineRequest
 
 log = logging.getLogger("sluice.worker")
@@ -108,6 +114,7 @@ class VLLMEngine:
     """
 
     name = "vllm"
+    capabilities = SAMPLING_AND_STRUCTURED
 
     def __init__(
         self,
@@ -276,9 +283,8 @@ class VLLMEngine:
         _, (engine_input,) = await self._llm.renderer.render_chat_async(
             [request.messages], self._chat_params, self._tok_params
         )
-        asked = {"top_p": request.top_p} if request.top_p is not None else {}
         params = SamplingParams(
-            **{**self._sampling_defaults, **asked},
+            **{**self._sampling_defaults, **sampling_of(request)},
             max_tokens=request.max_tokens,
             temperature=request.temperature,
             stop=request.stop or None,
@@ -300,6 +306,25 @@ class VLLMEngine:
             if self._llm is not None and self._llm.errored:
                 self._engine_died()
             raise
+
+
+def sampling_of(request: EngineRequest) -> dict[str, Any]:
+    """The request's own SamplingParams fields (those it left unset keep the model's
+    defaults)."""
+    sampling: dict[str, Any] = {}
+    for name in ("top_p", "seed", "presence_penalty", "frequency_penalty"):
+        if getattr(request, name) is not None:
+            sampling[name] = getattr(request, name)
+    kind = request.response_format.get("type")
+    if kind in (JSON_OBJECT, JSON_SCHEMA):
+        from vllm.sampling_params import StructuredOutputsParams
+
+        if kind == JSON_OBJECT:
+            sampling["structured_outputs"] = StructuredOutputsParams(json_object=True)
+        else:
+            schema = request.response_format.get("json_schema", {}).get("schema", {})
+            sampling["structured_outputs"] = StructuredOutputsParams(json=schema)
+    return sampling
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,0 +1,113 @@
+"""What a chat completion may ask of the sampler beyond temperature and top_p: a response
+format (JSON mode, or a JSON schema the engine enforces), a seed, presence and frequency
+penalties. Each is read here into the form the work item carries, or refused with a 400 naming
+the parameter; whether the chosen model's workers can serve it is decided by
+worker/capabilities.py when the model is known.
+
+Pure functions: no database, no Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from apps.api.openai_errors import invalid
+
+# A schema is compiled into a grammar by the worker before the answer's first token, and
+# travels in the work item: bounded, as every other input is. These are roomy for the schemas
+# applications send (OpenAI's own limits are of the same order: 10 levels of objects, each
+# level two JSON objects deep with its `properties`, and a few thousand properties).
+MAX_SCHEMA_BYTES = 32 * 1024
+MAX_SCHEMA_DEPTH = 24  # JSON objects inside one another
+SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+JSON_SCHEMA_FIELDS = ("name", "schema", "strict", "description")
+SEED_RANGE = (-(2**63), 2**63 - 1)  # OpenAI's: a signed 64-bit integer
+
+
+def response_format_of(value) -> dict:
+    """The format a request asks for, as the work item carries it: {} for plain text,
+    {"type": "json_object"}, or {"type": "json_schema", "json_schema": {...}}."""
+    if value is None:
+        return {}
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return {}
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        return {"type": "json_schema", "json_schema": _json_schema(value.get("json_schema"))}
+    raise invalid(
+        "response_format",
+        "`response_format` must be an object whose `type` is text, json_object or json_schema.",
+    )
+
+
+def check_response_format(name: str, value) -> None:
+    response_format_of(value)
+
+
+def _json_schema(spec) -> dict:
+    where = "response_format.json_schema"
+    if not isinstance(spec, dict):
+        raise invalid(where, f"`{where}` must be an object with a `name` and a `schema`.")
+    for key in spec:
+        if key not in JSON_SCHEMA_FIELDS:
+            raise invalid(f"{where}.{key}", f"Unrecognized field of `{where}`: {key}")
+    name = spec.get("name")
+    if not isinstance(name, str) or not SCHEMA_NAME.fullmatch(name):
+        raise invalid(
+            f"{where}.name",
+            f"`{where}.name` must be 1 to 64 letters, digits, underscores or dashes.",
+        )
+    schema = spec.get("schema", {})
+    if not isinstance(schema, dict):
+        raise invalid(f"{where}.schema", f"`{where}.schema` must be a JSON Schema object.")
+    size = len(json.dumps(schema, ensure_ascii=False).encode())
+    if size > MAX_SCHEMA_BYTES:
+        raise invalid(
+            f"{where}.schema",
+            f"`{where}.schema` is {size} bytes; the most Sluice takes is {MAX_SCHEMA_BYTES}.",
+        )
+    if _depth(schema) > MAX_SCHEMA_DEPTH:
+        raise invalid(
+            f"{where}.schema",
+            f"`{where}.schema` nests JSON objects more than {MAX_SCHEMA_DEPTH} deep.",
+        )
+    strict = spec.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise invalid(f"{where}.strict", f"`{where}.strict` must be true or false.")
+    description = spec.get("description")
+    if description is not None and not isinstance(description, str):
+        raise invalid(f"{where}.description", f"`{where}.description` must be a string.")
+    # Enforced whether or not `strict` is set: the engine's grammar holds to the schema either
+    # way, which a client that did not ask for strictness can only welcome.
+    return {"name": name, "schema": schema, "strict": bool(strict)}
+
+
+def _depth(schema) -> int:
+    """How many JSON objects nest inside one another (a schema, its `properties`, ...)."""
+    deepest, pending = 0, [(schema, 1)]
+    while pending:
+        node, level = pending.pop()
+        if isinstance(node, dict):
+            deepest = max(deepest, level)
+            pending.extend((child, level + 1) for child in node.values())
+        elif isinstance(node, list):
+            pending.extend((child, level) for child in node)
+    return deepest
+
+
+def check_seed(name: str, value) -> None:
+    low, high = SEED_RANGE
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise invalid(name, f"`{name}` must be a whole number (a signed 64-bit integer).")
+
+
+def check_penalty(name: str, value) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not -2 <= value <= 2:
+        raise invalid(name, f"`{name}` must be a number from -2 to 2.")

@@ -1,0 +1,115 @@
+"""What an engine and its model can do beyond plain sampling, as a worker announces it.
+
+Each worker's heartbeat lists its engine's capabilities by name. A model can do what every one
+of its live workers can do (the intersection): a request of that model is read from the
+model's shared stream by whichever of them has a free slot first, so a capability that only
+some of them have would be honoured or dropped by chance. A worker of an older release
+announces none, so during a rolling upgrade a model offers these features only once all its
+workers can serve them.
+
+The web asks `first_missing` before it submits a request (a 400 naming the parameter); the
+engine asks `refuse_missing` before it runs one, for a worker that joined meanwhile: a request
+is refused, never answered as if the parameter had not been sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+JSON_OBJECT = "json_object"  # response_format {"type": "json_object"}
+JSON_SCHEMA = "json_schema"  # response_format {"type": "json_schema", ...}, enforced
+SEED = "seed"
+PENALTIES = "penalties"  # presence_penalty and frequency_penalty
+# Not served by any engine yet; listed so clients see "false" rather than nothing.
+TOOLS = "tools"
+LOGPROBS = "logprobs"
+N = "n"
+IMAGES = "images"
+
+ALL = (JSON_OBJECT, JSON_SCHEMA, SEED, PENALTIES, TOOLS, LOGPROBS, N, IMAGES)
+# What every engine that enforces structured output and honours sampling parameters offers.
+SAMPLING_AND_STRUCTURED = frozenset({JSON_OBJECT, JSON_SCHEMA, SEED, PENALTIES})
+
+# What each capability is called in a refusal.
+WHAT = {
+    JSON_OBJECT: 'JSON mode (response_format {"type": "json_object"})',
+    JSON_SCHEMA: 'structured output (response_format {"type": "json_schema"})',
+    SEED: "seeded sampling (seed)",
+    PENALTIES: "presence and frequency penalties",
+}
+
+
+# The code of an answer its engine refused: the request's fault, not the worker's (it does not
+# count against the worker's circuit breaker), and a 400 to an API client.
+REFUSED_CODE = "engine_refused"
+
+
+class EngineRefused(ValueError):
+    """The engine cannot serve the request as asked; the message says why, for its client."""
+
+
+class CapabilityMissing(EngineRefused):
+    """A request asked for something its engine cannot do; the message names the parameter."""
+
+    def __init__(self, param: str, capability: str) -> None:
+        self.param, self.capability = param, capability
+        super().__init__(f"this worker's engine cannot serve `{param}`: {describe(capability)}")
+
+
+def describe(capability: str) -> str:
+    return WHAT.get(capability, capability)
+
+
+def asked(request: Any) -> dict[str, str]:
+    """The capabilities a request needs, by the parameter that asks for each. `request` is a
+    work item or an engine request (both carry response_format, seed and the penalties); a
+    parameter at its neutral value asks for nothing."""
+    needs: dict[str, str] = {}
+    kind = (request.response_format or {}).get("type")
+    if kind in (JSON_OBJECT, JSON_SCHEMA):
+        needs["response_format"] = kind
+    if request.seed is not None:
+        needs["seed"] = SEED
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(request, name):
+            needs[name] = PENALTIES
+    return needs
+
+
+def first_missing(needs: Mapping[str, str], have: Collection[str]) -> tuple[str, str] | None:
+    """The first (parameter, capability) of `needs` that `have` lacks, or None."""
+    for param, capability in needs.items():
+        if capability not in have:
+            return param, capability
+    return None
+
+
+def refuse_missing(request: Any, have: Collection[str]) -> None:
+    """Raises CapabilityMissing when `request` asks for what `have` lacks."""
+    missing = first_missing(asked(request), have)
+    if missing is not None:
+        raise CapabilityMissing(*missing)
+
+
+def announced(beat: Mapping[str, Any]) -> frozenset[str]:
+    """The capabilities a heartbeat lists (none from a worker that predates them)."""
+    listed = beat.get("capabilities")
+    if not isinstance(listed, list):
+        return frozenset()
+    return frozenset(name for name in listed if isinstance(name, str))
+
+
+def of_models(beats: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, frozenset[str]]:
+    """model → what all of its workers can do, from (model, heartbeat) pairs of its live
+    workers."""
+    models: dict[str, frozenset[str]] = {}
+    for model, beat in beats:
+        have = announced(beat)
+        models[model] = models[model] & have if model in models else have
+    return models
+
+
+def table(have: Collection[str]) -> dict[str, bool]:
+    """Every capability, true or false: what /v1/models shows for a model."""
+    return {name: name in have for name in ALL}
