@@ -238,8 +238,10 @@ class Attempts:
                     usage.prompt_tokens = output.prompt_tokens
                     usage.cached_tokens = output.cached_tokens
                     usage.completion_tokens = output.completion_tokens
-                    if output.finish_reason in ("stop", "length"):
+                    if output.finish_reason in ("stop", "length", "tool_calls"):
                         answer.finish_reason = output.finish_reason
+                    if output.tool_calls:  # whole, at the end; they reach readers in the final
+                        answer.tool_calls = output.tool_calls
                     if output.text:
                         if usage.ttft_ms is None:
                             usage.ttft_ms = round((time.perf_counter() - started) * 1000, 2)
@@ -364,4 +366,7 @@ def _request_of(item: WorkItem) -> EngineRequest:
         seed=item.seed,
         presence_penalty=item.presence_penalty,
         frequency_penalty=item.frequency_penalty,
+        tools=item.tools,
+        tool_choice=item.tool_choice,
+        parallel_tool_calls=item.parallel_tool_calls,
     )

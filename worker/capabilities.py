@@ -21,8 +21,8 @@ JSON_OBJECT = "json_object"  # response_format {"type": "json_object"}
 JSON_SCHEMA = "json_schema"  # response_format {"type": "json_schema", ...}, enforced
 SEED = "seed"
 PENALTIES = "penalties"  # presence_penalty and frequency_penalty
+TOOLS = "tools"  # tools, tool_choice, parallel_tool_calls; tool calls and results replayed
 # Not served by any engine yet; listed so clients see "false" rather than nothing.
-TOOLS = "tools"
 LOGPROBS = "logprobs"
 N = "n"
 IMAGES = "images"
@@ -37,6 +37,7 @@ WHAT = {
     JSON_SCHEMA: 'structured output (response_format {"type": "json_schema"})',
     SEED: "seeded sampling (seed)",
     PENALTIES: "presence and frequency penalties",
+    TOOLS: "tools and function calling",
 }
 
 
@@ -63,9 +64,19 @@ def describe(capability: str) -> str:
 
 def asked(request: Any) -> dict[str, str]:
     """The capabilities a request needs, by the parameter that asks for each. `request` is a
-    work item or an engine request (both carry response_format, seed and the penalties); a
-    parameter at its neutral value asks for nothing."""
+    work item or an engine request (both carry response_format, seed, the penalties and the
+    tools); a parameter at its neutral value asks for nothing."""
     needs: dict[str, str] = {}
+    if request.tools:
+        needs["tools"] = TOOLS
+    else:  # a conversation that replays calls or their results, without tools now
+        for index, message in enumerate(request.messages):
+            if message.get("role") == "tool":
+                needs[f"messages[{index}].role"] = TOOLS
+                break
+            if message.get("tool_calls"):
+                needs[f"messages[{index}].tool_calls"] = TOOLS
+                break
     kind = (request.response_format or {}).get("type")
     if kind in (JSON_OBJECT, JSON_SCHEMA):
         needs["response_format"] = kind

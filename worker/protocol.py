@@ -89,7 +89,10 @@ class WorkItem:
     id: str
     user_id: str
     conversation_id: str
-    messages: list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": ...}]
+    # [{"role": "system"|"user"|"assistant", "content": ...}]; through the OpenAI API also
+    # "tool" messages (with `tool_call_id`) and assistant messages with `tool_calls`, sent only
+    # to models whose every worker serves tools.
+    messages: list[dict]
     max_tokens: int = 512
     temperature: float = 0.7
     prompt_tokens_estimate: int = 0
@@ -110,6 +113,9 @@ class WorkItem:
     seed: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    tools: list[dict] = field(default_factory=list)  # OpenAI's function tools; []: none
+    tool_choice: str | dict | None = None  # None: auto when there are tools
+    parallel_tool_calls: bool | None = None  # None: allowed
 
     def to_fields(self) -> dict[str, str]:
         # Field by field: asdict() would deep-copy every message first, on the hot path.
@@ -121,10 +127,11 @@ class WorkItem:
         for name in OPTIONAL_SAMPLING:
             if data[name] is None:
                 del data[name]
-        if self.response_format:
-            data["response_format"] = json.dumps(self.response_format)
-        else:
-            del data["response_format"]
+        for name in OPTIONAL_JSON:
+            if data[name] in (None, [], {}):
+                del data[name]
+            else:
+                data[name] = json.dumps(data[name])
         return {k: str(v) for k, v in data.items()}
 
     @classmethod
@@ -155,10 +162,15 @@ class WorkItem:
             seed=int(fields["seed"]) if fields.get("seed") else None,
             presence_penalty=_float_or_none(fields.get("presence_penalty")),
             frequency_penalty=_float_or_none(fields.get("frequency_penalty")),
+            tools=list(json.loads(fields.get("tools") or "[]")),
+            tool_choice=json.loads(fields["tool_choice"]) if fields.get("tool_choice") else None,
+            parallel_tool_calls=json.loads(fields.get("parallel_tool_calls") or "null"),
         )
 
 
 OPTIONAL_SAMPLING = ("seed", "presence_penalty", "frequency_penalty")
+# Fields written as JSON, and left out when unset.
+OPTIONAL_JSON = ("response_format", "tools", "tool_choice", "parallel_tool_calls")
 
 
 def _float_or_none(raw: str | None) -> float | None:
@@ -209,6 +221,10 @@ class Answer:
     # The model that answered ("" when none ran, or the record predates the field): what usage
     # accounting files the answer's tokens under.
     model: str = ""
+    # The tool calls the answer makes, in OpenAI's shape (worker/tool_calls.py); finish_reason
+    # is then "tool_calls" and `text` holds what the model wrote besides them. Left out of the
+    # record when there are none, so a reader of the previous release reads it as before.
+    tool_calls: list[dict] = field(default_factory=list)
 
     def to_fields(self) -> dict[str, str]:
         fields = {
@@ -232,6 +248,8 @@ class Answer:
             fields["code"] = self.code
         if self.model:
             fields["model"] = self.model
+        if self.tool_calls:
+            fields["tool_calls"] = json.dumps(self.tool_calls)
         return fields
 
     @classmethod
@@ -257,6 +275,7 @@ class Answer:
             prompt_tokens_estimate=int(fields.get("prompt_tokens_estimate") or 0),
             max_tokens=int(fields.get("max_tokens") or 0),
             model=fields.get("model", ""),
+            tool_calls=list(json.loads(fields.get("tool_calls") or "[]")),
         )
 
 
@@ -275,6 +294,8 @@ def final_fields(answer: Answer) -> dict[str, str]:
         fields["retry_after"] = str(int(answer.retry_after))
     if answer.code:
         fields["code"] = answer.code
+    if answer.tool_calls:
+        fields["tool_calls"] = json.dumps(answer.tool_calls)
     return fields
 
 

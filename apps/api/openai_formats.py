@@ -20,7 +20,7 @@ from apps.api.openai_errors import invalid
 # level two JSON objects deep with its `properties`, and a few thousand properties).
 MAX_SCHEMA_BYTES = 32 * 1024
 MAX_SCHEMA_DEPTH = 24  # JSON objects inside one another
-SCHEMA_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a schema's or a function's
 JSON_SCHEMA_FIELDS = ("name", "schema", "strict", "description")
 SEED_RANGE = (-(2**63), 2**63 - 1)  # OpenAI's: a signed 64-bit integer
 
@@ -43,37 +43,31 @@ def response_format_of(value) -> dict:
     )
 
 
+def named_object(spec, where: str, fields, shape: str) -> str:
+    """The `name` of `spec` (a JSON schema's or a function's), checked with its fields: an
+    object of `fields` only, whose name is what OpenAI allows (NAME)."""
+    if not isinstance(spec, dict):
+        raise invalid(where, f"`{where}` must be {shape}.")
+    for key in spec:
+        if key not in fields:
+            raise invalid(f"{where}.{key}", f"Unrecognized field of `{where}`: {key}")
+    name = spec.get("name")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise invalid(
+            f"{where}.name",
+            f"`{where}.name` must be 1 to 64 letters, digits, underscores or dashes.",
+        )
+    return name
+
+
 def check_response_format(name: str, value) -> None:
     response_format_of(value)
 
 
 def _json_schema(spec) -> dict:
     where = "response_format.json_schema"
-    if not isinstance(spec, dict):
-        raise invalid(where, f"`{where}` must be an object with a `name` and a `schema`.")
-    for key in spec:
-        if key not in JSON_SCHEMA_FIELDS:
-            raise invalid(f"{where}.{key}", f"Unrecognized field of `{where}`: {key}")
-    name = spec.get("name")
-    if not isinstance(name, str) or not SCHEMA_NAME.fullmatch(name):
-        raise invalid(
-            f"{where}.name",
-            f"`{where}.name` must be 1 to 64 letters, digits, underscores or dashes.",
-        )
-    schema = spec.get("schema", {})
-    if not isinstance(schema, dict):
-        raise invalid(f"{where}.schema", f"`{where}.schema` must be a JSON Schema object.")
-    size = len(json.dumps(schema, ensure_ascii=False).encode())
-    if size > MAX_SCHEMA_BYTES:
-        raise invalid(
-            f"{where}.schema",
-            f"`{where}.schema` is {size} bytes; the most Sluice takes is {MAX_SCHEMA_BYTES}.",
-        )
-    if _depth(schema) > MAX_SCHEMA_DEPTH:
-        raise invalid(
-            f"{where}.schema",
-            f"`{where}.schema` nests JSON objects more than {MAX_SCHEMA_DEPTH} deep.",
-        )
+    name = named_object(spec, where, JSON_SCHEMA_FIELDS, "an object with a `name` and a `schema`")
+    schema = checked_schema(spec.get("schema", {}), f"{where}.schema")
     strict = spec.get("strict")
     if strict is not None and not isinstance(strict, bool):
         raise invalid(f"{where}.strict", f"`{where}.strict` must be true or false.")
@@ -83,6 +77,21 @@ def _json_schema(spec) -> dict:
     # Enforced whether or not `strict` is set: the engine's grammar holds to the schema either
     # way, which a client that did not ask for strictness can only welcome.
     return {"name": name, "schema": schema, "strict": bool(strict)}
+
+
+def checked_schema(schema, where: str) -> dict:
+    """A JSON schema a request sends (a response format's, a tool's parameters), within the
+    bounds every input has."""
+    if not isinstance(schema, dict):
+        raise invalid(where, f"`{where}` must be a JSON Schema object.")
+    size = len(json.dumps(schema, ensure_ascii=False).encode())
+    if size > MAX_SCHEMA_BYTES:
+        raise invalid(
+            where, f"`{where}` is {size} bytes; the most Sluice takes is {MAX_SCHEMA_BYTES}."
+        )
+    if _depth(schema) > MAX_SCHEMA_DEPTH:
+        raise invalid(where, f"`{where}` nests JSON objects more than {MAX_SCHEMA_DEPTH} deep.")
+    return schema
 
 
 def _depth(schema) -> int:

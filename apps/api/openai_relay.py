@@ -100,6 +100,11 @@ def final_usage(final: dict[str, str]) -> dict:
     return json.loads(final.get("usage") or "{}")
 
 
+def final_calls(final: dict[str, str]) -> list[dict]:
+    """The tool calls the answer made (none in a final event of a release before tools)."""
+    return json.loads(final.get("tool_calls") or "[]")
+
+
 class Diverged(Exception):
     """A re-run of the answer (its worker died) wrote other text than the client has."""
 
@@ -199,6 +204,9 @@ class StreamRelay:
             self._role(out)  # text the deltas did not carry (trimmed): the final has it all
             out.append(self.chunks.text(whole[len(sent) :]))
         self._role(out)
+        calls = final_calls(final)
+        if calls:  # whole, at the end: the worker sends a call only once it parses
+            out.append(self.chunks.calls(calls))
         out.append(self.chunks.finish(final.get("finish_reason") or "stop", final_usage(final)))
 
 

@@ -11,12 +11,13 @@ import json
 from dataclasses import dataclass, field
 
 from apps.api import openai_formats as formats
+from apps.api import openai_tools as tools
 from apps.api.openai_errors import ApiError, invalid, unsupported
+from apps.api.openai_messages import messages_of
 from apps.chat.prompt.prompting import estimate_tokens
 
 # -- what a chat completion may ask ----------------------------------------------------------
 
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 # A field is accepted and ignored when ignoring it cannot change what the caller gets back:
 # labels (`metadata`, which only tags stored completions, and Sluice stores none), the end
 # user's name for abuse reports (`user`, `safety_identifier`), caching hints
@@ -31,7 +32,7 @@ VERBOSITY = ("low", "medium", "high")
 @dataclass
 class ChatRequest:
     model: str
-    messages: list[dict[str, str]]
+    messages: list[dict]
     stream: bool = False
     include_usage: bool = False
     max_tokens: int | None = None
@@ -43,10 +44,16 @@ class ChatRequest:
     seed: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    tools: list[dict] = field(default_factory=list)  # []: none
+    tool_choice: str | dict | None = None  # None: auto when there are tools
+    parallel_tool_calls: bool | None = None
 
     @property
     def prompt_tokens_estimate(self) -> int:
-        return sum(estimate_tokens(m["content"]) for m in self.messages)
+        texts = [m["content"] for m in self.messages]
+        return sum(map(estimate_tokens, texts)) + estimate_tokens(
+            tools.estimate_text(self.tools, self.messages)
+        )
 
 
 def chat_request(body: dict) -> ChatRequest:
@@ -73,9 +80,10 @@ def chat_request(body: dict) -> ChatRequest:
     if limit is None:
         limit = body.get("max_tokens")
     stop = body.get("stop")
+    offered = tools.tools_of(body.get("tools"))
     return ChatRequest(
         model=(model or "").strip(),
-        messages=_messages(body["messages"]),
+        messages=messages_of(body["messages"]),
         stream=stream,
         include_usage=bool((options or {}).get("include_usage")),
         max_tokens=limit,
@@ -86,6 +94,9 @@ def chat_request(body: dict) -> ChatRequest:
         seed=body.get("seed"),
         presence_penalty=_float(body.get("presence_penalty")),
         frequency_penalty=_float(body.get("frequency_penalty")),
+        tools=offered,
+        tool_choice=tools.tool_choice_of(body.get("tool_choice"), offered),
+        parallel_tool_calls=body.get("parallel_tool_calls"),
     )
 
 
@@ -95,63 +106,6 @@ def _float(value) -> float | None:
 
 def _bool(body: dict, name: str) -> bool:
     return bool(body.get(name) or False)
-
-
-def _messages(messages) -> list[dict[str, str]]:
-    if not isinstance(messages, list) or not messages:
-        raise invalid("messages", "`messages` must be a non-empty list of messages.")
-    parsed = []
-    for index, message in enumerate(messages):
-        where = f"messages[{index}]"
-        if not isinstance(message, dict):
-            raise invalid(where, f"`{where}` must be an object with a role and content.")
-        role = message.get("role")
-        if role in ("tool", "function"):
-            raise unsupported(f"{where}.role", "tool and function messages (tools)")
-        if role not in ROLES:
-            raise invalid(
-                f"{where}.role",
-                f"`{where}.role` must be one of system, developer, user, assistant.",
-            )
-        for name, value in message.items():
-            if name in ("role", "content", "name"):
-                continue
-            if name == "annotations" and role == "assistant":
-                continue  # citations OpenAI's own answers carry: replayed, not read
-            if name in ("tool_calls", "function_call") and value:
-                raise unsupported(f"{where}.{name}", "tool calls")
-            if name == "audio" and value:
-                raise unsupported(f"{where}.audio", "audio")
-            if name not in ("tool_calls", "function_call", "audio", "refusal"):
-                raise invalid(f"{where}.{name}", f"Unrecognized message field: {name}")
-        parsed.append({"role": ROLES[role], "content": _content(message.get("content"), where)})
-    return parsed
-
-
-def _content(content, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if content is None:
-        raise invalid(f"{where}.content", f"`{where}.content` must be text.")
-    if not isinstance(content, list):
-        raise invalid(
-            f"{where}.content", f"`{where}.content` must be a string or a list of text parts."
-        )
-    texts = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text" and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-        elif kind in ("image_url", "input_image"):
-            raise unsupported(f"{where}.content", "images: the models answer text only")
-        elif kind in ("input_audio", "file"):
-            raise unsupported(f"{where}.content", f"{kind} content parts")
-        else:
-            raise invalid(
-                f"{where}.content",
-                f'`{where}.content` parts must be {{"type": "text", "text": ...}}.',
-            )
-    return "\n".join(texts)
 
 
 def _number(low: float, high: float):
@@ -213,11 +167,6 @@ def _only_one(name: str, value) -> None:
         raise unsupported(name, "more than one choice per request (n must be 1)")
 
 
-def _no_tools(name: str, value) -> None:
-    if value not in (None, [], "none"):
-        raise unsupported(name, "tools or function calling")
-
-
 def _text_only(name: str, value) -> None:
     if value is not None and value != ["text"]:
         raise unsupported(name, "output other than text")
@@ -247,11 +196,12 @@ CHECKS = {
     "metadata": _typed(dict, "an object"),
     "verbosity": _one_of(VERBOSITY),
     "n": _only_one,
-    "tools": _no_tools,
-    "tool_choice": _no_tools,
-    "functions": _no_tools,
-    "function_call": _no_tools,
-    "parallel_tool_calls": _absent("tools or function calling"),
+    # Served where the model's workers can (worker/capabilities.py): checked with the model.
+    "tools": tools.check_tools,
+    "tool_choice": lambda name, value: None,  # checked against the tools
+    "parallel_tool_calls": tools.check_parallel,
+    "functions": tools.refuse_legacy,
+    "function_call": tools.refuse_legacy,
     "logprobs": _refuse_unless((None, False), "logprobs"),
     "top_logprobs": _refuse_unless((None, 0), "logprobs"),
     # Served where the model's workers can (worker/capabilities.py): checked with the model.
@@ -288,13 +238,25 @@ def openai_finish_reason(reason: str | None) -> str:
     itself, which happens only where the operator turned loop stopping on for that model) reads
     as `length`: the text was cut before the model ended it, which is what `length` tells a
     client, and `stop` would claim the model finished. docs/api.md says so."""
+    if reason == "tool_calls":
+        return reason
     return "length" if reason in ("length", "loop") else "stop"
 
 
 def completion(
-    *, request_id: str, model: str, created: int, text: str, finish_reason: str, usage: dict
+    *,
+    request_id: str,
+    model: str,
+    created: int,
+    text: str,
+    finish_reason: str,
+    usage: dict,
+    tool_calls: list[dict] | None = None,
 ) -> dict:
     """A `chat.completion`: the whole answer."""
+    message = {"role": "assistant", "content": text, "refusal": None}
+    if tool_calls:  # as OpenAI answers a call: no content unless the model wrote some
+        message.update(content=text or None, tool_calls=tool_calls)
     return {
         "id": f"chatcmpl-{request_id}",
         "object": "chat.completion",
@@ -304,7 +266,7 @@ def completion(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": openai_finish_reason(finish_reason),
             }
@@ -344,6 +306,13 @@ class Chunks:
 
     def text(self, text: str) -> str:
         return "data: " + self._choice('{"content":' + json.dumps(text) + "}", None) + "\n\n"
+
+    def calls(self, calls: list[dict]) -> str:
+        """The chunks of an answer's tool calls (openai_tools.call_deltas)."""
+        return "".join(
+            "data: " + self._choice(json.dumps({"tool_calls": delta}), None) + "\n\n"
+            for delta in tools.call_deltas(calls)
+        )
 
     def finish(self, finish_reason: str, usage: dict) -> str:
         """The last chunk (its finish_reason), the usage chunk when asked for, and [DONE]."""

@@ -36,6 +36,7 @@ from apps.api.openai_relay import (
     Follow,
     StreamRelay,
     await_decision,
+    final_calls,
     final_of,
     final_usage,
     sse,
@@ -158,6 +159,9 @@ def start_completion(
         seed=asked.seed,
         presence_penalty=asked.presence_penalty,
         frequency_penalty=asked.frequency_penalty,
+        tools=asked.tools,
+        tool_choice=asked.tool_choice,
+        parallel_tool_calls=asked.parallel_tool_calls,
     )
     # The key's hash goes with the request, so its usage is filed under the key (apps/usage).
     first_event = submission.request_publish(
@@ -250,6 +254,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
                 text=final.get("text", ""),
                 finish_reason=final.get("finish_reason", ""),
                 usage=final_usage(final),
+                tool_calls=final_calls(final),
             )
         )
         response["x-request-id"] = request_id

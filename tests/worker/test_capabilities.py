@@ -113,8 +113,9 @@ def test_a_plain_request_is_the_entry_the_previous_release_wrote_and_read():
 
 
 def test_every_engine_announces_its_capabilities():
-    for engine_class in (LlamaCppEngine, VLLMEngine, OpenAIEngine):
-        assert engine_class.capabilities == SAMPLING_AND_STRUCTURED
+    assert VLLMEngine.capabilities == SAMPLING_AND_STRUCTURED
+    for engine_class in (LlamaCppEngine, OpenAIEngine):
+        assert engine_class.capabilities == SAMPLING_AND_STRUCTURED | {capabilities.TOOLS}
     assert SimulatedEngine.capabilities == frozenset()  # a timing model honours none of them
 
 

@@ -11,7 +11,9 @@ from typing import Any, Protocol
 @dataclass
 class EngineRequest:
     id: str
-    messages: list[dict[str, str]]  # chat messages; the engine applies the model's template
+    # Chat messages; the engine applies the model's template. An assistant message may carry
+    # `tool_calls` and a `tool` message a `tool_call_id`, in OpenAI's shape.
+    messages: list[dict[str, Any]]
     max_tokens: int = 512
     temperature: float = 0.7
     top_p: float | None = None  # None: the engine's (or the model's) default
@@ -22,6 +24,11 @@ class EngineRequest:
     seed: int | None = None  # None: the engine's own randomness
     presence_penalty: float | None = None  # None: none
     frequency_penalty: float | None = None
+    # OpenAI's function tools ([]: none), tool_choice (None: auto when there are tools) and
+    # parallel_tool_calls (None: allowed); worker/tool_calls.py reads them.
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
 
 
 @dataclass
@@ -33,6 +40,9 @@ class EngineOutput:
     completion_tokens: int = 0
     finish_reason: str | None = None  # "stop", "length", "abort" on the last output
     cached_tokens: int = 0  # of the prompt tokens, those found in the engine's KV cache
+    # The calls the answer makes, whole, in OpenAI's shape (worker/tool_calls.py), on the last
+    # output, whose finish_reason is then "tool_calls".
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 @dataclass

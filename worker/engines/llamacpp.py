@@ -19,6 +19,10 @@ token: JSON for `json_object`, and the grammar llama-cpp-python derives from the
 whole rather than partly from the slot's cache; each slot runs one sequence at a time, never
 batched with another, so the same seed and prompt give the same answer on any slot of one
 worker (docs/api.md says where it holds).
+
+Tools are described in the system prompt, and a grammar holds the answer to plain text or to
+calls of those tools (llamacpp_tools.py); a call is held back from the stream and sent whole
+when the answer ends.
 """
 
 from __future__ import annotations
@@ -35,8 +39,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worker.capabilities import JSON_OBJECT, JSON_SCHEMA, SAMPLING_AND_STRUCTURED, EngineRefused
+from worker import tool_calls
+from worker.capabilities import (
+    JSON_OBJECT,
+    JSON_SCHEMA,
+    SAMPLING_AND_STRUCTURED,
+    TOOLS,
+    EngineRefused,
+)
 from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
+from worker.engines.llamacpp_tools import grammar_for_tools
 
 _DONE = object()
 # The penalty on tokens of the last 64 (llama.cpp's window): 1.0 is none. Higher stops loops
@@ -102,12 +114,29 @@ def sampling_of(request: EngineRequest) -> dict[str, Any]:
     if request.frequency_penalty:
         sampling["frequency_penalty"] = request.frequency_penalty
     kind = request.response_format.get("type")
-    if kind == JSON_OBJECT:
+    if tool_calls.may_call(request):
+        if kind:  # one grammar per answer: the calls' or the format's
+            raise EngineRefused("llama.cpp cannot hold an answer to tools and a response_format")
+        sampling["grammar"] = grammar_for_tools(request)
+    elif kind == JSON_OBJECT:
         sampling["grammar"] = grammar_for(JSON_OBJECT)
     elif kind == JSON_SCHEMA:
         schema = request.response_format.get("json_schema", {}).get("schema", {})
         sampling["grammar"] = grammar_for(JSON_SCHEMA, json.dumps(schema, sort_keys=True))
     return sampling
+
+
+def watched(watch: tool_calls.CallWatch, output: EngineOutput) -> None:
+    """Holds a tool call's text back from `output`; on the last output, the calls (finish
+    reason "tool_calls"), or the text held back when it was not a whole call."""
+    output.text = watch.feed(output.text)
+    if output.finish_reason is None:
+        return
+    calls, held = watch.end()
+    if calls:
+        output.tool_calls, output.finish_reason = calls, "tool_calls"
+    else:
+        output.text += held
 
 
 def bundled_model_path() -> Path:
@@ -116,7 +145,7 @@ def bundled_model_path() -> Path:
 
 class LlamaCppEngine:
     name = "llamacpp"
-    capabilities = SAMPLING_AND_STRUCTURED
+    capabilities = SAMPLING_AND_STRUCTURED | {TOOLS}
 
     def __init__(
         self,
@@ -201,7 +230,13 @@ class LlamaCppEngine:
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         assert self._free is not None, "start() first"
         await self._free.acquire()
-        slot = self._take_slot(request.messages)
+        # The chat template knows no tools: calls, results and the tools are written as text.
+        if request.tools or tool_calls.uses_tools(request.messages):
+            messages = tool_calls.as_text_messages(request)
+        else:
+            messages = request.messages
+        watch = tool_calls.CallWatch() if tool_calls.may_call(request) else None
+        slot = self._take_slot(messages)
         model = slot.model
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
@@ -222,7 +257,7 @@ class LlamaCppEngine:
                 cached = model.input_ids[: model.n_tokens].tolist()
                 sampling = sampling_of(request)
                 stream = model.create_chat_completion(
-                    messages=request.messages,
+                    messages=messages,
                     max_tokens=request.max_tokens,
                     temperature=request.temperature,
                     stop=request.stop or None,
@@ -250,6 +285,8 @@ class LlamaCppEngine:
                     output = EngineOutput(
                         text, prompt_tokens, completion_tokens, choice.get("finish_reason"), reused
                     )
+                    if watch is not None:
+                        watched(watch, output)
                     loop.call_soon_threadsafe(queue.put_nowait, output)
             except BaseException as exc:  # reported to the awaiting coroutine
                 loop.call_soon_threadsafe(queue.put_nowait, exc)
@@ -273,7 +310,7 @@ class LlamaCppEngine:
                 await asyncio.to_thread(thread.join)
                 # What the cache now holds (an answer cut short holds less: the prefix match
                 # finds how much).
-                slot.turns = [*request.messages, {"role": "assistant", "content": "".join(answer)}]
+                slot.turns = [*messages, {"role": "assistant", "content": "".join(answer)}]
                 self._idle.append(slot)
                 self._free.release()
 

@@ -9,6 +9,8 @@ than the rest of the worker spent relaying it.
 
 A response format, a seed and the penalties go to the upstream as the client sent them: the
 upstream enforces them, and refuses what it cannot do (its 400 fails the answer with its words).
+So do tools, tool_choice and parallel_tool_calls; the upstream's streamed tool-call deltas are
+gathered and handed on whole when its answer ends.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from worker.capabilities import SAMPLING_AND_STRUCTURED, EngineRefused
+from worker.capabilities import SAMPLING_AND_STRUCTURED, TOOLS, EngineRefused
 from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
+from worker.tool_calls import new_call_id
 
-PASSED_ON = ("seed", "presence_penalty", "frequency_penalty")  # sent when the request sets them
+# Sent when the request sets them.
+PASSED_ON = ("seed", "presence_penalty", "frequency_penalty", "tool_choice", "parallel_tool_calls")
 # An upstream's answer that blames the request (a schema it cannot enforce, say), not itself:
 # the client is told why, and the worker's circuit breaker does not count it.
 REQUEST_FAULTS = (400, 422)
@@ -29,7 +33,7 @@ REQUEST_FAULTS = (400, 422)
 
 class OpenAIEngine:
     name = "openai"
-    capabilities = SAMPLING_AND_STRUCTURED
+    capabilities = SAMPLING_AND_STRUCTURED | {TOOLS}
 
     def __init__(
         self,
@@ -92,7 +96,7 @@ class OpenAIEngine:
         assert self._client is not None
         body = {
             "model": self.model,
-            "messages": request.messages,
+            "messages": [_upstream_message(m) for m in request.messages],
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
             "stream": True,
@@ -104,10 +108,13 @@ class OpenAIEngine:
             body["stop"] = request.stop
         if request.response_format:
             body["response_format"] = request.response_format
+        if request.tools:
+            body["tools"] = request.tools
         for name in PASSED_ON:
             if getattr(request, name) is not None:
                 body[name] = getattr(request, name)
         prompt_tokens = completion_tokens = 0
+        calls = CallDeltas()
         finish = None  # the upstream's own reason, "length" included
         url = self.base_url + "/chat/completions"
         with self._aborted.running(request.id):
@@ -130,8 +137,10 @@ class OpenAIEngine:
                             "completion_tokens", completion_tokens
                         )
                     for choice in chunk.get("choices", []):
-                        text = (choice.get("delta") or {}).get("content") or ""
-                        if text and not chunk.get("usage"):
+                        delta = choice.get("delta") or {}
+                        text = delta.get("content") or ""
+                        grew = calls.add(delta.get("tool_calls"))
+                        if (text or grew) and not chunk.get("usage"):
                             completion_tokens += 1
                         reason = choice.get("finish_reason")
                         # The answer cap is Sluice's to keep: an upstream may ignore
@@ -140,11 +149,54 @@ class OpenAIEngine:
                         if capped:
                             reason = "length"
                         finish = reason or finish
-                        if text or reason:
+                        if text or (reason and not calls):
                             yield EngineOutput(text, prompt_tokens, completion_tokens, reason)
                         if capped:  # leaving the stream closes it, which stops the upstream
                             return
+            whole = calls.whole()
+            if whole and finish != "length":
+                yield EngineOutput("", prompt_tokens, completion_tokens, "tool_calls", 0, whole)
+                return
             yield EngineOutput("", prompt_tokens, completion_tokens, finish or "stop")
+
+
+def _upstream_message(message: dict) -> dict:
+    """A message as an upstream reads it: an assistant message that only calls tools has no
+    content (null, as OpenAI writes it), rather than an empty text."""
+    if message.get("tool_calls") and not message.get("content"):
+        return {**message, "content": None}
+    return message
+
+
+class CallDeltas:
+    """The tool calls of a streamed answer, gathered from their deltas: each call's first delta
+    has its index, id and name, and its arguments come in pieces."""
+
+    def __init__(self) -> None:
+        self.calls: dict[int, dict] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.calls)
+
+    def add(self, deltas: list[dict] | None) -> bool:
+        """Takes a chunk's `tool_calls` deltas; whether there were any."""
+        for delta in deltas or []:
+            call = self.calls.setdefault(
+                int(delta.get("index") or 0),
+                {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            call["id"] = delta.get("id") or call["id"]
+            function = delta.get("function") or {}
+            call["function"]["name"] += function.get("name") or ""
+            call["function"]["arguments"] += function.get("arguments") or ""
+        return bool(deltas)
+
+    def whole(self) -> list[dict]:
+        """The calls in order, each with an id (one the upstream left out is made up)."""
+        calls = [self.calls[index] for index in sorted(self.calls)]
+        for call in calls:
+            call["id"] = call["id"] or new_call_id()
+        return calls
 
 
 async def sse_data(content) -> AsyncIterator[str]:
