@@ -8,8 +8,9 @@ current value?
 
 Two sets. `independent` (the headline): 40 conversations in bench/data/memory_independent_*.jsonl,
 written in their own words by people who never read the memory's code or this bench, frozen
-before the first run against them. `dev`: conversations this bench generates
-(bench/memory_data.py), on which the memory's thresholds were chosen.
+before the first run against them. Two sets to tune on: `dev`, conversations this bench
+generates (bench/memory_data.py), and `tuning`, 20 written conversations in
+bench/data/memory_tuning.jsonl by a third writer who never read the memory's code.
 
 The model's work is what takes time: about three summary requests per conversation, and for the
 answers one long prompt per arm (an arm's questions share its prefix, so more `--answers` cost
@@ -71,6 +72,7 @@ django.setup()
 import memory_grade as grade  # noqa: E402
 from memory_data import (  # noqa: E402
     PLACEMENTS,
+    TUNING,
     Conversation,
     Fact,
     load_independent,
@@ -78,7 +80,7 @@ from memory_data import (  # noqa: E402
 )
 from memory_grade import ARMS, Tally, pct, report  # noqa: E402
 
-from apps.chat.prompt import memory, memory_facts, memory_summary  # noqa: E402
+from apps.chat.prompt import memory, memory_facts, memory_reading, memory_summary  # noqa: E402
 from apps.chat.prompt.prompting import BASE_SYSTEM_PROMPT  # noqa: E402
 from apps.chat.selectors import PromptSources, Turn  # noqa: E402
 from worker.engines import EngineRequest  # noqa: E402
@@ -279,6 +281,15 @@ async def run_conversation(c: Conversation, engine, summariser, rng, args, tally
             return window_prompt(turns, budget)
         return memory_prompt(turns, *summaries[arm][:2], budget, summaries[arm][2])
 
+    # What building the closing prompt costs the web: cold (no statement embedded yet in this
+    # process, as after a restart) and then warm (each statement embedded once per process).
+    for cache in ("cold", "warm"):
+        if cache == "cold":
+            memory_reading.vectors_forget()
+            memory_facts.statements_forget()
+        started = time.perf_counter()
+        build("summaries", history)
+        tally.prompt_ms[cache].append(1000 * (time.perf_counter() - started))
     for arm in tally.arms:
         built = build(arm, history)
         tally.prompt_tokens[arm] += sum(
@@ -292,6 +303,9 @@ async def run_conversation(c: Conversation, engine, summariser, rng, args, tally
             tally.others_shown.append(f"{arm}: {line!r} <- {said!r}")
         if arm == "summaries":
             tally.others_lines += len(built.others_lines.splitlines())
+            words = built.key_lines.splitlines()
+            tally.words_lines += len(words)
+            tally.earlier_lines += sum(line.startswith("Earlier") for line in words)
             for sentence in grade.instruction_lines(built.memory_block):
                 tally.instruction_lines.append(sentence)
             for fact in c.facts:
@@ -300,7 +314,22 @@ async def run_conversation(c: Conversation, engine, summariser, rng, args, tally
                         f"{c.name or '?'}: {fact.old!r} in {built.key_lines!r}"[:300]
                     )
             if tally.dump is not None:
-                tally.dump.append({"conversation": c.name, "block": built.memory_block})
+                tally.dump.append(
+                    {
+                        "conversation": c.name,
+                        "block": built.memory_block,
+                        "facts": [
+                            {
+                                "placement": f.placement,
+                                "value": f.value,
+                                "old": f.old,
+                                "kept": grade.kept(f, built.memory_block, built.recent),
+                                "old_shown": grade.presents_old(f, built.memory_block),
+                            }
+                            for f in c.facts
+                        ],
+                    }
+                )
         if arm == "summaries":  # what of the summary reached the closing prompt
             covered = grade.source_index(source[: summaries[arm][1]])
             for sentence in grade.sentences(built.summary):
@@ -336,7 +365,12 @@ async def main() -> None:
         "--max-minutes", type=float, default=0, help="start no conversation after this (0: none)"
     )
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--set", choices=("independent", "dev", "both"), default="both")
+    parser.add_argument(
+        "--set",
+        choices=("independent", "dev", "tuning", "both", "all"),
+        default="both",
+        help="both: independent and dev; all: the three",
+    )
     parser.add_argument(
         "--conversations-independent", type=int, default=0, help="the first N (0: all 40)"
     )
@@ -353,11 +387,13 @@ async def main() -> None:
 
     rng = random.Random(args.seed)
     sets = {}
-    if args.set in ("independent", "both"):
+    if args.set in ("independent", "both", "all"):
         sets["independent"] = load_independent()
         if args.conversations_independent:
             sets["independent"] = sets["independent"][: args.conversations_independent]
-    if args.set in ("dev", "both"):
+    if args.set in ("tuning", "all"):
+        sets["tuning"] = load_independent(TUNING)
+    if args.set in ("dev", "both", "all"):
         sets["dev"] = [
             make_conversation(rng, exchanges=args.exchanges) for _ in range(args.conversations)
         ]
@@ -391,7 +427,10 @@ async def main() -> None:
             tally.summary_calls, tally.summary_tokens = summariser.calls, summariser.tokens
             tally.raw_sentences = sum(len(grade.sentences(text)) for text, _ in summariser.raw)
             print(f"[{name}]")
-            lines[name] = report(tally, args, len(conversations), time.perf_counter() - started)
+            exchanges = len(conversations[0].turns) // 2 if conversations else 0
+            lines[name] = report(
+                tally, args, len(conversations), time.perf_counter() - started, exchanges
+            )
             if args.dump:
                 Path(args.dump).with_suffix(f".{name}.json").write_text(
                     json.dumps(tally.dump, indent=1)
@@ -400,7 +439,7 @@ async def main() -> None:
         if engine is not None:
             await engine.stop()
     for name, line in lines.items():
-        print(f"memory ({name}{', headline' if name == 'independent' else ', dev'}): {line}")
+        print(f"memory ({name}{', headline' if name == 'independent' else ''}): {line}")
 
 
 if __name__ == "__main__":

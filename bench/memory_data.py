@@ -35,11 +35,21 @@ from memory_facts import (
 
 from apps.chat.selectors import Turn
 
-__all__ = ["PLACEMENTS", "Conversation", "Fact", "load_independent", "make_conversation"]
+__all__ = [
+    "PLACEMENTS",
+    "TUNING",
+    "Conversation",
+    "Fact",
+    "load_independent",
+    "make_conversation",
+]
 
 # The independent set: conversations written by people who never read the memory's code or
 # this generator, frozen before the first run against it (never edited to fit).
 INDEPENDENT = sorted((Path(__file__).resolve().parent / "data").glob("memory_independent_*.jsonl"))
+# A written set for tuning: by another writer who never read the memory's code, in the same
+# form; rules are tuned on it (and on the generated set), never on the independent set.
+TUNING = [Path(__file__).resolve().parent / "data" / "memory_tuning.jsonl"]
 
 
 @dataclass
@@ -229,7 +239,8 @@ def make_conversation(rng: random.Random, *, exchanges: int) -> Conversation:
 
 
 def load_independent(paths: list[Path] = INDEPENDENT) -> list[Conversation]:
-    """The frozen independent conversations, each ending with its closing question."""
+    """Written conversations (by default the frozen independent set), each ending with its
+    closing question."""
     out = []
     for path in paths:
         for line in path.read_text(encoding="utf-8").splitlines():

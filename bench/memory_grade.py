@@ -5,6 +5,7 @@ and the report."""
 from __future__ import annotations
 
 import re
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
@@ -178,6 +179,9 @@ class Tally:
     final_invented: int = 0
     others_as_user: Counter = field(default_factory=Counter)  # arm → lines that do so
     others_lines: int = 0  # what the user said of other people, kept as theirs
+    words_lines: int = 0  # the user's words in the closing memory blocks (summaries arm)
+    earlier_lines: int = 0  # of them, shown as earlier (a later line may replace them)
+    prompt_ms: dict = field(default_factory=lambda: {"cold": [], "warm": []})  # closing prompt
     raw_sentences: int = 0  # summary sentences as the model wrote them
     summary_calls: int = 0
     summary_tokens: int = 0
@@ -190,10 +194,10 @@ def pct(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole else 0.0
 
 
-def report(tally: Tally, args, conversations: int, seconds: float) -> None:
+def report(tally: Tally, args, conversations: int, seconds: float, exchanges: int) -> str:
     total = sum(tally.needed.values())
     print(
-        f"{conversations} conversations of {args.exchanges} exchanges, {total} facts "
+        f"{conversations} conversations of {exchanges} exchanges, {total} facts "
         f"({total // len(PLACEMENTS)} per placement), budget {args.budget} tokens for turns "
         f"(context {args.context}, answer {args.answer_tokens}), {seconds:.0f}s"
     )
@@ -264,6 +268,17 @@ def report(tally: Tally, args, conversations: int, seconds: float) -> None:
     )
     for line in [*tally.instruction_lines, *tally.stale_shown][:10]:
         print(f"    {line[:200]!r}")
+    # What hedging costs: a line shown as earlier that nothing replaced is still true, but
+    # the model is told it may be out of date.
+    print(
+        f"  the user's words shown as earlier: {tally.earlier_lines} of {tally.words_lines} "
+        "lines in the closing memory blocks"
+    )
+    cold, warm = (statistics.median(tally.prompt_ms[c] or [0]) for c in ("cold", "warm"))
+    print(
+        f"  the closing prompt built in {warm:.1f} ms (median; statements embedded before), "
+        f"{cold:.0f} ms cold (none embedded yet in the process)"
+    )
     mine = [pct(tally.kept["summaries", p], tally.needed[p]) for p in PLACEMENTS]
     s, w = (pct(sum(tally.kept[a, p] for p in PLACEMENTS), total) for a in ("summaries", "window"))
     ceiling = ""

@@ -70,17 +70,25 @@ def test_statements_and_questions_that_speak_of_the_user_are_kept_word_for_word(
     assert said("Is it usually cold in winter near my flat in Tartu?") == [
         "Is it usually cold in winter near my flat in Tartu?"
     ]
-    assert said("fwiw im a night-shift paramedic. what is the capital of France?") == [
+    assert said("fwiw im a night-shift paramedic. how do tides work?") == [
         "fwiw im a night-shift paramedic."
     ]
-    # A detail in passing counts without "I": the ferry says where the user lives.
+    # A detail in passing counts without "I": the ferry says where the user lives, the cat
+    # what the user keeps; "me" other than in a request speaks of the user.
     assert said("The ferry back to Tartu was late again.") == [
         "The ferry back to Tartu was late again."
     ]
+    assert said("Is it normal for a Norwegian Forest cat to shed this much?") == [
+        "Is it normal for a Norwegian Forest cat to shed this much?"
+    ]
+    assert said("the club moved me to the thursday squad.") == [
+        "the club moved me to the thursday squad."
+    ]
     for nothing in (
-        "What is the capital of France?",
+        "How do tides work?",
         "Tell me about river number 16 and how its banks are shaped.",
-        "Can you explain how tides work?",
+        "Can you explain the 1929 crash to me?",
+        "please give me three names for 2 kittens.",
         "ok",
     ):
         assert said(nothing) == [], nothing
@@ -119,6 +127,20 @@ def test_a_reply_that_takes_the_assistants_suggestion_is_kept_with_it():
     assert [(e.kind, e.value) for e in entries] == [("said", "I work as a radiographer.")]
 
 
+def test_an_option_taken_from_a_list_by_its_place_or_its_name_is_kept_with_the_list():
+    names = (
+        "Some ideas: 1) NekoNet, for cat lovers. 2) Tanuki_5G, a raccoon dog, good for a 5 GHz "
+        "band. 3) Onigiri LAN, simple and tasty. 4) Hotspot Totoro, friendly."
+    )
+    for reply in ("Number two is funny. I set it now.", "ok onigiri lan it is, set it now"):
+        took = [e for e in merged(("assistant", names), ("user", reply)) if e.kind == "took"]
+        assert len(took) == 1, reply
+        assert took[0].context == "1. NekoNet; 2. Tanuki_5G; 3. Onigiri LAN; 4. Hotspot Totoro"
+    # Thanks for an answer that named things takes none of them.
+    answer = "Madeira in March is mild, usually around 18 to 20 degrees, but showery in the hills."
+    assert [e.kind for e in merged(("assistant", answer), ("user", "Thank you dear."))] == []
+
+
 def test_a_later_statement_on_the_same_subject_shows_the_older_as_earlier():
     entries = merged(
         ("user", "I live in Tallinn."),
@@ -134,6 +156,15 @@ def test_a_later_statement_on_the_same_subject_shows_the_older_as_earlier():
     # A summary written before the move may not say Tallinn any more.
     summary = "The user lives in Tallinn.\nThe user asked about moving house."
     assert memory_summary.summary_lines(summary, entries) == ["The user asked about moving house."]
+
+
+def test_a_correction_is_matched_by_the_clause_it_corrects_not_the_whole_sentence():
+    entries = merged(
+        ("user", "Work is busy, and I'm starting a pottery class on Tuesday evenings in January."),
+        ("user", "My daughter Ada plays the violin."),
+        ("user", "Pottery update: the centre moved me into the Thursday evening class instead."),
+    )
+    assert [bool(e.later) for e in entries] == [True, False, False]
 
 
 def test_only_grounded_summary_sentences_that_repeat_no_instruction_are_kept():

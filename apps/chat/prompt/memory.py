@@ -34,8 +34,8 @@ from apps.chat.prompt.memory_summary import clip as _clip
 from apps.chat.selectors import PromptSources, Turn
 
 # The share of the turns' token budget the memory block may take, so recent turns always keep
-# most of it.
-MEMORY_SHARE = 0.4
+# half of it (at 0.4 the block's budget was what lost most facts: docs/benchmarks.md).
+MEMORY_SHARE = 0.5
 # A summary folds in old turns until the raw recent turns take at most this share of their
 # budget: room for several more exchanges before the next summary is due.
 KEEP_RAW_SHARE = 0.5

@@ -16,8 +16,8 @@ user's. A short reply that takes the assistant's suggestion ("Perfect, going wit
 is kept with the suggestion it answers (kind TOOK).
 
 A newer statement that speaks of the same thing as an older one (the embedding model's cosine
-similarity of the two, MiniLM, already loaded for retrieval) marks the older one `later`:
-the prompt shows it as earlier, under its successor, never as current. Nothing is deleted on
+similarity of their closest clauses, MiniLM, already loaded for retrieval) marks the older one
+`later`: the prompt shows it as earlier, never as current. Nothing is deleted on
 a guess; order and source are shown instead.
 
 Entries the user corrected or deleted on the page (`edited`) win over what turns said before
@@ -38,16 +38,20 @@ from apps.chat.prompt import memory_reading as reading
 # are still read, shown and edited as they were.
 USER, OTHER, SAID, TOOK = "user", "other", "said", "took"
 
-# Two statements whose embeddings (names and numbers masked: subject_of) are at least this
-# similar speak of the same thing: the older is shown as earlier. Higher when only one of the
-# two has the user as its subject ("I ..." against "My sister ..."). Chosen on the dev set
-# (bench/memory.py --set dev; docs/benchmarks.md has the figures).
+# Two statements whose closest clauses' embeddings (names and numbers masked: subject_of) are
+# at least this similar speak of the same thing: the older is shown as earlier. Higher when
+# only one of the two has the user as its subject ("I ..." against "My sister ..."). Chosen on
+# the dev and tuning sets (bench/memory.py --set dev / tuning; docs/benchmarks.md has the
+# figures): lower shows fewer old values as current and more current ones as earlier.
 SAME_SUBJECT = 0.3
 SAME_SUBJECT_OTHER_PERSON = 0.45
-# A reply this short with no detail of its own answers the assistant's turn before it.
+# What being shown as earlier costs a statement's weight (memory.py fills the block by weight).
+EARLIER_WEIGHT_COST = 1.0
+# A reply's opening this short that points back answers the assistant's turn before it (and a
+# sentence that repeats one of its names, up to twice this long).
 REPLY_MAX_WORDS = 14
 # The assistant's suggestion kept with such a reply (characters).
-SUGGESTION_CHARS = 120
+SUGGESTION_CHARS = 200
 # Statements a conversation keeps at most (the least telling leave first).
 ENTRIES_KEPT = 160
 
@@ -114,16 +118,40 @@ def statements_of(text: str, *, at: int) -> list[tuple[Entry, float]]:
     return found
 
 
+# A list item: a bullet opening a line, or a number ("2." "2)") opening a line or inline.
+_LIST_ITEM = re.compile(
+    r"(?:^[ \t]*[-*\u2022]|(?:^|(?<=\s))\d{1,2}[.)])[ \t]+(.+?)(?=\s\d{1,2}[.)]\s|$)",
+    re.MULTILINE,
+)
+# An item's head ends at its first dash, comma, colon or bracket: "**Kittiwake** - a seabird".
+_ITEM_HEAD_END = re.compile(r"\s+[-\u2013\u2014]\s+|[,:(]")
+ITEM_HEAD_WORDS = 6
+_HIGHLIGHTED = re.compile(r"(?:\*\*|[\"\u201c`])([^*\"\u201d`\n]{1,40})(?:\*\*|[\"\u201d`])")
+
+
+def _item_heads(assistant_text: str) -> list[str]:
+    """The heads of a list the assistant wrote, one per item: what each option is called."""
+    heads = []
+    for match in _LIST_ITEM.finditer(assistant_text):
+        head = _ITEM_HEAD_END.split(match.group(1), maxsplit=1)[0]
+        heads.append(" ".join(head.strip(' *_`"').split()[:ITEM_HEAD_WORDS]))
+    return [h for h in heads if h]
+
+
 def _suggestion(assistant_text: str) -> tuple[str, bool]:
-    """What the assistant proposed, and whether it named something: its sentences with a
-    name, a number, a quoted or a highlighted word, or a list item; else its first sentences;
-    up to SUGGESTION_CHARS."""
+    """What the assistant proposed, and whether it named something: a list's item heads,
+    numbered, when it wrote a list (an option taken by its place, "the second one", stays
+    findable); else its sentences with a name, a number, a quoted or a highlighted word; else
+    its first sentences; up to SUGGESTION_CHARS."""
+    heads = _item_heads(assistant_text)
+    if len(heads) >= 2:
+        listed = "; ".join(f"{n}. {head}" for n, head in enumerate(heads, 1))
+        return listed[:SUGGESTION_CHARS], True
     sentences = [raw.strip(" -*\u2022\t") for raw in reading.sentences_of(assistant_text)]
     marked = [
         s
         for raw, s in zip(reading.sentences_of(assistant_text), sentences, strict=True)
-        if re.search(r"[\"\u201c*`]|^\s*(?:[-*\u2022]|\d+[.)])\s", raw)
-        or reading.details(reading.WORD.findall(s))
+        if re.search(r"[\"\u201c*`]", raw) or reading.details(reading.WORD.findall(s))
     ]
     picked, used = [], 0
     for sentence in marked or sentences:
@@ -134,46 +162,87 @@ def _suggestion(assistant_text: str) -> tuple[str, bool]:
     return " ".join(picked), bool(marked)
 
 
+def _proposed_names(assistant_text: str) -> set[str]:
+    """The words that name what the assistant proposed: a list's item heads (their first word
+    too when it is the only name in the head), highlighted or quoted words, and the names in
+    its sentences (capitalised past a sentence's first word)."""
+    names = set()
+    for head in _item_heads(assistant_text):
+        capitalised = [w for w in reading.WORD.findall(head) if w[0].isupper()]
+        names.update(capitalised if len(capitalised) == 1 else capitalised[1:])
+    for quoted in _HIGHLIGHTED.findall(assistant_text):
+        names.update(reading.WORD.findall(quoted))
+    for sentence in reading.sentences_of(assistant_text):
+        names.update(w for w in reading.detail_words(sentence) if not w.isdigit())
+    return {w.lower() for w in names if len(w) > 3}
+
+
 def reply_to_suggestion(text: str, previous_assistant: str, *, at: int) -> Entry | None:
-    """A turn that opens with a short reply to the assistant's proposal ("Perfect, going with
-    that one.", "ok option B then"): its opening kept with the proposal, since the reply alone
-    says nothing. Whatever the turn says after it is read as usual."""
-    opening = next(iter(reading.sentences_of(text)), "")
+    """A turn that takes what the assistant proposed by name: its opening is a short reply
+    that points back ("Perfect, going with that one.", "the second, please"), or one of its
+    statements repeats a name the proposal gave ("kittiwake it is"). That sentence is kept with
+    the proposal, since a reply alone says nothing. Whatever else the turn says is read as
+    usual; an acknowledgement ("Thank you.", "Ok.") takes nothing."""
+    if not previous_assistant:
+        return None
+    proposal, _ = _suggestion(previous_assistant)
+    if not proposal:
+        return None
+    sentences = reading.sentences_of(text)
+    opening = next(iter(sentences), "")
+    reply = ""
     words = opening.split()
-    if not previous_assistant or not words or len(words) > REPLY_MAX_WORDS:
+    if words and len(words) <= REPLY_MAX_WORDS and not reading.read_sentence(opening).question:
+        said = {w.lower() for w in reading.WORD.findall(opening.replace("\u2019", "'"))}
+        if said & (reading.ANAPHORS | reading.POSITIONS):
+            reply = opening
+    if not reply:
+        names = _proposed_names(previous_assistant)
+        reply = next(
+            (
+                s
+                for s in sentences
+                if len(s.split()) <= REPLY_MAX_WORDS * 2
+                and not reading.read_sentence(s).question
+                and names & {w.lower() for w in reading.WORD.findall(s)}
+            ),
+            "",
+        )
+    if not reply:
         return None
-    sentence = reading.read_sentence(opening)
-    if sentence.question:
-        return None
-    said = [w.lower() for w in reading.WORD.findall(opening.replace("\u2019", "'"))]
-    points_back = any(w in reading.ANAPHORS for w in said)
-    proposal, named = _suggestion(previous_assistant)
-    # "Perfect, going with that one." points back; "ok option B then" is short and bare after
-    # a proposal that named something; "I work as a radiographer." or "Recommend a board game
-    # for four people." is neither.
-    short_and_bare = len(words) <= 6 and not sentence.first_person and not sentence.details
-    if not proposal or not (points_back or (named and short_and_bare)):
-        return None
-    reply = " ".join(words)
+    reply = " ".join(reply.split())
     return Entry(_key(TOOK, reply + proposal), "{}", reply, TOOK, at=at, context=proposal)
 
 
 # -- the same subject ---------------------------------------------------------------------------
 
 
+def _subject_vectors(entries: list[Entry]) -> list:
+    """Each entry's clauses as the embedding model sees them, names and numbers masked
+    (reading.subject_of): a long sentence speaks of several things, and a correction matches
+    the clause it corrects, not the whole sentence around it."""
+    clauses = [reading.clauses_of(e.value) for e in entries]
+    flat = [reading.subject_of(c) for group in clauses for c in group]
+    vectors = reading.vectors(flat)
+    out, start = [], 0
+    for group in clauses:
+        out.append(vectors[start : start + len(group)])
+        start += len(group)
+    return out
+
+
 def _mark_replaced(entries: list[Entry], newest: list[Entry]) -> None:
-    """Each of `newest` marks the most similar older statement of another turn as earlier,
-    when the two speak of the same thing (SAME_SUBJECT)."""
+    """Each of `newest` marks the older statement of another turn that is most like it as
+    earlier, when the two speak of the same thing: their closest clauses are at least
+    SAME_SUBJECT alike."""
     older = [e for e in entries if e.kind == SAID and e.value and not e.edited]
     if not older or not newest:
         return
-    subjects = [reading.subject_of(e.value) for e in [*older, *newest]]
-    vectors = reading.vectors(subjects)
+    vectors = _subject_vectors([*older, *newest])
     old_vectors, new_vectors = vectors[: len(older)], vectors[len(older) :]
-    similarity = new_vectors @ old_vectors.T
-    for row, entry in enumerate(newest):
+    for entry, new in zip(newest, new_vectors, strict=True):
         candidates = [
-            (similarity[row, col], old)
+            (float((new @ old_vectors[col].T).max()), old)
             for col, old in enumerate(older)
             if old.at != entry.at and old.key != entry.key
         ]
@@ -191,6 +260,11 @@ def _mark_replaced(entries: list[Entry], newest: list[Entry]) -> None:
 @lru_cache(maxsize=4096)
 def _statements_cached(text: str, at: int) -> tuple[tuple[Entry, float], ...]:
     return tuple(statements_of(text, at=at))
+
+
+def statements_forget() -> None:
+    """Empties the cache of statements read (bench/memory.py times a cold prompt)."""
+    _statements_cached.cache_clear()
 
 
 def merge(
@@ -254,7 +328,7 @@ def weight_of(entry: Entry) -> float:
     if entry.kind in (USER, OTHER):
         return 5.0
     weight = reading.read_sentence(entry.value).weight
-    return weight - 3.0 if entry.later else weight
+    return weight - EARLIER_WEIGHT_COST if entry.later else weight
 
 
 def entry_edit(entries: list[Entry], *, key: str, value: str, at: int) -> Entry | None:

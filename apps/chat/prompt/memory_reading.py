@@ -18,16 +18,24 @@ LONG_SENTENCE_WORDS = 32
 _SENTENCE_END = re.compile(r"(?<=[.!?\u2026])[\"')\]\u201d]*\s+|\s*\n+\s*")
 _CLAUSE_END = re.compile(r"\s*(?:[,;:]\s+|\s+[-\u2013\u2014]\s+|\s+(?:but|and|so|because)\s+)")
 WORD = re.compile(r"[\w][\w'\u2019-]*")
-# The grammar's first person: subject and possessive forms ("me" and "us", objects of a
-# request like "tell me", say nothing of the user on their own).
+# The grammar's first person: subject and possessive forms. The object forms ("me", "us") speak
+# of the user too ("they moved me to Thursdays"), except in what is said to the assistant: a
+# sentence with "you", or a request that opens with them ("Tell me about...", "help us...").
 FIRST_PERSON = frozenset(
     "i i'm im i've ive i'd i'll my mine myself we we're we've we'd we'll our ours".split()
 )
 POSSESSIVE = frozenset({"my", "mine", "our", "ours"})
 SUBJECT = FIRST_PERSON - POSSESSIVE
-ADDRESSED = frozenset("you your you're yours me us".split())
+OBJECT = frozenset({"me", "us"})
+ADDRESSED = frozenset("you your you're yours".split())
+# How far into a sentence "me" or "us" is still the object of a request that opens it.
+REQUEST_OPENING_WORDS = 3
 # Words that point back at something said before ("that one", "love it").
 ANAPHORS = frozenset("that that's it it's those them one".split())
+# An option taken by its place in a list ("the second", "number two", "the last one").
+POSITIONS = frozenset(
+    "first second third fourth fifth last latter former two three four five".split()
+)
 
 
 @dataclass(frozen=True)
@@ -43,8 +51,9 @@ class Sentence:
     def kept(self) -> bool:
         if len(self.text.split()) < 3:
             return False
-        if self.question:
-            return self.possessive or (self.first_person and self.details > 0)
+        if self.question:  # a question that says something of the user, or names something
+            named = self.details > 0 and (self.first_person or not self.addressed)
+            return self.possessive or named
         # A name or a number alone counts in a statement, not in what is said to the
         # assistant ("Tell me about river 16", "Can you explain the 1929 crash").
         return self.first_person or (self.details > 0 and not self.addressed)
@@ -76,13 +85,19 @@ def details(words: list[str]) -> int:
 def read_sentence(text: str) -> Sentence:
     words = WORD.findall(text.replace("\u2019", "'"))
     lower = [w.lower() for w in words]
+    # "me" or "us" among the opening words, before any first-person subject: a request.
+    opening = lower[:REQUEST_OPENING_WORDS]
+    request = any(w in OBJECT for w in opening) and not any(w in SUBJECT for w in opening)
+    # Said to the assistant: "you", or such a request ("can you explain it to me").
+    addressed = request or any(w in ADDRESSED for w in lower)
     return Sentence(
         text=text,
         question=text.rstrip().endswith("?"),
-        first_person=any(w in FIRST_PERSON for w in lower),
+        first_person=any(w in FIRST_PERSON for w in lower)
+        or (not addressed and any(w in OBJECT for w in lower)),
         possessive=any(w in POSSESSIVE for w in lower),
         details=details(words),
-        addressed=any(w in ADDRESSED for w in lower),
+        addressed=addressed,
     )
 
 
@@ -97,6 +112,13 @@ def shortened(sentence: Sentence) -> str:
     clauses = [c for c in _CLAUSE_END.split(sentence.text) if c and c.strip()]
     kept = [c.strip() for c in clauses if read_sentence(c).kept or details(WORD.findall(c))]
     return " \u2026 ".join(kept) if kept else sentence.text
+
+
+def clauses_of(text: str) -> list[str]:
+    """The clauses of a sentence that have at least three words (the sentence itself when
+    none has)."""
+    clauses = [c.strip() for c in _CLAUSE_END.split(text) if c and len(c.split()) >= 3]
+    return clauses or [text]
 
 
 def detail_words_of(words: list[str]) -> list[str]:
@@ -138,8 +160,17 @@ def vectors(texts: list[str]) -> np.ndarray:
         return np.stack([_VECTORS.get(t) for t in texts]) if texts else np.zeros((0, 1))
 
 
+def vectors_forget() -> None:
+    """Empties the cache of vectors (bench/memory.py times a cold prompt)."""
+    with _vectors_lock:
+        _VECTORS.clear()
+
+
 def user_is_subject(text: str) -> bool:
-    return any(w.lower() in SUBJECT for w in WORD.findall(text.replace("\u2019", "'")))
+    """The sentence speaks of the user as "I" or "we", or as "me" or "us" other than in a
+    request ("they moved me"), not only of something of theirs ("My sister ...")."""
+    lower = {w.lower() for w in WORD.findall(text.replace("\u2019", "'"))}
+    return bool(lower & SUBJECT) or (bool(lower & OBJECT) and read_sentence(text).first_person)
 
 
 def subject_of(text: str) -> str:
