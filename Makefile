@@ -57,31 +57,36 @@ test-cluster: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python bench/tables.py --check
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
 # Each benchmark prints its figures and asserts none; its last line is the README's table row.
+# bench/record.py files each last line in bench/results/$(BENCH_RUN).jsonl with the commit and
+# the load it ran at; `bench/tables.py` then writes the README's table from the results.
+BENCH_RUN := $(shell date -u +%Y-%m-%dT%H%M)
 # The vLLM engine's figure needs .venv-vllm: `make install-vllm`, then
 # `.venv-vllm/bin/python bench/engine.py --engine vllm` (it runs here when that venv exists).
 bench: $(STAMP)
-	$(BIN)/python bench/submit.py
-	$(BIN)/python bench/overhead.py
-	$(BIN)/python bench/openai_overhead.py
-	$(BIN)/python bench/pages.py
-	$(BIN)/python bench/connections.py
-	$(BIN)/python bench/reconnect.py
-	$(BIN)/python bench/admission.py
-	$(BIN)/python bench/estimates.py
-	$(BIN)/python bench/eta.py
-	$(BIN)/python bench/memory.py
-	$(BIN)/python bench/rag.py
-	$(BIN)/python bench/demo_ttft.py
-	$(BIN)/python bench/engine.py --engine llamacpp
-	test ! -x $(VLLM_VENV)/bin/python || $(VLLM_VENV)/bin/python bench/engine.py --engine vllm
-	$(BIN)/python bench/fleet.py
-	$(BIN)/python bench/load.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/submit.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/overhead.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/openai_overhead.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/pages.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/connections.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/reconnect.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/admission.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/estimates.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/eta.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/memory.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/rag.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/demo_ttft.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/engine.py --engine llamacpp
+	test ! -x $(VLLM_VENV)/bin/python || BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py \
+		--python $(VLLM_VENV)/bin/python --name engine_vllm bench/engine.py --engine vllm
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/fleet.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/load.py
 
 # vLLM's CPU build in its own venv: vLLM pins many exact versions that must not constrain the web
 # stack. It holds the worker package and what the worker needs, nothing of Django.
