@@ -195,6 +195,7 @@ class Attempts:
             prompt_tokens_estimate=item.prompt_tokens_estimate,
             max_tokens=item.max_tokens,
             model=item.model,
+            logprobs=None if item.logprobs is None else [],
         )
         exhausted = start.code == transitions.START_EXHAUSTED
         metrics.started(item.id, attempt=start.attempt, worker_id=self.worker_id)
@@ -242,13 +243,17 @@ class Attempts:
                         answer.finish_reason = output.finish_reason
                     if output.tool_calls:  # whole, at the end; they reach readers in the final
                         answer.tool_calls = output.tool_calls
+                    if output.logprobs and answer.logprobs is not None:
+                        answer.logprobs.extend(output.logprobs)
+                        if not output.text:  # tokens whose text came earlier, or none
+                            await self.output.add(buffer, "", output.logprobs)
                     if output.text:
                         if usage.ttft_ms is None:
                             usage.ttft_ms = round((time.perf_counter() - started) * 1000, 2)
                             metrics.first_token(item.id, usage.ttft_ms)
                         parts.append(output.text)
                         # The first token is written at once, the rest on the writer's clock.
-                        await self.output.add(buffer, output.text)
+                        await self.output.add(buffer, output.text, output.logprobs)
                         if loops is not None:
                             # Read in pieces of a few tokens: a loop spans dozens of words,
                             # and one look per piece costs a fraction of one per token.
@@ -369,4 +374,6 @@ def _request_of(item: WorkItem) -> EngineRequest:
         tools=item.tools,
         tool_choice=item.tool_choice,
         parallel_tool_calls=item.parallel_tool_calls,
+        logprobs=item.logprobs,
+        logit_bias=item.logit_bias,
     )

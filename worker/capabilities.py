@@ -22,12 +22,15 @@ JSON_SCHEMA = "json_schema"  # response_format {"type": "json_schema", ...}, enf
 SEED = "seed"
 PENALTIES = "penalties"  # presence_penalty and frequency_penalty
 TOOLS = "tools"  # tools, tool_choice, parallel_tool_calls; tool calls and results replayed
-# Not served by any engine yet; listed so clients see "false" rather than nothing.
-LOGPROBS = "logprobs"
+LOGPROBS = "logprobs"  # logprobs and top_logprobs
+LOGIT_BIAS = "logit_bias"
+# n > 1: the web runs n requests of the model and merges them (apps/api/openai_choices.py), so
+# a model can when its workers can seed each choice apart: every engine that samples.
 N = "n"
+# Not served by any engine yet; listed so clients see "false" rather than nothing.
 IMAGES = "images"
 
-ALL = (JSON_OBJECT, JSON_SCHEMA, SEED, PENALTIES, TOOLS, LOGPROBS, N, IMAGES)
+ALL = (JSON_OBJECT, JSON_SCHEMA, SEED, PENALTIES, TOOLS, LOGPROBS, LOGIT_BIAS, N, IMAGES)
 # What every engine that enforces structured output and honours sampling parameters offers.
 SAMPLING_AND_STRUCTURED = frozenset({JSON_OBJECT, JSON_SCHEMA, SEED, PENALTIES})
 
@@ -38,6 +41,9 @@ WHAT = {
     SEED: "seeded sampling (seed)",
     PENALTIES: "presence and frequency penalties",
     TOOLS: "tools and function calling",
+    LOGPROBS: "log probabilities (logprobs, top_logprobs)",
+    LOGIT_BIAS: "logit_bias",
+    N: "more than one choice per request (n)",
 }
 
 
@@ -85,6 +91,13 @@ def asked(request: Any) -> dict[str, str]:
     for name in ("presence_penalty", "frequency_penalty"):
         if getattr(request, name):
             needs[name] = PENALTIES
+    # Read with getattr: an engine request has no `n` (each choice is its own request).
+    if getattr(request, "logprobs", None) is not None:
+        needs["logprobs"] = LOGPROBS
+    if getattr(request, "logit_bias", None):
+        needs["logit_bias"] = LOGIT_BIAS
+    if getattr(request, "n", 1) > 1:
+        needs["n"] = N
     return needs
 
 

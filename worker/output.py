@@ -38,6 +38,7 @@ class OutputBuffer:
     __slots__ = (
         "batches",
         "cancelled",
+        "logprobs",
         "lost",
         "pending",
         "pending_chars",
@@ -51,6 +52,8 @@ class OutputBuffer:
         self.token = token  # the attempt's fencing token (transitions.start)
         self.pending: list[str] = []
         self.pending_chars = 0
+        # The pending text's log probabilities, when the request asks for them (None: not).
+        self.logprobs: list[dict] | None = None
         self.batches = 0  # batches taken for writing, numbered from 1
         self.started = False  # its first delta is written
         self.cancelled = False  # the user pressed Stop
@@ -61,18 +64,23 @@ class OutputBuffer:
         """Nothing more of this attempt should be generated."""
         return self.cancelled or self.lost
 
-    def take(self) -> tuple[int, str]:
+    def take(self) -> tuple[int, str, list[dict] | None]:
         text = "".join(self.pending)
         self.pending.clear()
         self.pending_chars = 0
         self.batches += 1
-        return self.batches, text
+        logprobs = self.logprobs
+        if logprobs is not None:
+            self.logprobs = []
+        return self.batches, text, logprobs
 
-    def put_back(self, batch: int, text: str) -> None:
+    def put_back(self, batch: int, text: str, logprobs: list[dict] | None = None) -> None:
         """A batch that could not be written goes back in front of what arrived since; it keeps
         its number only if nothing was taken after it."""
         self.pending.insert(0, text)
         self.pending_chars += len(text)
+        if logprobs is not None:
+            self.logprobs = logprobs + (self.logprobs or [])
         if self.batches == batch:
             self.batches -= 1
 
@@ -124,11 +132,16 @@ class OutputWriter:
             self._task = asyncio.create_task(self._run(), name="output-writer")
         return buffer
 
-    async def add(self, buffer: OutputBuffer, text: str) -> None:
-        """Gathers `text`; writes it now only when it is the answer's first or the gathered
-        text is long. Otherwise returns without touching Redis."""
+    async def add(
+        self, buffer: OutputBuffer, text: str, logprobs: list[dict] | None = None
+    ) -> None:
+        """Gathers `text` (and its tokens' `logprobs`, when asked for); writes it now only when
+        it is the answer's first or the gathered text is long. Otherwise returns without
+        touching Redis."""
         buffer.pending.append(text)
         buffer.pending_chars += len(text)
+        if logprobs is not None:
+            buffer.logprobs = (buffer.logprobs or []) + logprobs
         if not buffer.started or buffer.pending_chars >= self.max_chars:
             buffer.started = True
             with contextlib.suppress(RedisError):  # kept; the clock sends it again
@@ -139,11 +152,13 @@ class OutputWriter:
         RedisError with the text kept for the next try."""
         if not buffer.pending or buffer.lost:
             return
-        batch, text = buffer.take()
+        batch, text, logprobs = buffer.take()
         try:
-            written = await self.batcher.call(lambda p: self._queue_delta(p, buffer, batch, text))
+            written = await self.batcher.call(
+                lambda p: self._queue_delta(p, buffer, batch, text, logprobs)
+            )
         except RedisError:
-            buffer.put_back(batch, text)
+            buffer.put_back(batch, text, logprobs)
             raise
         self._written(buffer, written)
 
@@ -180,9 +195,17 @@ class OutputWriter:
             except RedisError as exc:  # the text is kept: the next tick sends it again
                 log.warning("writing answers failed: %s", exc)
 
-    def _queue_delta(self, pipe, buffer: OutputBuffer, batch: int, text: str) -> None:
+    def _queue_delta(
+        self, pipe, buffer: OutputBuffer, batch: int, text: str, logprobs: list[dict] | None
+    ) -> None:
         transitions.delta(
-            pipe, self.keys, buffer.request_id, token=buffer.token, text=text, batch=batch
+            pipe,
+            self.keys,
+            buffer.request_id,
+            token=buffer.token,
+            text=text,
+            batch=batch,
+            logprobs=logprobs,
         )
 
     async def tick(self) -> None:
@@ -196,7 +219,7 @@ class OutputWriter:
         ]
         now = time.monotonic()
         check = now - self._last_check >= self.check_interval
-        writing = {id(buffer) for buffer, _, _ in due}
+        writing = {id(buffer) for buffer, *_ in due}
         watched = (
             [b for b in self.buffers.values() if not b.over and id(b) not in writing]
             if check
@@ -208,8 +231,8 @@ class OutputWriter:
             self._last_check = now
 
         def queue(pipe) -> None:
-            for buffer, batch, text in due:
-                self._queue_delta(pipe, buffer, batch, text)
+            for buffer, batch, text, logprobs in due:
+                self._queue_delta(pipe, buffer, batch, text, logprobs)
             for buffer in watched:
                 pipe.exists(self.keys.cancel(buffer.request_id))
                 pipe.hget(self.keys.request(buffer.request_id), "owner")
@@ -217,12 +240,12 @@ class OutputWriter:
         try:
             replies = await self.batcher.call(queue)
         except RedisError:
-            for buffer, batch, text in reversed(due):
-                buffer.put_back(batch, text)
+            for buffer, batch, text, logprobs in reversed(due):
+                buffer.put_back(batch, text, logprobs)
             raise
         if not isinstance(replies, list):
             replies = [replies]
-        for (buffer, _, _), written in zip(due, replies, strict=False):
+        for (buffer, *_), written in zip(due, replies, strict=False):
             self._written(buffer, written)
         checks = replies[len(due) :]
         for buffer, stopped, owner in zip(watched, checks[0::2], checks[1::2], strict=True):

@@ -116,6 +116,9 @@ class WorkItem:
     tools: list[dict] = field(default_factory=list)  # OpenAI's function tools; []: none
     tool_choice: str | dict | None = None  # None: auto when there are tools
     parallel_tool_calls: bool | None = None  # None: allowed
+    # None: no log probabilities; else each token's, with this many likeliest alternatives.
+    logprobs: int | None = None
+    logit_bias: dict = field(default_factory=dict)  # token id (as text) -> bias; {}: none
 
     def to_fields(self) -> dict[str, str]:
         # Field by field: asdict() would deep-copy every message first, on the hot path.
@@ -165,12 +168,14 @@ class WorkItem:
             tools=list(json.loads(fields.get("tools") or "[]")),
             tool_choice=json.loads(fields["tool_choice"]) if fields.get("tool_choice") else None,
             parallel_tool_calls=json.loads(fields.get("parallel_tool_calls") or "null"),
+            logprobs=int(fields["logprobs"]) if fields.get("logprobs") else None,
+            logit_bias=dict(json.loads(fields.get("logit_bias") or "{}")),
         )
 
 
-OPTIONAL_SAMPLING = ("seed", "presence_penalty", "frequency_penalty")
+OPTIONAL_SAMPLING = ("seed", "presence_penalty", "frequency_penalty", "logprobs")
 # Fields written as JSON, and left out when unset.
-OPTIONAL_JSON = ("response_format", "tools", "tool_choice", "parallel_tool_calls")
+OPTIONAL_JSON = ("response_format", "tools", "tool_choice", "parallel_tool_calls", "logit_bias")
 
 
 def _float_or_none(raw: str | None) -> float | None:
@@ -225,6 +230,9 @@ class Answer:
     # is then "tool_calls" and `text` holds what the model wrote besides them. Left out of the
     # record when there are none, so a reader of the previous release reads it as before.
     tool_calls: list[dict] = field(default_factory=list)
+    # Every token's log probability, in OpenAI's shape, when the request asks for them (None:
+    # not asked). Only the final event carries them: readers of the done stream have no use.
+    logprobs: list[dict] | None = None
 
     def to_fields(self) -> dict[str, str]:
         fields = {
@@ -296,6 +304,8 @@ def final_fields(answer: Answer) -> dict[str, str]:
         fields["code"] = answer.code
     if answer.tool_calls:
         fields["tool_calls"] = json.dumps(answer.tool_calls)
+    if answer.logprobs is not None:
+        fields["logprobs"] = json.dumps(answer.logprobs)
     return fields
 
 

@@ -40,7 +40,8 @@ redis.call('HINCRBY', KEYS[1], 'handed_back', 1)
 return 1
 """
 
-# KEYS: request hash, output stream, cancel flag. ARGV: token, output maxlen, text, batch number
+# KEYS: request hash, output stream, cancel flag. ARGV: token, output maxlen, text, batch number,
+# and the text's log probabilities (JSON) for a request that asks for them.
 # A batch resent after a lost reply (Redis restarted) is written once: its number is not above
 # the last one written. The reply also says whether the user pressed Stop, so a streaming
 # answer needs no separate check for it.
@@ -48,7 +49,12 @@ DELTA = """
 local owner, last = unpack(redis.call('HMGET', KEYS[1], 'owner', 'seq'))
 if owner ~= ARGV[1] then return 0 end
 if tonumber(ARGV[4]) > (tonumber(last) or 0) then
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'type', 'delta', 'text', ARGV[3])
+  if ARGV[5] then
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'type', 'delta', 'text', ARGV[3],
+      'logprobs', ARGV[5])
+  else
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'type', 'delta', 'text', ARGV[3])
+  end
   redis.call('HSET', KEYS[1], 'seq', ARGV[4])
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then return 2 end

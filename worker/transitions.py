@@ -221,10 +221,21 @@ def released(pipe, keys: Keys, request_id: str, *, token: str) -> None:
     pipe.eval(scripts.RELEASE, 1, keys.request(request_id), token)
 
 
-def delta(pipe, keys: Keys, request_id: str, *, token: str, text: str, batch: int) -> None:
+def delta(
+    pipe,
+    keys: Keys,
+    request_id: str,
+    *,
+    token: str,
+    text: str,
+    batch: int,
+    logprobs: list[dict] | None = None,
+) -> None:
     """Batch number `batch` (1, 2, ...) of the answer's text, written only while `token` owns
     the request, and once: the reply is WRITTEN, WRITTEN_STOPPED (the user pressed Stop), or
-    NOT_OWNER when another attempt took over (the caller has lost its claim)."""
+    NOT_OWNER when another attempt took over (the caller has lost its claim). `logprobs`: its
+    tokens' log probabilities, for a request that asks for them (the entry then has a
+    `logprobs` field; others are as before)."""
     pipe.eval(
         scripts.DELTA,
         3,
@@ -235,6 +246,7 @@ def delta(pipe, keys: Keys, request_id: str, *, token: str, text: str, batch: in
         protocol.OUTPUT_MAXLEN,
         text,
         batch,
+        *(() if logprobs is None else (json.dumps(logprobs),)),
     )
 
 

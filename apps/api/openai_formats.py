@@ -1,8 +1,8 @@
-"""What a chat completion may ask of the sampler beyond temperature and top_p: a response
-format (JSON mode, or a JSON schema the engine enforces), a seed, presence and frequency
-penalties. Each is read here into the form the work item carries, or refused with a 400 naming
-the parameter; whether the chosen model's workers can serve it is decided by
-worker/capabilities.py when the model is known.
+"""What a chat completion may ask of the sampler beyond temperature and top_p: a response format
+(JSON mode, or a JSON schema the engine enforces), a seed, presence and frequency penalties, log
+probabilities, a logit bias, more than one choice. Each is read here into the form the work item
+carries, or refused with a 400 naming the parameter; whether the chosen model's workers can
+serve it is decided by worker/capabilities.py when the model is known.
 
 Pure functions: no database, no Redis.
 """
@@ -23,6 +23,13 @@ MAX_SCHEMA_DEPTH = 24  # JSON objects inside one another
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a schema's or a function's
 JSON_SCHEMA_FIELDS = ("name", "schema", "strict", "description")
 SEED_RANGE = (-(2**63), 2**63 - 1)  # OpenAI's: a signed 64-bit integer
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound, and vLLM's default
+# Tokens one logit_bias may name, and how far it may push each (OpenAI's range).
+MAX_BIASED_TOKENS = 300
+BIAS_RANGE = (-100, 100)
+# Choices one request may ask for: each is a request of its own on the model's workers, so the
+# bound keeps one call from taking a worker's every slot.
+MAX_CHOICES = 4
 
 
 def response_format_of(value) -> dict:
@@ -120,3 +127,57 @@ def check_penalty(name: str, value) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not -2 <= value <= 2:
         raise invalid(name, f"`{name}` must be a number from -2 to 2.")
+
+
+def check_logprobs(name: str, value) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise invalid(name, "`logprobs` must be true or false.")
+
+
+def check_top_logprobs(name: str, value) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise invalid(name, f"`top_logprobs` must be a whole number from 0 to {MAX_TOP_LOGPROBS}.")
+
+
+def logprobs_of(logprobs, top_logprobs) -> int | None:
+    """How many alternatives each token's log probability comes with, or None when the
+    request does not ask for log probabilities."""
+    if top_logprobs and not logprobs:
+        raise invalid(
+            "top_logprobs", "`logprobs` must be set to true when `top_logprobs` is given."
+        )
+    return (top_logprobs or 0) if logprobs else None
+
+
+def check_logit_bias(name: str, value) -> None:
+    """Token ids (as strings, since JSON keys are) to a bias from -100 to 100. Whether the
+    model has such a token is the worker's to say: the web does not know its vocabulary."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise invalid(name, "`logit_bias` must be an object of token ids to biases.")
+    if len(value) > MAX_BIASED_TOKENS:
+        raise invalid(name, f"`logit_bias` may name at most {MAX_BIASED_TOKENS} tokens.")
+    low, high = BIAS_RANGE
+    for token, bias in value.items():
+        if not (isinstance(token, str) and token.isascii() and token.isdigit()):
+            raise invalid(
+                name, f"`logit_bias` keys must be token ids (whole numbers); got {token!r}."
+            )
+        number = isinstance(bias, int | float) and not isinstance(bias, bool)
+        if not number or not low <= bias <= high:
+            raise invalid(name, f"`logit_bias[{token}]` must be a number from {low} to {high}.")
+
+
+def logit_bias_of(value) -> dict:
+    """The bias as the work item carries it: token id (as a canonical string) -> bias."""
+    return {str(int(token)): float(bias) for token, bias in (value or {}).items()}
+
+
+def check_n(name: str, value) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CHOICES:
+        raise invalid(name, f"`n` must be a whole number from 1 to {MAX_CHOICES}.")

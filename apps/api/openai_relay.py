@@ -37,14 +37,21 @@ class Follow:
     def __init__(self, request_id: str, *, written: Entry | None = None) -> None:
         """`written`: the request's first event, as its caller published it (hub_base)."""
         self._batches = get_hub().batches(keys().output(request_id), after="0", written=written)
-        self._next: asyncio.Task | None = None
+        self._next: asyncio.Future | None = None
+
+    def upcoming(self) -> asyncio.Future:
+        """The next batch, as a future to wait on beside other follows' (`next` then returns
+        it once it is done)."""
+        if self._next is None:
+            self._next = asyncio.ensure_future(anext(self._batches))
+        return self._next
 
     async def next(self, timeout: float | None = None) -> list[Entry] | None:
         """The next batch, or None when `timeout` passes first."""
         if self._next is None:
             if timeout is None:  # the common case costs no task
                 return await anext(self._batches)
-            self._next = asyncio.ensure_future(anext(self._batches))
+            self.upcoming()
         done, _ = await asyncio.wait((self._next,), timeout=timeout)
         if not done:
             return None
@@ -105,6 +112,11 @@ def final_calls(final: dict[str, str]) -> list[dict]:
     return json.loads(final.get("tool_calls") or "[]")
 
 
+def final_logprobs(final: dict[str, str]) -> list[dict] | None:
+    """Every token's log probability, when the request asked for them."""
+    return json.loads(final["logprobs"]) if "logprobs" in final else None
+
+
 class Diverged(Exception):
     """A re-run of the answer (its worker died) wrote other text than the client has."""
 
@@ -117,9 +129,22 @@ class StreamRelay:
     against what the client already has and only what is new is sent; a re-run that writes
     other text ends the stream with an error (the text sent cannot be taken back)."""
 
-    def __init__(self, chunks: Chunks, *, error_of: Callable[[dict], ApiError]) -> None:
+    def __init__(
+        self,
+        chunks: Chunks,
+        *,
+        error_of: Callable[[dict], ApiError],
+        index: int = 0,
+        closes: bool = True,
+    ) -> None:
+        """`index`: the choice this answer is; `closes`: its end ends the stream (usage and
+        [DONE]), which for one of several choices is openai_choices.py's to send."""
         self.chunks = chunks
         self.error_of = error_of
+        self.index = index
+        self.closes = closes
+        self.usage: dict = {}  # the answer's, once it has ended
+        self.failed = False  # it ended with an error, which ended the stream
         self.parts: list[str] = []  # the text sent
         self.replay: str | None = None  # a re-run's text still to match against `parts`
         self.replay_at = 0
@@ -131,14 +156,18 @@ class StreamRelay:
     def feed(self, batch: list[Entry]) -> str:
         out: list[str] = []
         text: list[str] = []
+        # The log probabilities of `text`'s tokens, when the request asks for them (deltas of
+        # a release before them, or of a request that does not ask, have none).
+        scores: list[dict] | None = None
         for _, fields in batch:
             kind = fields.get("type")
             if kind == EventType.DELTA:
                 try:
-                    new = self._new_text(fields.get("text", ""))
+                    delta = fields.get("text", "")
+                    new = self._new_text(delta)
                 except Diverged:
-                    self._flush(out, text)
-                    self.diverged = self.ended = True
+                    self._flush(out, text, scores)
+                    self.diverged = self.ended = self.failed = True
                     out.append(
                         Chunks.error(
                             ApiError(
@@ -153,8 +182,11 @@ class StreamRelay:
                     return "".join(out)
                 if new:
                     text.append(new)
+                if "logprobs" in fields and new == delta:  # a re-run's repeat was sent before
+                    scores = (scores or []) + json.loads(fields["logprobs"])
                 continue
-            self._flush(out, text)
+            self._flush(out, text, scores)
+            scores = None
             if kind == EventType.STATUS and "position" in fields and not self.running:
                 out.append(queued_comment(fields))
             elif kind == EventType.START:
@@ -165,18 +197,18 @@ class StreamRelay:
             elif kind == EventType.FINAL:
                 self._end(out, fields)
                 break
-        self._flush(out, text)
+        self._flush(out, text, scores)
         return "".join(out)
 
     def _role(self, out: list[str]) -> None:
         if not self.role_sent:
             self.role_sent = True
-            out.append(self.chunks.role())
+            out.append(self.chunks.role(self.index))
 
-    def _flush(self, out: list[str], text: list[str]) -> None:
-        if text:
+    def _flush(self, out: list[str], text: list[str], scores: list[dict] | None = None) -> None:
+        if text or scores:
             self._role(out)
-            out.append(self.chunks.text("".join(text)))
+            out.append(self.chunks.text("".join(text), self.index, scores))
             text.clear()
 
     def _new_text(self, text: str) -> str:
@@ -196,18 +228,23 @@ class StreamRelay:
     def _end(self, out: list[str], final: dict[str, str]) -> None:
         self.ended = True
         if final.get("state") != State.DONE:
+            self.failed = True
             out.append(Chunks.error(self.error_of(final)))
             return
         sent = "".join(self.parts)
         whole = final.get("text", "")
         if self.replay is None and whole.startswith(sent) and len(whole) > len(sent):
             self._role(out)  # text the deltas did not carry (trimmed): the final has it all
-            out.append(self.chunks.text(whole[len(sent) :]))
+            out.append(self.chunks.text(whole[len(sent) :], self.index))
         self._role(out)
         calls = final_calls(final)
         if calls:  # whole, at the end: the worker sends a call only once it parses
-            out.append(self.chunks.calls(calls))
-        out.append(self.chunks.finish(final.get("finish_reason") or "stop", final_usage(final)))
+            out.append(self.chunks.calls(calls, self.index))
+        reason, self.usage = final.get("finish_reason") or "stop", final_usage(final)
+        if self.closes:
+            out.append(self.chunks.finish(reason, self.usage))
+        else:
+            out.append(self.chunks.choice_end(reason, self.index))
 
 
 async def sse(

@@ -47,6 +47,9 @@ class ChatRequest:
     tools: list[dict] = field(default_factory=list)  # []: none
     tool_choice: str | dict | None = None  # None: auto when there are tools
     parallel_tool_calls: bool | None = None
+    logprobs: int | None = None  # None: none; else the alternatives asked for per token
+    logit_bias: dict = field(default_factory=dict)
+    n: int = 1  # choices, each run as a request of its own (openai_choices.py)
 
     @property
     def prompt_tokens_estimate(self) -> int:
@@ -97,6 +100,9 @@ def chat_request(body: dict) -> ChatRequest:
         tools=offered,
         tool_choice=tools.tool_choice_of(body.get("tool_choice"), offered),
         parallel_tool_calls=body.get("parallel_tool_calls"),
+        logprobs=formats.logprobs_of(body.get("logprobs"), body.get("top_logprobs")),
+        logit_bias=formats.logit_bias_of(body.get("logit_bias")),
+        n=body.get("n") or 1,
     )
 
 
@@ -162,11 +168,6 @@ def _refuse_unless(allowed, what: str):
     return check
 
 
-def _only_one(name: str, value) -> None:
-    if value is not None and value != 1:
-        raise unsupported(name, "more than one choice per request (n must be 1)")
-
-
 def _text_only(name: str, value) -> None:
     if value is not None and value != ["text"]:
         raise unsupported(name, "output other than text")
@@ -195,21 +196,21 @@ CHECKS = {
     "prompt_cache_key": _typed(str, "a string"),
     "metadata": _typed(dict, "an object"),
     "verbosity": _one_of(VERBOSITY),
-    "n": _only_one,
     # Served where the model's workers can (worker/capabilities.py): checked with the model.
     "tools": tools.check_tools,
     "tool_choice": lambda name, value: None,  # checked against the tools
     "parallel_tool_calls": tools.check_parallel,
     "functions": tools.refuse_legacy,
     "function_call": tools.refuse_legacy,
-    "logprobs": _refuse_unless((None, False), "logprobs"),
-    "top_logprobs": _refuse_unless((None, 0), "logprobs"),
     # Served where the model's workers can (worker/capabilities.py): checked with the model.
     "response_format": formats.check_response_format,
     "seed": formats.check_seed,
     "presence_penalty": formats.check_penalty,
     "frequency_penalty": formats.check_penalty,
-    "logit_bias": _refuse_unless((None, {}), "logit_bias"),
+    "logprobs": formats.check_logprobs,
+    "top_logprobs": formats.check_top_logprobs,
+    "logit_bias": formats.check_logit_bias,
+    "n": formats.check_n,
     "store": _refuse_unless((None, False), "storing completions (store)"),
     "service_tier": _refuse_unless((None, "auto", "default"), "service tiers"),
     "modalities": _text_only,
@@ -243,34 +244,55 @@ def openai_finish_reason(reason: str | None) -> str:
     return "length" if reason in ("length", "loop") else "stop"
 
 
+def logprobs_of(entries: list[dict] | None) -> dict | None:
+    """A choice's `logprobs`: null unless the request asked for them."""
+    return None if entries is None else {"content": entries, "refusal": None}
+
+
+def choice(
+    *,
+    index: int = 0,
+    text: str,
+    finish_reason: str,
+    tool_calls: list[dict] | None = None,
+    logprobs: list[dict] | None = None,
+) -> dict:
+    """One choice of a `chat.completion`."""
+    message = {"role": "assistant", "content": text, "refusal": None}
+    if tool_calls:  # as OpenAI answers a call: no content unless the model wrote some
+        message.update(content=text or None, tool_calls=tool_calls)
+    return {
+        "index": index,
+        "message": message,
+        "logprobs": logprobs_of(logprobs),
+        "finish_reason": openai_finish_reason(finish_reason),
+    }
+
+
 def completion(
     *,
     request_id: str,
     model: str,
     created: int,
-    text: str,
-    finish_reason: str,
     usage: dict,
+    text: str = "",
+    finish_reason: str = "",
     tool_calls: list[dict] | None = None,
+    logprobs: list[dict] | None = None,
+    choices: list[dict] | None = None,
 ) -> dict:
-    """A `chat.completion`: the whole answer."""
-    message = {"role": "assistant", "content": text, "refusal": None}
-    if tool_calls:  # as OpenAI answers a call: no content unless the model wrote some
-        message.update(content=text or None, tool_calls=tool_calls)
+    """A `chat.completion`: the whole answer (`choices`: each of several, from `choice`)."""
+    if choices is None:
+        choices = [
+            choice(text=text, finish_reason=finish_reason, tool_calls=tool_calls, logprobs=logprobs)
+        ]
     return {
         "id": f"chatcmpl-{request_id}",
         "object": "chat.completion",
         "created": created,
         "model": model,
         "system_fingerprint": None,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": openai_finish_reason(finish_reason),
-            }
-        ],
+        "choices": choices,
         "usage": usage_of(usage),
     }
 
@@ -294,35 +316,48 @@ class Chunks:
         self._usage = ',"usage":null' if include_usage else ""
         self.include_usage = include_usage
 
-    def _choice(self, delta: str, finish_reason: str | None) -> str:
+    def _choice(
+        self, delta: str, finish_reason: str | None, index: int = 0, logprobs: str = "null"
+    ) -> str:
         reason = "null" if finish_reason is None else json.dumps(finish_reason)
         return (
-            f'{self._head},"choices":[{{"index":0,"delta":{delta},"logprobs":null,'
+            f'{self._head},"choices":[{{"index":{index},"delta":{delta},"logprobs":{logprobs},'
             f'"finish_reason":{reason}}}]{self._usage}}}'
         )
 
-    def role(self) -> str:
-        return f"data: {self._choice(ROLE_DELTA, None)}\n\n"
+    def role(self, index: int = 0) -> str:
+        return f"data: {self._choice(ROLE_DELTA, None, index)}\n\n"
 
-    def text(self, text: str) -> str:
-        return "data: " + self._choice('{"content":' + json.dumps(text) + "}", None) + "\n\n"
+    def text(self, text: str, index: int = 0, logprobs: list[dict] | None = None) -> str:
+        """A chunk of text, with its tokens' log probabilities when the request asks for them."""
+        scores = "null" if logprobs is None else json.dumps(logprobs_of(logprobs))
+        delta = '{"content":' + json.dumps(text) + "}"
+        return "data: " + self._choice(delta, None, index, scores) + "\n\n"
 
-    def calls(self, calls: list[dict]) -> str:
+    def calls(self, calls: list[dict], index: int = 0) -> str:
         """The chunks of an answer's tool calls (openai_tools.call_deltas)."""
         return "".join(
-            "data: " + self._choice(json.dumps({"tool_calls": delta}), None) + "\n\n"
+            "data: " + self._choice(json.dumps({"tool_calls": delta}), None, index) + "\n\n"
             for delta in tools.call_deltas(calls)
         )
 
-    def finish(self, finish_reason: str, usage: dict) -> str:
-        """The last chunk (its finish_reason), the usage chunk when asked for, and [DONE]."""
-        parts = [f"data: {self._choice('{}', openai_finish_reason(finish_reason))}\n\n"]
+    def choice_end(self, finish_reason: str, index: int = 0) -> str:
+        """The last chunk of one choice: its finish_reason."""
+        return f"data: {self._choice('{}', openai_finish_reason(finish_reason), index)}\n\n"
+
+    def end(self, usage: dict) -> str:
+        """The end of the stream: the usage chunk when asked for, and [DONE]."""
+        parts = []
         if self.include_usage:
             parts.append(
                 f'data: {self._head},"choices":[],"usage":{json.dumps(usage_of(usage))}}}\n\n'
             )
         parts.append("data: [DONE]\n\n")
         return "".join(parts)
+
+    def finish(self, finish_reason: str, usage: dict) -> str:
+        """The last chunk of a one-choice answer, the usage chunk when asked for, and [DONE]."""
+        return self.choice_end(finish_reason) + self.end(usage)
 
     @staticmethod
     def error(error: ApiError) -> str:

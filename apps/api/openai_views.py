@@ -27,7 +27,9 @@ from apps.accounts.services import api_key_hash
 from apps.admission import selectors as admission
 from apps.admission.models import Plan
 from apps.api import openai_errors as errors
+from apps.api import openai_formats as formats
 from apps.api import openai_shapes as shapes
+from apps.api.openai_choices import choices_response
 from apps.api.openai_embeddings import embeddings_create
 from apps.api.openai_errors import ApiError
 from apps.api.openai_limits import rate_limit_headers
@@ -37,6 +39,7 @@ from apps.api.openai_relay import (
     StreamRelay,
     await_decision,
     final_calls,
+    final_logprobs,
     final_of,
     final_usage,
     sse,
@@ -111,10 +114,18 @@ def method(request: HttpRequest, allowed: str) -> None:
 
 @dataclass
 class Started:
-    request_id: str
+    request_ids: list[str]  # one per choice (openai_choices.py)
     model: str
     created: int
-    first_event: Entry  # its output stream's first entry, as published
+    first_events: list[Entry]  # each one's output stream's first entry, as published
+
+    @property
+    def request_id(self) -> str:
+        return self.request_ids[0]
+
+    @property
+    def first_event(self) -> Entry:
+        return self.first_events[0]
 
 
 def start_completion(
@@ -141,12 +152,46 @@ def start_completion(
         prompt_tokens=prompt_tokens,
         asked=asked.max_tokens,
     )
-    item = WorkItem(
+    items = [
+        choice_item(
+            asked,
+            index,
+            user_id=str(caller.user.pk),
+            max_tokens=min(asked.max_tokens or settings.MODEL_MAX_TOKENS, room),
+            model=model,
+            prompt_tokens=prompt_tokens,
+        )
+        for index in range(asked.n)
+    ]
+    # The key's hash goes with the request, so its usage is filed under the key (apps/usage).
+    first_events = [
+        submission.request_publish(item=item, citations=[], api_key=api_key_hash(raw_key or ""))
+        for item in items
+    ]
+    started = Started([item.id for item in items], model, int(time.time()), first_events)
+    return caller, asked, started
+
+
+def choice_item(
+    asked: shapes.ChatRequest,
+    index: int,
+    *,
+    user_id: str,
+    max_tokens: int,
+    model: str,
+    prompt_tokens: int,
+) -> WorkItem:
+    """The work item of choice `index`. With a seed, each choice draws from its own (the seed
+    plus its index): choices of one seed would otherwise all be the same answer."""
+    seed = asked.seed
+    if seed is not None and index:
+        seed = seed + index if seed + index <= formats.SEED_RANGE[1] else seed - index
+    return WorkItem(
         id=protocol.new_request_id(),
-        user_id=str(caller.user.pk),
+        user_id=user_id,
         conversation_id="",
         messages=asked.messages,
-        max_tokens=min(asked.max_tokens or settings.MODEL_MAX_TOKENS, room),
+        max_tokens=max_tokens,
         temperature=settings.MODEL_TEMPERATURE
         if asked.temperature is None
         else float(asked.temperature),
@@ -156,18 +201,15 @@ def start_completion(
         top_p=None if asked.top_p is None else float(asked.top_p),
         stop=asked.stop,
         response_format=asked.response_format,
-        seed=asked.seed,
+        seed=seed,
         presence_penalty=asked.presence_penalty,
         frequency_penalty=asked.frequency_penalty,
         tools=asked.tools,
         tool_choice=asked.tool_choice,
         parallel_tool_calls=asked.parallel_tool_calls,
+        logprobs=asked.logprobs,
+        logit_bias=asked.logit_bias,
     )
-    # The key's hash goes with the request, so its usage is filed under the key (apps/usage).
-    first_event = submission.request_publish(
-        item=item, citations=[], api_key=api_key_hash(raw_key or "")
-    )
-    return caller, asked, Started(item.id, model, int(time.time()), first_event)
 
 
 def refusal(final: dict[str, str], caller: Caller, model: str, *, headers: bool = True) -> ApiError:
@@ -212,11 +254,22 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     caller, asked, started = await db_call(start_completion)(bearer(request), request.body)
     request_id = started.request_id
 
-    async def cancel() -> None:
+    async def cancel_one(request_id: str) -> None:
         try:
             await db_call(services.request_cancel)(user=caller.user, request_id=request_id)
         except Exception as exc:  # the answer then runs to its end, and is settled as usual
             log.warning("could not stop request %s: %s", request_id, exc)
+
+    async def cancel() -> None:
+        await cancel_one(request_id)
+
+    if asked.n > 1:
+        return await choices_response(
+            asked,
+            started,
+            cancel_one,
+            error_of=lambda final, headers: refusal(final, caller, started.model, headers=headers),
+        )
 
     follow: Follow | None = Follow(request_id, written=started.first_event)
     ended = False  # its final event is here: nothing to stop
@@ -255,6 +308,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
                 finish_reason=final.get("finish_reason", ""),
                 usage=final_usage(final),
                 tool_calls=final_calls(final),
+                logprobs=final_logprobs(final),
             )
         )
         response["x-request-id"] = request_id

@@ -1,12 +1,19 @@
-"""How a chat completion's response format, seed and penalties are read: into the form the
-work item carries, or a 400 naming the parameter (before any model is looked at)."""
+"""How a chat completion's response format, seed, penalties, logprobs, logit_bias and n are
+read: into the form the work item carries, or a 400 naming the parameter (before any model is
+looked at)."""
 
 from __future__ import annotations
 
 import pytest
 
 from apps.api.openai_errors import ApiError
-from apps.api.openai_formats import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, response_format_of
+from apps.api.openai_formats import (
+    MAX_BIASED_TOKENS,
+    MAX_CHOICES,
+    MAX_SCHEMA_BYTES,
+    MAX_SCHEMA_DEPTH,
+    response_format_of,
+)
 from apps.api.openai_shapes import chat_request
 
 HI = [{"role": "user", "content": "hi"}]
@@ -129,3 +136,51 @@ def test_a_schema_too_large_or_too_deep_is_a_400_that_says_so():
 )
 def test_a_seed_or_penalty_out_of_range_is_a_400_naming_it(body, param):
     assert refused(body).param == param
+
+
+def test_logprobs_logit_bias_and_n_read_into_what_the_work_items_carry():
+    def read(**body):
+        return chat_request({"model": "m", "messages": HI, **body})
+
+    plain = read()
+    assert (plain.logprobs, plain.logit_bias, plain.n) == (None, {}, 1)
+    # Neutral values ask for nothing.
+    neutral = read(logprobs=False, top_logprobs=0, logit_bias={}, n=1)
+    assert (neutral.logprobs, neutral.logit_bias, neutral.n) == (None, {}, 1)
+    assert read(logprobs=True).logprobs == 0  # the tokens' own, no alternatives
+    assert read(logprobs=True, top_logprobs=20).logprobs == 20
+    assert read(logit_bias={"0042": -100, "7": 2.5}).logit_bias == {"42": -100.0, "7": 2.5}
+    assert read(n=MAX_CHOICES).n == MAX_CHOICES
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "says"),
+    [
+        ({"logprobs": "yes"}, "logprobs", "true or false"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "0 to 20"),
+        ({"logprobs": True, "top_logprobs": -1}, "top_logprobs", "0 to 20"),
+        ({"logprobs": True, "top_logprobs": 2.5}, "top_logprobs", "0 to 20"),
+        ({"top_logprobs": 3}, "top_logprobs", "`logprobs` must be set to true"),
+        ({"logprobs": False, "top_logprobs": 3}, "top_logprobs", "`logprobs` must be set"),
+        ({"logit_bias": [1, 2]}, "logit_bias", "object of token ids"),
+        ({"logit_bias": {"hello": 5}}, "logit_bias", "'hello'"),
+        ({"logit_bias": {"-3": 5}}, "logit_bias", "'-3'"),
+        ({"logit_bias": {"12": 101}}, "logit_bias", "logit_bias[12]` must be a number from -100"),
+        ({"logit_bias": {"12": -100.5}}, "logit_bias", "from -100 to 100"),
+        ({"logit_bias": {"12": "5"}}, "logit_bias", "from -100 to 100"),
+        ({"logit_bias": {"12": True}}, "logit_bias", "from -100 to 100"),
+        (
+            {"logit_bias": {str(i): 1 for i in range(MAX_BIASED_TOKENS + 1)}},
+            "logit_bias",
+            f"at most {MAX_BIASED_TOKENS}",
+        ),
+        ({"n": 0}, "n", f"from 1 to {MAX_CHOICES}"),
+        ({"n": MAX_CHOICES + 1}, "n", f"from 1 to {MAX_CHOICES}"),
+        ({"n": 2.0}, "n", "whole number"),
+        ({"n": True}, "n", "whole number"),
+    ],
+)
+def test_logprobs_logit_bias_or_n_out_of_range_is_a_400_naming_it(body, param, says):
+    error = refused(body)
+    assert error.param == param
+    assert says in error.message

@@ -108,7 +108,7 @@ def test_models_say_what_they_can_do_and_a_model_that_cannot_refuses_naming_it(d
     models = {m.id: m.model_extra["capabilities"] for m in client.models.list()}
     assert models[SMOL]["json_schema"] and models[SMOL]["json_object"]
     assert models[SMOL]["seed"] and models[SMOL]["penalties"]
-    assert models[SMOL]["tools"] and not models[SMOL]["logprobs"]
+    assert models[SMOL]["tools"] and models[SMOL]["logprobs"] and not models[SMOL]["images"]
     assert not any(models["alpha"].values())  # the simulated engine honours none of them
     assert client.models.retrieve(SMOL).model_extra["capabilities"] == models[SMOL]
 

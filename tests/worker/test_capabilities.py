@@ -113,10 +113,31 @@ def test_a_plain_request_is_the_entry_the_previous_release_wrote_and_read():
 
 
 def test_every_engine_announces_its_capabilities():
-    assert VLLMEngine.capabilities == SAMPLING_AND_STRUCTURED
+    scores = {capabilities.LOGPROBS, capabilities.LOGIT_BIAS, capabilities.N}
+    assert VLLMEngine.capabilities == SAMPLING_AND_STRUCTURED | scores
     for engine_class in (LlamaCppEngine, OpenAIEngine):
-        assert engine_class.capabilities == SAMPLING_AND_STRUCTURED | {capabilities.TOOLS}
+        assert engine_class.capabilities == SAMPLING_AND_STRUCTURED | scores | {capabilities.TOOLS}
     assert SimulatedEngine.capabilities == frozenset()  # a timing model honours none of them
+    assert capabilities.IMAGES not in LlamaCppEngine.capabilities | OpenAIEngine.capabilities
+
+
+def test_logprobs_logit_bias_and_n_are_asked_for_only_away_from_their_neutral_values():
+    assert capabilities.asked(item(logprobs=None, logit_bias={})) == {}
+    assert capabilities.asked(item(logprobs=0)) == {"logprobs": capabilities.LOGPROBS}
+    assert capabilities.asked(item(logit_bias={"42": -5.0})) == {
+        "logit_bias": capabilities.LOGIT_BIAS
+    }
+    # n lives on the API's request only: each choice's work item is a request of its own.
+    assert not hasattr(item(), "n")
+
+
+def test_logprobs_and_logit_bias_travel_in_the_work_item_only_when_asked():
+    plain = item().to_fields()
+    assert "logprobs" not in plain and "logit_bias" not in plain
+    back = WorkItem.from_fields(item(logprobs=0, logit_bias={"42": -100.0}).to_fields())
+    assert back.logprobs == 0  # asked, with no alternatives: not the same as not asked
+    assert back.logit_bias == {"42": -100.0}
+    assert WorkItem.from_fields(item(logprobs=5).to_fields()).logprobs == 5
 
 
 @pytest.mark.parametrize(
@@ -125,6 +146,8 @@ def test_every_engine_announces_its_capabilities():
         ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"seed": 3}, "seed"),
         ({"presence_penalty": 1.0}, "presence_penalty"),
+        ({"logprobs": 2}, "logprobs"),
+        ({"logit_bias": {"7": 1.0}}, "logit_bias"),
     ],
 )
 async def test_the_simulated_engine_refuses_what_it_cannot_do_naming_the_parameter(asked, param):

@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import json
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -16,6 +17,7 @@ from worker.engines import create_engine
 from worker.engines.base import AbortFlags, EngineRequest
 from worker.engines.openai import sse_data
 from worker.engines.simulated import SimulatedEngine
+from worker.engines.vllm import openai_logprobs
 
 QUESTION = [{"role": "user", "content": "What colour is the sky on a clear day?"}]
 
@@ -82,8 +84,11 @@ async def test_llamacpp_abort_stops_the_sequence_early(llama):
 class FakeUpstream(BaseHTTPRequestHandler):
     """Answers /v1/chat/completions the way OpenAI's streaming API does."""
 
+    asked: dict = {}  # the body of the last request
+
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        FakeUpstream.asked = body
         if self.headers.get("Authorization") != "Bearer secret":
             self.send_response(401)
             self.end_headers()
@@ -94,6 +99,10 @@ class FakeUpstream(BaseHTTPRequestHandler):
         self.end_headers()
         for word in ["Blue", " sky", "."]:
             chunk = {"choices": [{"delta": {"content": word}, "finish_reason": None}]}
+            if body.get("logprobs"):
+                entry = {"token": word, "logprob": -0.5, "bytes": list(word.encode())}
+                top = [entry] * body["top_logprobs"]
+                chunk["choices"][0]["logprobs"] = {"content": [{**entry, "top_logprobs": top}]}
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
         end = {"choices": [{"delta": {}, "finish_reason": "stop"}]}
         usage = {
@@ -129,6 +138,30 @@ async def test_openai_engine_streams_deltas_and_usage(upstream):
         assert "".join(o.text for o in outputs) == "Blue sky."
         assert (outputs[-1].prompt_tokens, outputs[-1].completion_tokens) == (7, 3)
         assert (await engine.health()).ok
+    finally:
+        await engine.stop()
+
+
+async def test_openai_engine_passes_logprobs_and_logit_bias_on_and_relays_the_scores(upstream):
+    engine = create_engine("openai", base_url=upstream, model="m", api_key="secret")
+    await engine.start()
+    try:
+        plain = [o async for o in engine.generate(EngineRequest(id="p", messages=QUESTION))]
+        assert "logprobs" not in FakeUpstream.asked and "logit_bias" not in FakeUpstream.asked
+        assert all(o.logprobs is None for o in plain)
+        asked = EngineRequest(id="x", messages=QUESTION, logprobs=2, logit_bias={"42": -100.0})
+        outputs = [o async for o in engine.generate(asked)]
+        sent = FakeUpstream.asked
+        assert (sent["logprobs"], sent["top_logprobs"], sent["logit_bias"]) == (
+            True,
+            2,
+            {"42": -100.0},
+        )
+        # Each output's entries are its own text's, as the upstream streamed them.
+        for output in outputs:
+            assert "".join(e["token"] for e in output.logprobs or []) == output.text
+        entries = [e for o in outputs for e in o.logprobs or []]
+        assert [len(e["top_logprobs"]) for e in entries] == [2, 2, 2]
     finally:
         await engine.stop()
 
@@ -257,3 +290,21 @@ def test_the_decode_steps_start_afresh_on_a_new_event_loop():
         return [o async for o in engine.generate(request)]
 
     assert len(asyncio.run(asyncio.wait_for(whole_answer(), 5))) == 5
+
+
+def test_vllms_log_probabilities_read_as_openais():
+    @dataclass
+    class Logprob:  # vLLM's shape: the sampled token's and each alternative's, by token id
+        logprob: float
+        rank: int
+        decoded_token: str
+
+    steps = [
+        {7: Logprob(-0.1, 1, "Hi"), 9: Logprob(-2.5, 2, "Hey"), 4: Logprob(-3.0, 3, "Yo")},
+        # The sampled token outside the likeliest: listed, but not as an alternative.
+        {5: Logprob(-4.0, 8, " there"), 2: Logprob(-0.2, 1, "!"), 3: Logprob(-1.9, 2, ".")},
+    ]
+    entries = openai_logprobs([7, 5], steps, 2)
+    assert [(e["token"], e["logprob"]) for e in entries] == [("Hi", -0.1), (" there", -4.0)]
+    assert entries[1]["bytes"] == list(b" there")
+    assert [[a["token"] for a in e["top_logprobs"]] for e in entries] == [["Hi", "Hey"], ["!", "."]]

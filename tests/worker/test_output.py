@@ -4,6 +4,7 @@ lost claim seen, and text that could not be written kept."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import pytest
@@ -129,12 +130,40 @@ async def test_text_that_could_not_be_written_is_kept_and_sent_once(make_writer,
     answer = await open_started(writer, "r1")
     await writer.add(answer, "a")  # the first token, written at once
     await writer.add(answer, "x")
-    batch, text = answer.take()  # taken for a write whose reply never came...
+    batch, text, logprobs = answer.take()  # taken for a write whose reply never came...
+    assert logprobs is None  # the request asks for none
     answer.pending.append("b")
-    answer.put_back(batch, text)  # ...so it goes back in front of what arrived since
+    answer.put_back(batch, text, logprobs)  # ...so it goes back in front of what arrived since
     await writer.flush(answer)
     await writer.flush(answer)  # nothing left: writes nothing
     assert await deltas(counting.client, writer.keys.output("r1")) == ["a", "xb"]
+
+
+def scored(token: str) -> dict:
+    return {"token": token, "logprob": -0.5, "bytes": list(token.encode()), "top_logprobs": []}
+
+
+async def test_log_probabilities_ride_with_their_text_and_only_when_asked(make_writer, counting):
+    writer = make_writer(interval=10)
+    plain = await open_started(writer, "plain")
+    await writer.add(plain, "Hi")
+    asked = await open_started(writer, "asked")
+    await writer.add(asked, "Hel", [scored("Hel")])  # the first token, written at once
+    await writer.add(asked, "lo", [scored("lo")])
+    batch, text, logprobs = asked.take()  # a write whose reply never came: kept, in order
+    await writer.add(asked, "!", [scored("!")])
+    asked.put_back(batch, text, logprobs)
+    await writer.flush(asked)
+    entries = [f for _, f in await counting.client.xrange(writer.keys.output("asked"))]
+    written = [f for f in entries if f["type"] == protocol.EventType.DELTA]
+    assert [f["text"] for f in written] == ["Hel", "lo!"]
+    assert [[e["token"] for e in json.loads(f["logprobs"])] for f in written] == [
+        ["Hel"],
+        ["lo", "!"],
+    ]
+    # A request that does not ask writes the entry it always did.
+    (delta,) = [f for _, f in await counting.client.xrange(writer.keys.output("plain"))][-1:]
+    assert set(delta) == {"type", "text"}
 
 
 async def test_a_stop_is_seen_in_the_reply_to_the_answers_next_delta(make_writer, counting):

@@ -29,6 +29,10 @@ class EngineRequest:
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    # None: no log probabilities; else each token's with this many likeliest alternatives
+    # (0 to 20), in OpenAI's shape on each output (EngineOutput.logprobs).
+    logprobs: int | None = None
+    logit_bias: dict[str, float] = field(default_factory=dict)  # token id (as text) -> bias
 
 
 @dataclass
@@ -43,6 +47,9 @@ class EngineOutput:
     # The calls the answer makes, whole, in OpenAI's shape (worker/tool_calls.py), on the last
     # output, whose finish_reason is then "tool_calls".
     tool_calls: list[dict[str, Any]] | None = None
+    # When the request asks for them: an entry per token of `text`, in OpenAI's shape
+    # ({"token", "logprob", "bytes", "top_logprobs": [...]}).
+    logprobs: list[dict[str, Any]] | None = None
 
 
 @dataclass

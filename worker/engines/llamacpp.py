@@ -22,7 +22,8 @@ worker (docs/api.md says where it holds).
 
 Tools are described in the system prompt, and a grammar holds the answer to plain text or to
 calls of those tools (llamacpp_tools.py); a call is held back from the stream and sent whole
-when the answer ends.
+when the answer ends. Log probabilities and logit_bias come from one logits processor
+(llamacpp_scores.py), set only on a request that asks for either.
 """
 
 from __future__ import annotations
@@ -43,11 +44,15 @@ from worker import tool_calls
 from worker.capabilities import (
     JSON_OBJECT,
     JSON_SCHEMA,
+    LOGIT_BIAS,
+    LOGPROBS,
     SAMPLING_AND_STRUCTURED,
     TOOLS,
     EngineRefused,
+    N,
 )
 from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
+from worker.engines.llamacpp_scores import TokenScores, bias_of
 from worker.engines.llamacpp_tools import grammar_for_tools
 
 _DONE = object()
@@ -145,7 +150,7 @@ def bundled_model_path() -> Path:
 
 class LlamaCppEngine:
     name = "llamacpp"
-    capabilities = SAMPLING_AND_STRUCTURED | {TOOLS}
+    capabilities = SAMPLING_AND_STRUCTURED | {TOOLS, LOGPROBS, LOGIT_BIAS, N}
 
     def __init__(
         self,
@@ -245,6 +250,8 @@ class LlamaCppEngine:
         def run() -> None:
             """In a thread: streams chunks into the queue until done or aborted."""
             try:
+                from llama_cpp import LogitsProcessorList
+
                 prompt_tokens = 0
                 completion_tokens = 0
                 reused = 0
@@ -256,6 +263,11 @@ class LlamaCppEngine:
                     model.reset()
                 cached = model.input_ids[: model.n_tokens].tolist()
                 sampling = sampling_of(request)
+                scores = TokenScores(
+                    model, top=request.logprobs, bias=bias_of(request, model.n_vocab())
+                )
+                if request.logprobs is not None or request.logit_bias:
+                    sampling["logits_processor"] = LogitsProcessorList([scores])
                 stream = model.create_chat_completion(
                     messages=messages,
                     max_tokens=request.max_tokens,
@@ -285,9 +297,10 @@ class LlamaCppEngine:
                     output = EngineOutput(
                         text, prompt_tokens, completion_tokens, choice.get("finish_reason"), reused
                     )
-                    if watch is not None:
-                        watched(watch, output)
-                    loop.call_soon_threadsafe(queue.put_nowait, output)
+                    for ready in scores.outputs(output):
+                        if watch is not None:
+                            watched(watch, ready)
+                        loop.call_soon_threadsafe(queue.put_nowait, ready)
             except BaseException as exc:  # reported to the awaiting coroutine
                 loop.call_soon_threadsafe(queue.put_nowait, exc)
             finally:

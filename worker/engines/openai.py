@@ -10,7 +10,8 @@ than the rest of the worker spent relaying it.
 A response format, a seed and the penalties go to the upstream as the client sent them: the
 upstream enforces them, and refuses what it cannot do (its 400 fails the answer with its words).
 So do tools, tool_choice and parallel_tool_calls; the upstream's streamed tool-call deltas are
-gathered and handed on whole when its answer ends.
+gathered and handed on whole when its answer ends. So do logprobs, top_logprobs and logit_bias;
+each chunk's log probabilities go on with its text.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from worker.capabilities import SAMPLING_AND_STRUCTURED, TOOLS, EngineRefused
+from worker.capabilities import (
+    LOGIT_BIAS,
+    LOGPROBS,
+    SAMPLING_AND_STRUCTURED,
+    TOOLS,
+    EngineRefused,
+    N,
+)
 from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
 from worker.tool_calls import new_call_id
 
@@ -33,7 +41,7 @@ REQUEST_FAULTS = (400, 422)
 
 class OpenAIEngine:
     name = "openai"
-    capabilities = SAMPLING_AND_STRUCTURED | {TOOLS}
+    capabilities = SAMPLING_AND_STRUCTURED | {TOOLS, LOGPROBS, LOGIT_BIAS, N}
 
     def __init__(
         self,
@@ -110,6 +118,10 @@ class OpenAIEngine:
             body["response_format"] = request.response_format
         if request.tools:
             body["tools"] = request.tools
+        if request.logprobs is not None:
+            body.update(logprobs=True, top_logprobs=request.logprobs)
+        if request.logit_bias:
+            body["logit_bias"] = request.logit_bias
         for name in PASSED_ON:
             if getattr(request, name) is not None:
                 body[name] = getattr(request, name)
@@ -149,8 +161,12 @@ class OpenAIEngine:
                         if capped:
                             reason = "length"
                         finish = reason or finish
-                        if text or (reason and not calls):
-                            yield EngineOutput(text, prompt_tokens, completion_tokens, reason)
+                        logprobs = (choice.get("logprobs") or {}).get("content")
+                        if text or logprobs or (reason and not calls):
+                            output = EngineOutput(text, prompt_tokens, completion_tokens, reason)
+                            if request.logprobs is not None:
+                                output.logprobs = logprobs or []
+                            yield output
                         if capped:  # leaving the stream closes it, which stops the upstream
                             return
             whole = calls.whole()

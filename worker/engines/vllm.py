@@ -10,8 +10,10 @@ heartbeat through health().
 
 A response format becomes vLLM's structured outputs (its grammar backend, xgrammar by default,
 masks every token that would leave the schema); a seed, and presence and frequency penalties, go
-into the request's SamplingParams. A seed fixes the sampler's random draws, but a sequence that
-shares batches with others may still come out differently (the batch changes the arithmetic).
+into the request's SamplingParams, and so do logprobs (each step's sampled token and its
+likeliest alternatives, read back into OpenAI's shape) and logit_bias. A seed fixes the
+sampler's random draws, but a sequence that shares batches with others may still come out
+differently (the batch changes the arithmetic).
 
 vLLM is imported only in start(): this module imports without it, so a worker without vLLM says
 what to install instead of failing at import.
@@ -30,7 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worker.capabilities import JSON_OBJECT, JSON_SCHEMA, SAMPLING_AND_STRUCTURED
+from worker.capabilities import (
+    JSON_OBJECT,
+    JSON_SCHEMA,
+    LOGIT_BIAS,
+    LOGPROBS,
+    SAMPLING_AND_STRUCTURED,
+    N,
+)
 from worker.engines.base import EngineHealth, EngineOutput, EngineRequest
 
 log = logging.getLogger("sluice.worker")
@@ -114,7 +123,7 @@ class VLLMEngine:
     """
 
     name = "vllm"
-    capabilities = SAMPLING_AND_STRUCTURED
+    capabilities = SAMPLING_AND_STRUCTURED | {LOGPROBS, LOGIT_BIAS, N}
 
     def __init__(
         self,
@@ -301,7 +310,12 @@ class VLLMEngine:
                 choice = output.outputs[0]
                 completion_tokens += len(choice.token_ids)
                 finish_reason = choice.finish_reason if output.finished else None
-                yield EngineOutput(choice.text, prompt_tokens, completion_tokens, finish_reason)
+                step = EngineOutput(choice.text, prompt_tokens, completion_tokens, finish_reason)
+                if request.logprobs is not None:
+                    step.logprobs = openai_logprobs(
+                        choice.token_ids, choice.logprobs or [], request.logprobs
+                    )
+                yield step
         except Exception:
             if self._llm is not None and self._llm.errored:
                 self._engine_died()
@@ -315,6 +329,10 @@ def sampling_of(request: EngineRequest) -> dict[str, Any]:
     for name in ("top_p", "seed", "presence_penalty", "frequency_penalty"):
         if getattr(request, name) is not None:
             sampling[name] = getattr(request, name)
+    if request.logprobs is not None:
+        sampling["logprobs"] = request.logprobs
+    if request.logit_bias:
+        sampling["logit_bias"] = {int(t): float(v) for t, v in request.logit_bias.items()}
     kind = request.response_format.get("type")
     if kind in (JSON_OBJECT, JSON_SCHEMA):
         from vllm.sampling_params import StructuredOutputsParams
@@ -325,6 +343,22 @@ def sampling_of(request: EngineRequest) -> dict[str, Any]:
             schema = request.response_format.get("json_schema", {}).get("schema", {})
             sampling["structured_outputs"] = StructuredOutputsParams(json=schema)
     return sampling
+
+
+def openai_logprobs(token_ids, steps, top: int) -> list[dict]:
+    """vLLM's log probabilities of the new tokens (per step, token id -> Logprob, holding the
+    sampled token and the `top` likeliest) in OpenAI's shape."""
+    entries = []
+    for token, step in zip(token_ids, steps, strict=False):
+        ranked = sorted(step.items(), key=lambda pair: pair[1].rank or 0)
+        alternatives = [_logprob_entry(logprob) for _, logprob in ranked[:top]]
+        entries.append({**_logprob_entry(step[token]), "top_logprobs": alternatives})
+    return entries
+
+
+def _logprob_entry(logprob) -> dict:
+    text = logprob.decoded_token or ""
+    return {"token": text, "logprob": logprob.logprob, "bytes": list(text.encode())}
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
