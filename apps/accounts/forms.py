@@ -4,6 +4,7 @@ from django import forms
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 from django.core.exceptions import ValidationError
+from django.utils.timezone import localtime
 
 from apps.accounts import services
 from apps.accounts.models import Profile, Tag, User
@@ -53,6 +54,7 @@ class LoginThrottleMixin:
                 f"Too many failed attempts. Please wait {wait} seconds and try again.",
                 code="throttled",
             )
+        self._refuse_if_suspended(username, ip)
         try:
             cleaned = super().clean()
         except ValidationError as exc:
@@ -62,6 +64,31 @@ class LoginThrottleMixin:
         if self.get_user() is not None:
             services.login_failures_clear(username=username, client_ip=ip)
         return cleaned
+
+    def _refuse_if_suspended(self, username: str, ip: str) -> None:
+        """A suspended person who gives their password is told why and until when. A wrong
+        password hears the usual answer, after one password check as for anyone: neither
+        the message nor the time tells that the account exists or is suspended."""
+        suspension = services.suspension_standing_for_login(username=username)
+        if suspension is None:
+            return
+        if not suspension.user.check_password(str(self.data.get("password", ""))):
+            services.login_failure_record(username=username, client_ip=ip)
+            raise ValidationError(
+                self.error_messages["invalid_login"],
+                code="invalid_login",
+                params={"username": self.username_field.verbose_name},
+            )
+        until = (
+            f"until {localtime(suspension.until):%Y-%m-%d %H:%M %Z}"
+            if suspension.until
+            else "until a member of staff lifts it"
+        )
+        raise ValidationError(
+            "Your account is suspended %(until)s. The reason given: %(reason)s",
+            code="suspended",
+            params={"until": until, "reason": suspension.reason},
+        )
 
 
 class ThrottledAuthenticationForm(LoginThrottleMixin, AuthenticationForm):

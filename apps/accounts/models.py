@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractUser
+from django.core.exceptions import ValidationError
 from django.db import models
+from django.utils import timezone
 
 from core.querysets import NotifyingManager
 
@@ -104,3 +106,92 @@ class TagProposal(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tag} for {self.user} ({self.status})"
+
+
+class StaffReadQuerySet(models.QuerySet):
+    """Bulk writes would bypass the model's refusals below; they are refused here too."""
+
+    def update(self, **kwargs):
+        raise PermissionError("The staff read log is append-only.")
+
+    def delete(self):
+        raise PermissionError("The staff read log is append-only.")
+
+
+class StaffRead(models.Model):
+    """One read by staff of what another person wrote (a conversation, a message, a vote's
+    comment, a request's text), with the reason the reader gave. Append-only: the model refuses
+    changes and deletion, and a trigger (migration 0004) refuses them in the database.
+
+    The people are kept by id and by name, without foreign key constraints: the record outlives
+    both accounts (deleting a person must not delete, nor be blocked by, what was read of them).
+    """
+
+    reader = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+    )
+    reader_name = models.CharField(max_length=150)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+    )
+    owner_name = models.CharField(max_length=150)
+    # What was read: "conversation", "message", "request", "feedback comment"; and which one.
+    subject = models.CharField(max_length=40)
+    subject_id = models.CharField(max_length=64)
+    reason = models.TextField(max_length=500)
+    address = models.GenericIPAddressField(null=True, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    objects = StaffReadQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["owner", "-at"], name="staff_read_by_owner")]
+
+    def __str__(self) -> str:
+        return f"{self.reader_name} read {self.owner_name}'s {self.subject} {self.subject_id}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise PermissionError("The staff read log is append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("The staff read log is append-only.")
+
+
+class Suspension(models.Model):
+    """Staff stopped a person using Sluice, for a reason, until a time (or until lifted). While
+    it stands the account is inactive: sockets, event streams and API keys stop as for any
+    deactivation (apps/accounts/signals.py), and sign-in says why (apps/accounts/forms.py)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="suspensions"
+    )
+    reason = models.TextField(
+        max_length=500, help_text="Shown to the person when they try to sign in."
+    )
+    until = models.DateTimeField(
+        null=True, blank=True, help_text="Empty: until a member of staff lifts it."
+    )
+    by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    lifted = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"Suspension of {self.user}"
+
+    def clean(self) -> None:
+        if self._state.adding and self.until and self.until <= timezone.now():
+            raise ValidationError({"until": "A time still to come (or empty: until lifted)."})

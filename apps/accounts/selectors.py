@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from apps.accounts.models import Tag, TagProposal, User
+from apps.accounts.models import StaffRead, Tag, TagProposal, User
 
 
 def tag_list_active() -> QuerySet[Tag]:
@@ -16,3 +16,8 @@ def tag_proposals_open_for_user(*, user: User) -> QuerySet[TagProposal]:
     return TagProposal.objects.filter(
         user=user, status=TagProposal.Status.PROPOSED, tag__is_active=True
     ).select_related("tag")
+
+
+def staff_reads_of_owner(*, user: User, limit: int = 200) -> QuerySet[StaffRead]:
+    """When staff read what `user` wrote, and why: newest first (their privacy page)."""
+    return StaffRead.objects.filter(owner_id=user.pk).order_by("-at", "-id")[:limit]

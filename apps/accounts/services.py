@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
-from apps.accounts.models import ApiKey, Profile, Tag, TagProposal, User
+from apps.accounts.models import ApiKey, Profile, StaffRead, Suspension, Tag, TagProposal, User
 from core.redis_client import get_redis, keys
 
 
@@ -166,3 +166,76 @@ def api_key_authenticate(*, raw: str, also: str = "") -> User | None:
     for name, value in zip(names[len(fields) :], row[len(fields) :], strict=True):
         setattr(user, name, value)
     return user
+
+
+def staff_read_record(
+    *, reader: User, owners: list[tuple[User, str]], subject: str, reason: str, address: str
+) -> list[StaffRead]:
+    """Records that `reader` read, for `reason`, the `subject` (one id per owner) of each
+    owner: one row each, in one statement."""
+    rows = [
+        StaffRead(
+            reader=reader,
+            reader_name=reader.get_username(),
+            owner=owner,
+            owner_name=owner.get_username(),
+            subject=subject,
+            subject_id=str(subject_id)[:64],
+            reason=reason,
+            address=address or None,
+        )
+        for owner, subject_id in owners
+    ]
+    return StaffRead.objects.bulk_create(rows)
+
+
+@transaction.atomic
+def user_suspend(*, user: User, reason: str, until, by: User | None) -> Suspension:
+    """Suspends `user` (replacing any suspension that stands): the account goes inactive, which
+    ends their sessions, sockets, event streams and API keys at once (apps/accounts/signals.py
+    publishes the change after the commit)."""
+    now = timezone.now()
+    Suspension.objects.filter(user=user, lifted__isnull=True).update(lifted=now)
+    suspension = Suspension.objects.create(user=user, reason=reason, until=until, by=by)
+    if user.is_active:
+        user.is_active = False
+        user.save(update_fields=["is_active"])
+    return suspension
+
+
+@transaction.atomic
+def user_suspension_lift(*, suspension: Suspension) -> None:
+    """Ends a suspension (lifted by staff, or its time is up): the account is active again."""
+    if suspension.lifted is None:
+        suspension.lifted = timezone.now()
+        suspension.save(update_fields=["lifted"])
+    user = User.objects.get(pk=suspension.user_id)
+    if not user.is_active:
+        user.is_active = True
+        user.save(update_fields=["is_active"])
+
+
+def suspension_standing_for_login(*, username: str) -> Suspension | None:
+    """The suspension that stands for the account signing in as `username`, if any; one whose
+    time is up is lifted here, so the sign-in goes on as usual."""
+    suspension = (
+        Suspension.objects.select_related("user")
+        .filter(user__username=username, lifted__isnull=True)
+        .order_by("-created")
+        .first()
+    )
+    if suspension is not None and suspension.until and suspension.until <= timezone.now():
+        user_suspension_lift(suspension=suspension)
+        return None
+    return suspension
+
+
+def suspensions_lift_expired() -> int:
+    """Lifts every suspension whose time is up (`manage.py lift_suspensions`, from cron: an
+    API key of a person whose suspension ended works again without them signing in)."""
+    expired = Suspension.objects.filter(lifted__isnull=True, until__lte=timezone.now())
+    count = 0
+    for suspension in expired:
+        user_suspension_lift(suspension=suspension)
+        count += 1
+    return count

@@ -7,7 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse_lazy
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts import selectors, services
 from apps.accounts.forms import ProfileForm, SignupForm, ThrottledAuthenticationForm
@@ -88,6 +88,14 @@ def profile(request: HttpRequest) -> HttpResponse:
             "tag_proposals": selectors.tag_proposals_open_for_user(user=request.user),
         },
     )
+
+
+@login_required
+@require_GET
+def privacy(request: HttpRequest) -> HttpResponse:
+    """What Sluice's staff read of the person's conversations, when, and the reason given."""
+    reads = selectors.staff_reads_of_owner(user=request.user)
+    return render(request, "accounts/privacy.html", {"staff_reads": reads})
 
 
 @login_required

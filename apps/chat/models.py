@@ -25,9 +25,19 @@ class Conversation(models.Model):
     class Meta:
         ordering = ["-updated"]
         indexes = [models.Index(fields=["owner", "archived", "-updated"])]
+        # Staff status alone reads nobody's conversations: this permission does, with a reason
+        # given for each read and recorded (apps/accounts/read_gate.py).
+        permissions = [
+            (
+                "read_others_conversations",
+                "Can read other people's conversations (giving a reason, recorded)",
+            )
+        ]
 
     def __str__(self) -> str:
-        return self.title
+        # Not the title (the first question's words): a name shown wherever Django lists
+        # objects, such as the admin's delete confirmations, must not read anyone's chat.
+        return f"Conversation {self.pk}"
 
 
 class Message(models.Model):
@@ -77,7 +87,7 @@ class Message(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.role}: {self.text[:40]}"
+        return f"{self.role} message {self.pk}"  # never its text (see Conversation.__str__)
 
 
 class ConversationSummary(models.Model):

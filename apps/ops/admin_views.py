@@ -11,12 +11,15 @@ import json
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.http import Http404
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from apps.accounts import read_gate
 from apps.admission.selectors import estimate_figures
+from apps.chat.models import Message
 from apps.ops import dashboard, inspector
 from core.redis_client import get_redis, keys
 from worker import transitions
@@ -65,7 +68,42 @@ def request_view(request, request_id: str = ""):
     context = _context(request, f"Request {request_id}" if request_id else "Request inspector")
     if request_id:
         context["t"] = inspector.timeline(request_id[:REQUEST_ID_MAX])
+    context["may_read"] = read_gate.may_read_others(request.user)
     return TemplateResponse(request, "admin/ops/request.html", context)
+
+
+@_staff
+def request_text(request, request_id: str):
+    """A request's question and stored answer: another person's words, so only for staff who
+    may read conversations, after a reason (recorded; a grant of its conversation covers it)."""
+    read_gate.require_permission(request)
+    answer = (
+        Message.objects.select_related("conversation__owner")
+        .filter(request_id=request_id[:REQUEST_ID_MAX])
+        .first()
+    )
+    if answer is None:
+        raise Http404("No answer was stored under this request.")
+    conversation = answer.conversation
+    refused = read_gate.gate(
+        request,
+        owner=conversation.owner,
+        subject="request",
+        subject_id=answer.request_id,
+        what=f"question and answer of request {answer.request_id}",
+        covered_by=(("conversation", conversation.pk),),
+    )
+    if refused is not None:
+        return refused
+    question = (
+        conversation.messages.filter(role=Message.Role.USER, created__lte=answer.created)
+        .exclude(pk=answer.pk)
+        .order_by("-created", "-id")
+        .first()
+    )
+    context = _context(request, f"Request {answer.request_id}: question and answer")
+    context.update(request_id=answer.request_id, question=question, answer=answer)
+    return TemplateResponse(request, "admin/ops/request_text.html", context)
 
 
 @_staff

@@ -13,6 +13,7 @@ urlpatterns = [
     path("live/", admin_views.live, name="live"),
     path("request/", admin_views.request_view, name="inspect"),
     path("request/<str:request_id>/", admin_views.request_view, name="request"),
+    path("request/<str:request_id>/text/", admin_views.request_text, name="request_text"),
     path("usage/", usage_views.usage_page, name="usage"),
     path("usage.csv", usage_views.usage_csv, name="usage_csv"),
     path("feedback/", usage_views.feedback_page, name="feedback"),

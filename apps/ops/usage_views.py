@@ -4,8 +4,9 @@ Usage: by day or hour, filtered by plan, user, model and API key; top users, tok
 answer, the share of prompt tokens served from the engines' cache, refusals by reason beside
 what was served, cost where a price is set. Feedback: the down-vote rate by model, corpus and
 day, the passages behind the down-votes (each linked to its document), and recent votes.
-A vote's comment is the person's own words about a conversation: only staff who may view
-conversations read it.
+A vote's comment is the person's own words about a conversation: only staff who may read
+other people's conversations see comments, on the page or in the CSV, and only in the answer to
+the reason's form (apps/accounts/read_gate.py); each shown comment is recorded for its author.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from django.contrib import admin
 from django.http import HttpRequest, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
+from django.views.decorators.http import require_http_methods
 
+from apps.accounts import read_gate, services
+from apps.accounts.forms import client_ip
 from apps.accounts.models import ApiKey, User
 from apps.admission.models import Plan
 from apps.admission.selectors import plan_for_user
@@ -31,8 +35,27 @@ def _staff(view):
     return admin.site.admin_view(view)
 
 
-def _may_read_comments(request: HttpRequest) -> bool:
-    return request.user.has_perm("chat.view_conversation")
+def _comments_reason(request: HttpRequest) -> tuple[str, read_gate.ReasonForm | None]:
+    """The reason this request gave for reading comments ("" when none or not allowed), and
+    the reason's form to show (None for staff who may not read comments at all)."""
+    if not read_gate.may_read_others(request.user):
+        return "", None
+    form = read_gate.reason_form(request)
+    if form.is_bound and form.is_valid():
+        return form.cleaned_data[read_gate.REASON_FIELD], form
+    return "", form
+
+
+def _record_comment_reads(request: HttpRequest, votes, reason: str) -> None:
+    """One record per person whose comment is shown (one's own comments aside)."""
+    owners = [(vote.user, vote.request_id) for vote in votes if vote.comment]
+    services.staff_read_record(
+        reader=request.user,
+        owners=[(owner, key) for owner, key in owners if owner.pk != request.user.pk],
+        subject="feedback comment",
+        reason=reason,
+        address=client_ip(request),
+    )
 
 
 def usage_filter(request: HttpRequest) -> tuple[reports.UsageFilter, list[str]]:
@@ -119,9 +142,14 @@ def _feedback_since(request: HttpRequest) -> tuple[int, list[str]]:
 
 
 @_staff
+@require_http_methods(["GET", "POST"])
 def feedback_page(request: HttpRequest):
     days, errors = _feedback_since(request)
     since = timezone.now() - timedelta(days=days)
+    reason, reason_form = _comments_reason(request)
+    recent = list(reports.feedback_recent(since=since))
+    if reason:
+        _record_comment_reads(request, recent, reason)
     return TemplateResponse(
         request,
         "admin/ops/feedback.html",
@@ -134,16 +162,20 @@ def feedback_page(request: HttpRequest):
             "by_corpus": reports.feedback_by_corpus(since=since),
             "by_day": reports.feedback_by_day(since=since),
             "passages": reports.worst_passages(since=since),
-            "recent": reports.feedback_recent(since=since),
-            "comments": _may_read_comments(request),
+            "recent": recent,
+            "comments": bool(reason),
+            "reason_form": reason_form,
         },
     )
 
 
 @_staff
+@require_http_methods(["GET", "POST"])
 def feedback_csv(request: HttpRequest):
     days, _ = _feedback_since(request)
-    rows = reports.feedback_csv_rows(
-        since=timezone.now() - timedelta(days=days), with_comments=_may_read_comments(request)
-    )
+    since = timezone.now() - timedelta(days=days)
+    reason, _ = _comments_reason(request)
+    if reason:
+        _record_comment_reads(request, reports.feedback_commented(since=since), reason)
+    rows = reports.feedback_csv_rows(since=since, with_comments=bool(reason))
     return _csv(rows, f"sluice-feedback-{timezone.now():%Y%m%d}.csv")

@@ -11,6 +11,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from apps.accounts import read_gate
 from apps.rag import caches, retrieval
 from apps.rag.forms import TryQueryForm, UploadForm
 from apps.rag.models import Chunk, Corpus, Document, UserFile
@@ -298,6 +299,23 @@ class UserFileAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).defer("data")
+
+    # A file's name can say as much as its text: shown to staff who may read other people's
+    # conversations only (apps/accounts/read_gate.py).
+    def get_list_display(self, request):
+        shown = super().get_list_display(request)
+        return shown if read_gate.may_read_others(request.user) else ("id", *shown[1:])
+
+    def get_fields(self, request, obj=None):
+        fields = super().get_fields(request, obj)
+        if read_gate.may_read_others(request.user):
+            return fields
+        return [field for field in fields if field != "name"]
+
+    def get_search_fields(self, request):
+        return (
+            self.search_fields if read_gate.may_read_others(request.user) else ("owner__username",)
+        )
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -234,4 +234,6 @@ class UserFile(models.Model):
         indexes = [models.Index(fields=["status", "created"], name="rag_userfile_status")]
 
     def __str__(self) -> str:
-        return self.name
+        # Not its name, which can say as much as its text: the admin shows this name on pages
+        # open to staff who may not read other people's files.
+        return f"File {self.pk}"

@@ -250,6 +250,11 @@ def feedback_recent(*, since: datetime, limit: int = 50) -> QuerySet[Feedback]:
     )
 
 
+def feedback_commented(*, since: datetime) -> QuerySet[Feedback]:
+    """Votes with a comment, with their authors: whose words a CSV with comments holds."""
+    return Feedback.objects.filter(updated__gte=since).exclude(comment="").select_related("user")
+
+
 FEEDBACK_CSV_COLUMNS = (
     "updated",
     "request_id",

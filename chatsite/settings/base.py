@@ -160,6 +160,10 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_THROTTLE_ATTEMPTS = env.int("LOGIN_THROTTLE_ATTEMPTS", default=5)
 LOGIN_THROTTLE_WINDOW_SECONDS = env.int("LOGIN_THROTTLE_WINDOW_SECONDS", default=60)
 
+# How long a reason given to read another person's conversation opens it in the reader's
+# session (apps/accounts/read_gate.py); one record stands for that window.
+STAFF_READ_GRANT_SECONDS = env.int("STAFF_READ_GRANT_SECONDS", default=600)
+
 # Seconds /health/ gives each backing service to answer; both are asked at once, so a frozen
 # PostgreSQL or Redis still gets an answer (503, naming it) well within a second.
 HEALTH_CHECK_TIMEOUT = env.float("HEALTH_CHECK_TIMEOUT", default=0.5)

@@ -1,7 +1,7 @@
 """An SSE stream ends with the login that opened it: an API key revoked, a session logged out,
-a user deactivated. The stream says `session_ended` and closes, as a websocket does, while the
-answer it followed is still running. Over real HTTP against a real daphne, the dispatcher and a
-simulated worker with a long answer."""
+a user deactivated or suspended. The stream says `session_ended` and closes, as a websocket
+does, while the answer it followed is still running. Over real HTTP against a real daphne, the
+dispatcher and a simulated worker with a long answer."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.contrib.auth import logout
 from django.contrib.sessions.backends.db import SessionStore
 from django.test import Client, RequestFactory
 
-from apps.accounts.services import api_key_create
+from apps.accounts.services import api_key_create, user_suspend
 from apps.chat.services import conversation_create
 from core.redis_client import get_redis
 from tests.conftest import read_sse, wait_until
@@ -82,6 +82,15 @@ def test_deactivating_the_user_ends_their_streams(live_web, user, slow_worker):
         user.is_active = False
         user.save()
         ended_by_login(events, reader)
+
+
+def test_suspending_the_user_ends_their_streams(live_web, user, slow_worker):
+    _, raw = api_key_create(user=user, name="temp")
+    with httpx.Client(base_url=live_web, headers=bearer(raw), timeout=60) as client:
+        events, reader = follow(client, submit(client, user))
+        user_suspend(user=user, reason="Spam sent through the API", until=None, by=None)
+        ended_by_login(events, reader)
+        assert client.post("/api/v1/requests", json={"text": "again"}).status_code == 401
 
 
 def test_logging_out_ends_the_sessions_streams_and_no_other(live_web, user, slow_worker):

@@ -12,7 +12,7 @@ import re
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
 from apps.accounts.models import ApiKey
@@ -22,6 +22,7 @@ from apps.chat.models import Conversation
 from apps.chat.services import conversation_create, message_create
 from apps.rag.embeddings import DIMENSIONS
 from apps.rag.models import Chunk, Corpus, Document
+from apps.rag.user_files import user_file_accept
 from chatsite.routing import websocket_urlpatterns
 from core.redis_client import get_redis, keys
 from tests.security.conftest import logged_in, websocket
@@ -116,6 +117,8 @@ def test_the_sweep_covers_every_route_with_an_id(owned_by_a):
         "accounts/profile/api-keys/<int:key_id>/revoke/",
         "rag/chunks/<int:chunk_id>/",
         "admin/chat/conversation/<path:object_id>/change/",
+        "admin/ops/request/<str:request_id>/text/",
+        "admin/accounts/staffread/<path:object_id>/change/",
     ):
         assert route in swept
 
@@ -160,3 +163,35 @@ async def test_no_websocket_route_opens_for_user_b_on_user_as_objects(owned_by_a
                 continue  # a value the route's converter does not take
             async with websocket(path, session_key=key) as (_, accepted, _):
                 assert not accepted, (route, value)
+
+
+def test_staff_without_the_read_permission_see_no_words_of_user_as(owned_by_a, other_user):
+    """Staff holding every other permission (every admin page, the operations pages) are
+    told no or shown pages without a word of what A wrote: reading someone's conversation is
+    a permission of its own (apps/accounts/read_gate.py)."""
+    other_user.is_staff = True
+    other_user.save()
+    other_user.user_permissions.set(
+        Permission.objects.exclude(codename="read_others_conversations")
+    )
+    a_file, _ = user_file_accept(
+        owner=owned_by_a["conversation"].owner, name="A-diary.txt", data=b"dear diary"
+    )
+    client, _ = logged_in(other_user)
+    words = ("A's secret", "A asks", "A's private chat", "A-diary", "dear diary")
+    leaked = []
+    every = [route for route, _ in routes(get_resolver().url_patterns)]
+    staff_pages = [r for r in every if r.startswith("admin/") and "<" not in r and "(?P<" not in r]
+    urls = ["/" + r for r in staff_pages]
+    for route in swept_routes(get_resolver().url_patterns):
+        urls += [filled(route, value) for value in [*owned_by_a["values"], str(a_file.pk)]]
+    for url in urls:
+        try:
+            resolve(url)
+        except Exception:
+            continue
+        response = client.get(url)
+        raw = b"".join(response.streaming_content) if response.streaming else response.content
+        body = raw.decode(errors="replace")
+        leaked += [f"GET {url}: {word}" for word in words if word in body]
+    assert not leaked, "staff read A's words without the permission:\n" + "\n".join(leaked)

@@ -215,9 +215,15 @@ def test_admin_pages_answer_the_tuning_questions(user, other_user, admin_client)
     assert lines[0].startswith("hour,user_id,plan_id") and len(lines) == 2
     feedback = admin_client.get("/admin/ops/feedback/").content.decode()
     assert "handbook" in feedback and f"/admin/rag/document/{chunk.document_id}/change/" in feedback
-    assert "Not blue" in feedback  # a superuser may view conversations
+    # Comments are people's words: even a superuser reads them only after giving a reason.
+    assert "Not blue" not in feedback
+    reason = {"staff_read_reason": "Checking the down-votes on the handbook"}
+    feedback = admin_client.post("/admin/ops/feedback/", reason).content.decode()
+    assert "Not blue" in feedback
     csv = b"".join(admin_client.get("/admin/ops/feedback.csv").streaming_content).decode()
-    assert "r1" in csv and "Not blue" in csv
+    assert "r1" in csv and "Not blue" not in csv
+    csv = admin_client.post("/admin/ops/feedback.csv", reason).streaming_content
+    assert "Not blue" in b"".join(csv).decode()
 
 
 def test_retention_keeps_sums_longer_than_rows(user, settings):
