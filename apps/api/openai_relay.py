@@ -169,7 +169,7 @@ class StreamRelay:
                     self._flush(out, text, scores)
                     self.diverged = self.ended = self.failed = True
                     out.append(
-                        Chunks.error(
+                        self.chunks.error(
                             ApiError(
                                 500,
                                 "The worker running this answer stopped, and the answer it "
@@ -229,7 +229,7 @@ class StreamRelay:
         self.ended = True
         if final.get("state") != State.DONE:
             self.failed = True
-            out.append(Chunks.error(self.error_of(final)))
+            out.append(self.chunks.error(self.error_of(final)))
             return
         sent = "".join(self.parts)
         whole = final.get("text", "")

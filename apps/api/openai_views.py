@@ -135,6 +135,14 @@ def start_completion(
     in one trip through the pool. Raises ApiError."""
     caller = caller_for(raw_key)  # a bad key is a 401 before anything else is looked at
     asked = shapes.chat_request(errors.body_of(body))
+    return caller, asked, completion_submit(caller, asked, raw_key=raw_key)
+
+
+def completion_submit(caller: Caller, asked: shapes.ChatRequest, *, raw_key: str | None) -> Started:
+    """Picks the model, checks that its workers can serve what `asked` asks and that it fits
+    the model's context, and hands it to admission (one request per choice). In a pool
+    thread; raises ApiError. The Responses API submits through here too
+    (responses_views.py)."""
     model = asked.model or admission.model_default(plan=caller.plan)
     status = admission.model_status(model=model, plan=caller.plan) if model else None
     if status == admission.MODEL_NOT_FOUND:
@@ -168,8 +176,7 @@ def start_completion(
         submission.request_publish(item=item, citations=[], api_key=api_key_hash(raw_key or ""))
         for item in items
     ]
-    started = Started([item.id for item in items], model, int(time.time()), first_events)
-    return caller, asked, started
+    return Started([item.id for item in items], model, int(time.time()), first_events)
 
 
 def choice_item(

@@ -113,6 +113,16 @@ def test_a_redis_outage_is_a_503_everywhere_not_a_500(start_web, user):
         ]:
             response = http.request(method, path, headers=api, json={"text": "hello"})
             assert_unavailable(response, json_body=True)
+        # The OpenAI-compatible API says so in OpenAI's error shape, which its clients retry.
+        hello = [{"role": "user", "content": "hello"}]
+        for path, body in (
+            ("/v1/chat/completions", {"model": "m", "messages": hello}),
+            ("/v1/responses", {"model": "m", "input": hello}),
+        ):
+            response = http.post(path, headers=api, json=body)
+            assert response.status_code == 503, response.text[:500]
+            assert int(response.headers["Retry-After"]) > 0
+            assert "try again" in response.json()["error"]["message"]
 
         http.cookies.set("sessionid", session_key)
         page = http.get(reverse("chat:conversation", args=[conversation.id]))

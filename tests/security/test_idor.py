@@ -119,6 +119,7 @@ def test_the_sweep_covers_every_route_with_an_id(owned_by_a):
         "admin/chat/conversation/<path:object_id>/change/",
         "admin/ops/request/<str:request_id>/text/",
         "admin/accounts/staffread/<path:object_id>/change/",
+        "v1/responses/<str:response_id>",
     ):
         assert route in swept
 
