@@ -47,9 +47,9 @@ __all__ = [
 # The independent set: conversations written by people who never read the memory's code or
 # this generator, frozen before the first run against it (never edited to fit).
 INDEPENDENT = sorted((Path(__file__).resolve().parent / "data").glob("memory_independent_*.jsonl"))
-# A written set for tuning: by another writer who never read the memory's code, in the same
-# form; rules are tuned on it (and on the generated set), never on the independent set.
-TUNING = [Path(__file__).resolve().parent / "data" / "memory_tuning.jsonl"]
+# Written sets for tuning: by two more writers who never read the memory's code, in the same
+# form; rules are tuned on them (and on the generated set), never on the independent set.
+TUNING = sorted((Path(__file__).resolve().parent / "data").glob("memory_tuning*.jsonl"))
 
 
 @dataclass

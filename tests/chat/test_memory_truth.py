@@ -167,6 +167,35 @@ def test_a_correction_is_matched_by_the_clause_it_corrects_not_the_whole_sentenc
     assert [bool(e.later) for e in entries] == [True, False, False]
 
 
+def test_a_correction_that_puts_a_value_of_the_same_kind_in_place_links_to_the_old_one():
+    entries = merged(
+        ("user", "The interview is on Thursday the 14th at 2pm, competency-based."),
+        ("user", "My sister Ana lives in Porto."),
+        ("user", "They emailed: one of the panel is ill, so it's been moved to Friday the 21st."),
+    )
+    assert [bool(e.later) for e in entries] == [True, False, False]
+
+
+def test_a_choice_made_after_a_question_about_the_options_is_kept_with_them():
+    options = (
+        "Four beginner projects:\n1. Shaker side table: joinery.\n2. Dovetailed keepsake box: "
+        "hand-cut joints.\n3. Adirondack chair: forgiving.\n4. Carved spoon: hand tools."
+    )
+    answer = "An Adirondack chair is mostly curved parts cut from templates, screwed together."
+    for reply in (
+        "ok the second then.",
+        "I'd like to learn joinery, so let's do the keepsake box.",
+    ):
+        entries = merged(
+            ("assistant", options),
+            ("user", "What's involved with the Adirondack chair?"),
+            ("assistant", answer),
+            ("user", reply),
+        )
+        took = [e for e in entries if e.kind == "took"]
+        assert len(took) == 1 and "2. Dovetailed keepsake box" in took[0].context, reply
+
+
 def test_only_grounded_summary_sentences_that_repeat_no_instruction_are_kept():
     said = "My name is Oriel and I keep bees.\nWe moved to Tartu last year. I'm hosting a party."
     answer = (

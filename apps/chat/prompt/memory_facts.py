@@ -27,8 +27,9 @@ the edit.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 
@@ -45,11 +46,17 @@ USER, OTHER, SAID, TOOK = "user", "other", "said", "took"
 # figures): lower shows fewer old values as current and more current ones as earlier.
 SAME_SUBJECT = 0.3
 SAME_SUBJECT_OTHER_PERSON = 0.45
+# Added to that similarity, times how alike the two statements' differing names and numbers
+# are: a correction puts a value of the same kind where the old one was.
+VALUE_WEIGHT = 0.5
 # What being shown as earlier costs a statement's weight (memory.py fills the block by weight).
 EARLIER_WEIGHT_COST = 1.0
 # A reply's opening this short that points back answers the assistant's turn before it (and a
 # sentence that repeats one of its names, up to twice this long).
 REPLY_MAX_WORDS = 14
+# The assistant's turns whose proposals a later statement may take by name: a choice is
+# sometimes made after a question or two about the options.
+PROPOSALS_READ = 2
 # The assistant's suggestion kept with such a reply (characters).
 SUGGESTION_CHARS = 200
 # Statements a conversation keeps at most (the least telling leave first).
@@ -75,7 +82,8 @@ class Entry:
         if self.edited:
             return f'"{self.value}" (as the user corrected it)'
         if self.kind == TOOK:
-            return f'You suggested: "{self.context}"; the user replied: "{self.value}"'
+            replied = "replied earlier (a later line may replace it)" if self.later else "replied"
+            return f'You suggested: "{self.context}"; the user {replied}: "{self.value}"'
         if self.kind in (USER, OTHER):
             sentence = self.template.replace("{}", self.value, 1)
             if self.former and self.former.lower() != self.value.lower():
@@ -120,7 +128,8 @@ def statements_of(text: str, *, at: int) -> list[tuple[Entry, float]]:
 
 # A list item: a bullet opening a line, or a number ("2." "2)") opening a line or inline.
 _LIST_ITEM = re.compile(
-    r"(?:^[ \t]*[-*\u2022]|(?:^|(?<=\s))\d{1,2}[.)])[ \t]+(.+?)(?=\s\d{1,2}[.)]\s|$)",
+    r"(?:^[ \t]*(?:[-*\u2022]|[A-Ha-h][.)])|(?:^|(?<=\s))\d{1,2}[.)])[ \t]+(.+?)"
+    r"(?=\s\d{1,2}[.)]\s|$)",
     re.MULTILINE,
 )
 # An item's head ends at its first dash, comma, colon or bracket: "**Kittiwake** - a seabird".
@@ -163,13 +172,16 @@ def _suggestion(assistant_text: str) -> tuple[str, bool]:
 
 
 def _proposed_names(assistant_text: str) -> set[str]:
-    """The words that name what the assistant proposed: a list's item heads (their first word
-    too when it is the only name in the head), highlighted or quoted words, and the names in
-    its sentences (capitalised past a sentence's first word)."""
+    """What names what the assistant proposed: the names in a list's item heads (their first
+    word too when it is the only name in the head) and every pair of words in a row in a head
+    ("keepsake box"), highlighted or quoted words, and the names in its sentences (capitalised
+    past a sentence's first word). Single words and pairs, lower-cased."""
     names = set()
     for head in _item_heads(assistant_text):
-        capitalised = [w for w in reading.WORD.findall(head) if w[0].isupper()]
+        words = reading.WORD.findall(head)
+        capitalised = [w for w in words if w[0].isupper()]
         names.update(capitalised if len(capitalised) == 1 else capitalised[1:])
+        names.update(f"{a} {b}" for a, b in itertools.pairwise(words))
     for quoted in _HIGHLIGHTED.findall(assistant_text):
         names.update(reading.WORD.findall(quoted))
     for sentence in reading.sentences_of(assistant_text):
@@ -177,38 +189,55 @@ def _proposed_names(assistant_text: str) -> set[str]:
     return {w.lower() for w in names if len(w) > 3}
 
 
-def reply_to_suggestion(text: str, previous_assistant: str, *, at: int) -> Entry | None:
-    """A turn that takes what the assistant proposed by name: its opening is a short reply
-    that points back ("Perfect, going with that one.", "the second, please"), or one of its
-    statements repeats a name the proposal gave ("kittiwake it is"). That sentence is kept with
-    the proposal, since a reply alone says nothing. Whatever else the turn says is read as
-    usual; an acknowledgement ("Thank you.", "Ok.") takes nothing."""
-    if not previous_assistant:
-        return None
-    proposal, _ = _suggestion(previous_assistant)
-    if not proposal:
-        return None
+def _said_names(sentence: str) -> set[str]:
+    """The sentence's words and pairs of words in a row, lower-cased (as _proposed_names)."""
+    words = [w.lower() for w in reading.WORD.findall(sentence)]
+    return {*words, *(f"{a} {b}" for a, b in itertools.pairwise(words))}
+
+
+def reply_to_suggestion(
+    text: str, previous_assistant: str, *, at: int, earlier: Sequence[str] = ()
+) -> Entry | None:
+    """A turn that takes what the assistant proposed: its opening is a short reply that
+    points back at the turn just before it ("Perfect, going with that one.", "the second,
+    please"), or one of its statements repeats a name that turn or one of the `earlier`
+    assistant turns (newest first) proposed ("kittiwake it is", said after a question about
+    the options). That sentence is kept with the proposal, since a reply alone says nothing.
+    Whatever else the turn says is read as usual; an acknowledgement ("Thank you.", "Ok.")
+    takes nothing."""
     sentences = reading.sentences_of(text)
     opening = next(iter(sentences), "")
-    reply = ""
+    reply, taken = "", ""
     words = opening.split()
-    if words and len(words) <= REPLY_MAX_WORDS and not reading.read_sentence(opening).question:
+    if (
+        previous_assistant
+        and words
+        and len(words) <= REPLY_MAX_WORDS
+        and not reading.read_sentence(opening).question
+    ):
         said = {w.lower() for w in reading.WORD.findall(opening.replace("\u2019", "'"))}
-        if said & (reading.ANAPHORS | reading.POSITIONS):
-            reply = opening
+        if said & reading.ANAPHORS:
+            reply, taken = opening, previous_assistant
+        elif said & reading.POSITIONS:  # a place in the newest list ("ok the third then")
+            listed = [a for a in [previous_assistant, *earlier] if len(_item_heads(a)) >= 2]
+            reply, taken = opening, (listed[0] if listed else previous_assistant)
     if not reply:
-        names = _proposed_names(previous_assistant)
-        reply = next(
-            (
-                s
-                for s in sentences
-                if len(s.split()) <= REPLY_MAX_WORDS * 2
-                and not reading.read_sentence(s).question
-                and names & {w.lower() for w in reading.WORD.findall(s)}
-            ),
-            "",
-        )
-    if not reply:
+        statements = [
+            s
+            for s in sentences
+            if len(s.split()) <= REPLY_MAX_WORDS * 2 and not reading.read_sentence(s).question
+        ]
+        for assistant in [previous_assistant, *earlier]:
+            names = _proposed_names(assistant) if assistant else set()
+            reply = next(
+                (s for s in statements if names & _said_names(s)),
+                "",
+            )
+            if reply:
+                taken = assistant
+                break
+    proposal = _suggestion(taken)[0] if taken else ""
+    if not reply or not proposal:
         return None
     reply = " ".join(reply.split())
     return Entry(_key(TOOK, reply + proposal), "{}", reply, TOOK, at=at, context=proposal)
@@ -231,18 +260,35 @@ def _subject_vectors(entries: list[Entry]) -> list:
     return out
 
 
+def _value_likeness(new: Entry, old: Entry, words: dict[str, object]) -> float:
+    """How alike the names and numbers of two statements are that differ between them ("90
+    guests" and "140 people", "N5" and "N4", "Madeira" and "Lanzarote"): a correction usually
+    puts a value of the same kind where the old one was. `words`: each word's vector."""
+    said_new = {w.lower(): w for w in reading.detail_words(new.value)}
+    said_old = {w.lower(): w for w in reading.detail_words(old.value)}
+    pairs = [(n, o) for n in said_new for o in said_old if n != o]
+    return max((float(words[said_new[n]] @ words[said_old[o]]) for n, o in pairs), default=0.0)
+
+
 def _mark_replaced(entries: list[Entry], newest: list[Entry]) -> None:
-    """Each of `newest` marks the older statement of another turn that is most like it as
-    earlier, when the two speak of the same thing: their closest clauses are at least
-    SAME_SUBJECT alike."""
-    older = [e for e in entries if e.kind == SAID and e.value and not e.edited]
+    """Each of `newest` marks the older statement of another turn (or the reply that took a
+    suggestion) that is most like it as earlier, when the two speak of the same thing: their
+    closest clauses, plus VALUE_WEIGHT times how alike their differing names and numbers are,
+    reach SAME_SUBJECT."""
+    older = [e for e in entries if e.kind in (SAID, TOOK) and e.value and not e.edited]
     if not older or not newest:
         return
     vectors = _subject_vectors([*older, *newest])
     old_vectors, new_vectors = vectors[: len(older)], vectors[len(older) :]
+    details = sorted({w for e in [*older, *newest] for w in reading.detail_words(e.value)})
+    words = dict(zip(details, reading.vectors(details), strict=True)) if details else {}
     for entry, new in zip(newest, new_vectors, strict=True):
         candidates = [
-            (float((new @ old_vectors[col].T).max()), old)
+            (
+                float((new @ old_vectors[col].T).max())
+                + VALUE_WEIGHT * _value_likeness(entry, old, words),
+                old,
+            )
             for col, old in enumerate(older)
             if old.at != entry.at and old.key != entry.key
         ]
@@ -280,17 +326,20 @@ def merge(
     edits = [e for e in merged if e.edited]
     weights = {e.key: 1.0 for e in merged}
     previous_assistant = ""
+    proposals: list[str] = []  # the assistant's turns before the last, newest first
     for turn in turns:
         if turn.role != USER:
             previous_assistant = turn.text
             continue
-        took = reply_to_suggestion(turn.text, previous_assistant, at=turn.id)
+        took = reply_to_suggestion(turn.text, previous_assistant, at=turn.id, earlier=proposals)
         said = [(took, weight_of(took))] if took else []
         said += [
             (replace(e), w)
             for e, w in _statements_cached(turn.text, turn.id)
             if not took or e.value != took.value  # the reply is kept once, with its proposal
         ]
+        if previous_assistant:
+            proposals = [previous_assistant, *proposals][: PROPOSALS_READ - 1]
         previous_assistant = ""
         fresh = []
         for entry, weight in said:
@@ -304,7 +353,7 @@ def merge(
             present.add(entry.key)
             weights[entry.key] = weight
             fresh.append(entry)
-        _mark_replaced([e for e in merged if e.kind == SAID], fresh)
+        _mark_replaced(merged, fresh)
         merged.extend(fresh)
     return _bounded(merged, weights)
 
@@ -324,7 +373,8 @@ def weight_of(entry: Entry) -> float:
     if entry.edited:
         return 100.0
     if entry.kind == TOOK:  # as telling as the proposal it takes, and the user took it
-        return 1.0 + 1.5 * min(reading.details(reading.WORD.findall(entry.context)), 2)
+        weight = 1.0 + 1.5 * min(reading.details(reading.WORD.findall(entry.context)), 2)
+        return weight - EARLIER_WEIGHT_COST if entry.later else weight
     if entry.kind in (USER, OTHER):
         return 5.0
     weight = reading.read_sentence(entry.value).weight
