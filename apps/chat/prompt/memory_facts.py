@@ -27,8 +27,6 @@ the edit.
 from __future__ import annotations
 
 import hashlib
-import itertools
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
@@ -51,14 +49,9 @@ SAME_SUBJECT_OTHER_PERSON = 0.45
 VALUE_WEIGHT = 0.5
 # What being shown as earlier costs a statement's weight (memory.py fills the block by weight).
 EARLIER_WEIGHT_COST = 1.0
-# A reply's opening this short that points back answers the assistant's turn before it (and a
-# sentence that repeats one of its names, up to twice this long).
-REPLY_MAX_WORDS = 14
 # The assistant's turns whose proposals a later statement may take by name: a choice is
 # sometimes made after a question or two about the options.
 PROPOSALS_READ = 2
-# The assistant's suggestion kept with such a reply (characters).
-SUGGESTION_CHARS = 200
 # Statements a conversation keeps at most (the least telling leave first).
 ENTRIES_KEPT = 160
 
@@ -127,119 +120,15 @@ def statements_of(text: str, *, at: int) -> list[tuple[Entry, float]]:
 
 
 # A list item: a bullet opening a line, or a number ("2." "2)") opening a line or inline.
-_LIST_ITEM = re.compile(
-    r"(?:^[ \t]*(?:[-*\u2022]|[A-Ha-h][.)])|(?:^|(?<=\s))\d{1,2}[.)])[ \t]+(.+?)"
-    r"(?=\s\d{1,2}[.)]\s|$)",
-    re.MULTILINE,
-)
-# An item's head ends at its first dash, comma, colon or bracket: "**Kittiwake** - a seabird".
-_ITEM_HEAD_END = re.compile(r"\s+[-\u2013\u2014]\s+|[,:(]")
-ITEM_HEAD_WORDS = 6
-_HIGHLIGHTED = re.compile(r"(?:\*\*|[\"\u201c`])([^*\"\u201d`\n]{1,40})(?:\*\*|[\"\u201d`])")
-
-
-def _item_heads(assistant_text: str) -> list[str]:
-    """The heads of a list the assistant wrote, one per item: what each option is called."""
-    heads = []
-    for match in _LIST_ITEM.finditer(assistant_text):
-        head = _ITEM_HEAD_END.split(match.group(1), maxsplit=1)[0]
-        heads.append(" ".join(head.strip(' *_`"').split()[:ITEM_HEAD_WORDS]))
-    return [h for h in heads if h]
-
-
-def _suggestion(assistant_text: str) -> tuple[str, bool]:
-    """What the assistant proposed, and whether it named something: a list's item heads,
-    numbered, when it wrote a list (an option taken by its place, "the second one", stays
-    findable); else its sentences with a name, a number, a quoted or a highlighted word; else
-    its first sentences; up to SUGGESTION_CHARS."""
-    heads = _item_heads(assistant_text)
-    if len(heads) >= 2:
-        listed = "; ".join(f"{n}. {head}" for n, head in enumerate(heads, 1))
-        return listed[:SUGGESTION_CHARS], True
-    sentences = [raw.strip(" -*\u2022\t") for raw in reading.sentences_of(assistant_text)]
-    marked = [
-        s
-        for raw, s in zip(reading.sentences_of(assistant_text), sentences, strict=True)
-        if re.search(r"[\"\u201c*`]", raw) or reading.details(reading.WORD.findall(s))
-    ]
-    picked, used = [], 0
-    for sentence in marked or sentences:
-        if picked and used + len(sentence) > SUGGESTION_CHARS:
-            break
-        picked.append(sentence[:SUGGESTION_CHARS])
-        used += len(sentence) + 1
-    return " ".join(picked), bool(marked)
-
-
-def _proposed_names(assistant_text: str) -> set[str]:
-    """What names what the assistant proposed: the names in a list's item heads (their first
-    word too when it is the only name in the head) and every pair of words in a row in a head
-    ("keepsake box"), highlighted or quoted words, and the names in its sentences (capitalised
-    past a sentence's first word). Single words and pairs, lower-cased."""
-    names = set()
-    for head in _item_heads(assistant_text):
-        words = reading.WORD.findall(head)
-        capitalised = [w for w in words if w[0].isupper()]
-        names.update(capitalised if len(capitalised) == 1 else capitalised[1:])
-        names.update(f"{a} {b}" for a, b in itertools.pairwise(words))
-    for quoted in _HIGHLIGHTED.findall(assistant_text):
-        names.update(reading.WORD.findall(quoted))
-    for sentence in reading.sentences_of(assistant_text):
-        names.update(w for w in reading.detail_words(sentence) if not w.isdigit())
-    return {w.lower() for w in names if len(w) > 3}
-
-
-def _said_names(sentence: str) -> set[str]:
-    """The sentence's words and pairs of words in a row, lower-cased (as _proposed_names)."""
-    words = [w.lower() for w in reading.WORD.findall(sentence)]
-    return {*words, *(f"{a} {b}" for a, b in itertools.pairwise(words))}
-
-
 def reply_to_suggestion(
     text: str, previous_assistant: str, *, at: int, earlier: Sequence[str] = ()
 ) -> Entry | None:
-    """A turn that takes what the assistant proposed: its opening is a short reply that
-    points back at the turn just before it ("Perfect, going with that one.", "the second,
-    please"), or one of its statements repeats a name that turn or one of the `earlier`
-    assistant turns (newest first) proposed ("kittiwake it is", said after a question about
-    the options). That sentence is kept with the proposal, since a reply alone says nothing.
-    Whatever else the turn says is read as usual; an acknowledgement ("Thank you.", "Ok.")
-    takes nothing."""
-    sentences = reading.sentences_of(text)
-    opening = next(iter(sentences), "")
-    reply, taken = "", ""
-    words = opening.split()
-    if (
-        previous_assistant
-        and words
-        and len(words) <= REPLY_MAX_WORDS
-        and not reading.read_sentence(opening).question
-    ):
-        said = {w.lower() for w in reading.WORD.findall(opening.replace("\u2019", "'"))}
-        if said & reading.ANAPHORS:
-            reply, taken = opening, previous_assistant
-        elif said & reading.POSITIONS:  # a place in the newest list ("ok the third then")
-            listed = [a for a in [previous_assistant, *earlier] if len(_item_heads(a)) >= 2]
-            reply, taken = opening, (listed[0] if listed else previous_assistant)
-    if not reply:
-        statements = [
-            s
-            for s in sentences
-            if len(s.split()) <= REPLY_MAX_WORDS * 2 and not reading.read_sentence(s).question
-        ]
-        for assistant in [previous_assistant, *earlier]:
-            names = _proposed_names(assistant) if assistant else set()
-            reply = next(
-                (s for s in statements if names & _said_names(s)),
-                "",
-            )
-            if reply:
-                taken = assistant
-                break
-    proposal = _suggestion(taken)[0] if taken else ""
-    if not reply or not proposal:
+    """The turn's reply that takes what the assistant proposed, kept with the proposal
+    (memory_reading.suggestion_taken), or None."""
+    taken = reading.suggestion_taken(text, previous_assistant, earlier)
+    if taken is None:
         return None
-    reply = " ".join(reply.split())
+    reply, proposal = taken
     return Entry(_key(TOOK, reply + proposal), "{}", reply, TOOK, at=at, context=proposal)
 
 

@@ -1,12 +1,16 @@
 """Reading the user's words for memory (memory_facts.py): sentences, whether a sentence speaks
 of the user (the grammar's first person, never a list of phrasings), the names and numbers it
-carries, and what it is about as the embedding model sees it (subject_of)."""
+carries, what it is about as the embedding model sees it (subject_of), and whether a turn takes
+what the assistant proposed (suggestion_taken: a list's item heads, the names a proposal gives,
+a reply that points back, names a place in a list or repeats a name)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,3 +183,125 @@ def subject_of(text: str) -> str:
     words = WORD.findall(text.replace("\u2019", "'"))
     masked = set(detail_words_of(words))
     return " ".join("something" if w in masked else w for w in words)
+
+
+# -- what the assistant proposed, and a reply that takes it ----------------------------------
+
+# A reply's opening this short that points back answers the assistant's turn before it (and a
+# sentence that repeats one of its names, up to twice this long).
+REPLY_MAX_WORDS = 14
+# The assistant's suggestion kept with such a reply (characters).
+SUGGESTION_CHARS = 200
+_LIST_ITEM = re.compile(
+    r"(?:^[ \t]*(?:[-*\u2022]|[A-Ha-h][.)])|(?:^|(?<=\s))\d{1,2}[.)])[ \t]+(.+?)"
+    r"(?=\s\d{1,2}[.)]\s|$)",
+    re.MULTILINE,
+)
+# An item's head ends at its first dash, comma, colon or bracket: "**Kittiwake** - a seabird".
+_ITEM_HEAD_END = re.compile(r"\s+[-\u2013\u2014]\s+|[,:(]")
+ITEM_HEAD_WORDS = 6
+_HIGHLIGHTED = re.compile(r"(?:\*\*|[\"\u201c`])([^*\"\u201d`\n]{1,40})(?:\*\*|[\"\u201d`])")
+
+
+def _item_heads(assistant_text: str) -> list[str]:
+    """The heads of a list the assistant wrote, one per item: what each option is called."""
+    heads = []
+    for match in _LIST_ITEM.finditer(assistant_text):
+        head = _ITEM_HEAD_END.split(match.group(1), maxsplit=1)[0]
+        heads.append(" ".join(head.strip(' *_`"').split()[:ITEM_HEAD_WORDS]))
+    return [h for h in heads if h]
+
+
+def _suggestion(assistant_text: str) -> tuple[str, bool]:
+    """What the assistant proposed, and whether it named something: a list's item heads,
+    numbered, when it wrote a list (an option taken by its place, "the second one", stays
+    findable); else its sentences with a name, a number, a quoted or a highlighted word; else
+    its first sentences; up to SUGGESTION_CHARS."""
+    heads = _item_heads(assistant_text)
+    if len(heads) >= 2:
+        listed = "; ".join(f"{n}. {head}" for n, head in enumerate(heads, 1))
+        return listed[:SUGGESTION_CHARS], True
+    sentences = [raw.strip(" -*\u2022\t") for raw in sentences_of(assistant_text)]
+    marked = [
+        s
+        for raw, s in zip(sentences_of(assistant_text), sentences, strict=True)
+        if re.search(r"[\"\u201c*`]", raw) or details(WORD.findall(s))
+    ]
+    picked, used = [], 0
+    for sentence in marked or sentences:
+        if picked and used + len(sentence) > SUGGESTION_CHARS:
+            break
+        picked.append(sentence[:SUGGESTION_CHARS])
+        used += len(sentence) + 1
+    return " ".join(picked), bool(marked)
+
+
+def _proposed_names(assistant_text: str) -> set[str]:
+    """What names what the assistant proposed: the names in a list's item heads (their first
+    word too when it is the only name in the head) and every pair of words in a row in a head
+    ("keepsake box"), highlighted or quoted words, and the names in its sentences (capitalised
+    past a sentence's first word). Single words and pairs, lower-cased."""
+    names = set()
+    for head in _item_heads(assistant_text):
+        words = WORD.findall(head)
+        capitalised = [w for w in words if w[0].isupper()]
+        names.update(capitalised if len(capitalised) == 1 else capitalised[1:])
+        names.update(f"{a} {b}" for a, b in itertools.pairwise(words))
+    for quoted in _HIGHLIGHTED.findall(assistant_text):
+        names.update(WORD.findall(quoted))
+    for sentence in sentences_of(assistant_text):
+        names.update(w for w in detail_words(sentence) if not w.isdigit())
+    return {w.lower() for w in names if len(w) > 3}
+
+
+def _said_names(sentence: str) -> set[str]:
+    """The sentence's words and pairs of words in a row, lower-cased (as _proposed_names)."""
+    words = [w.lower() for w in WORD.findall(sentence)]
+    return {*words, *(f"{a} {b}" for a, b in itertools.pairwise(words))}
+
+
+def suggestion_taken(
+    text: str, previous_assistant: str, earlier: Sequence[str] = ()
+) -> tuple[str, str] | None:
+    """A turn that takes what the assistant proposed: its opening is a short reply that
+    points back at the turn just before it ("Perfect, going with that one.", "the second,
+    please"), or one of its statements repeats a name that turn or one of the `earlier`
+    assistant turns (newest first) proposed ("kittiwake it is", said after a question about
+    the options). That sentence is kept with the proposal, since a reply alone says nothing.
+    Whatever else the turn says is read as usual; an acknowledgement ("Thank you.", "Ok.")
+    takes nothing."""
+    sentences = sentences_of(text)
+    opening = next(iter(sentences), "")
+    reply, taken = "", ""
+    words = opening.split()
+    if (
+        previous_assistant
+        and words
+        and len(words) <= REPLY_MAX_WORDS
+        and not read_sentence(opening).question
+    ):
+        said = {w.lower() for w in WORD.findall(opening.replace("\u2019", "'"))}
+        if said & ANAPHORS:
+            reply, taken = opening, previous_assistant
+        elif said & POSITIONS:  # a place in the newest list ("ok the third then")
+            listed = [a for a in [previous_assistant, *earlier] if len(_item_heads(a)) >= 2]
+            reply, taken = opening, (listed[0] if listed else previous_assistant)
+    if not reply:
+        statements = [
+            s
+            for s in sentences
+            if len(s.split()) <= REPLY_MAX_WORDS * 2 and not read_sentence(s).question
+        ]
+        for assistant in [previous_assistant, *earlier]:
+            names = _proposed_names(assistant) if assistant else set()
+            reply = next(
+                (s for s in statements if names & _said_names(s)),
+                "",
+            )
+            if reply:
+                taken = assistant
+                break
+    proposal = _suggestion(taken)[0] if taken else ""
+    if not reply or not proposal:
+        return None
+    return " ".join(reply.split()), proposal
