@@ -14,10 +14,13 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from django.http import JsonResponse, StreamingHttpResponse
+
 from apps.api.openai_errors import ApiError
 from apps.api.openai_shapes import Chunks, queued_comment
 from apps.streams.hub import get_hub
 from apps.streams.hub_base import Entry
+from apps.streams.offload import db_call
 from core.redis_client import keys
 from worker.cancelling import cancel_and_wait
 from worker.protocol import EventType, State
@@ -269,3 +272,52 @@ async def sse(
         await follow.close()
         if not relay.ended or relay.diverged:
             await asyncio.shield(cancel())
+
+
+async def answer_followed(
+    request_id: str,
+    first_event: str,
+    cancel: Callable[[], Awaitable[None]],
+    *,
+    chunks,
+    whole: Callable[[dict], dict],
+    refuse: Callable[..., ApiError],
+):
+    """A submitted request's answer, as the API client waits for it: streamed through
+    `chunks` (the shape of chat completion chunks or of Responses events), or whole as
+    `whole(final)` makes it when `chunks` is None. A refusal is `refuse(final)` (a database
+    read, so off the event loop) raised; a client that goes away before the end stops the
+    request (`cancel`). Chat completions and the Responses API
+    both answer through here."""
+    follow: Follow | None = Follow(request_id, written=first_event)
+    ended = False  # its final event is here: nothing to stop
+    try:
+        wait = DECISION_WAIT_SECONDS if chunks is not None else None
+        seen, _ = await await_decision(follow, wait=wait)
+        final = final_of(seen)
+        ended = final is not None
+        if ended and final.get("state") != State.DONE:
+            raise await db_call(refuse)(final)
+        if chunks is not None:
+            relay = StreamRelay(chunks, error_of=lambda f: refuse(f, headers=False))
+            body, follow = sse(follow, seen, relay, cancel), None  # the body owns it from here
+            response = StreamingHttpResponse(body, content_type="text/event-stream")
+            response["Cache-Control"] = "no-cache"
+            response["X-Accel-Buffering"] = "no"  # tell nginx not to buffer the stream
+            response["x-request-id"] = request_id
+            return response
+        final = await wait_final(follow, seen)
+        ended = True
+        if final.get("state") != State.DONE:
+            raise await db_call(refuse)(final)
+        response = JsonResponse(whole(final))
+        response["x-request-id"] = request_id
+        return response
+    except ApiError as error:  # the request exists: the client can name it (`e.request_id`)
+        error.headers.setdefault("x-request-id", request_id)
+        raise
+    finally:
+        if follow is not None:
+            await follow.close()
+            if not ended:  # the client went away (or the server is stopping) while it ran
+                await asyncio.shield(cancel())

@@ -13,13 +13,12 @@ docs/api.md lists what is and is not supported.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from redis.exceptions import RedisError
 
@@ -34,16 +33,10 @@ from apps.api.openai_embeddings import embeddings_create
 from apps.api.openai_errors import ApiError
 from apps.api.openai_limits import rate_limit_headers
 from apps.api.openai_relay import (
-    DECISION_WAIT_SECONDS,
-    Follow,
-    StreamRelay,
-    await_decision,
+    answer_followed,
     final_calls,
     final_logprobs,
-    final_of,
     final_usage,
-    sse,
-    wait_final,
 )
 from apps.chat import services, submission
 from apps.streams.hub_base import Entry
@@ -278,56 +271,35 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
             error_of=lambda final, headers: refusal(final, caller, started.model, headers=headers),
         )
 
-    follow: Follow | None = Follow(request_id, written=started.first_event)
-    ended = False  # its final event is here: nothing to stop
-    try:
-        seen, _ = await await_decision(follow, wait=DECISION_WAIT_SECONDS if asked.stream else None)
-        final = final_of(seen)
-        ended = final is not None
-        if ended and final.get("state") != protocol.State.DONE:
-            raise await db_call(refusal)(final, caller, started.model)
-        if asked.stream:
-            chunks = shapes.Chunks(
-                request_id=request_id,
-                model=started.model,
-                created=started.created,
-                include_usage=asked.include_usage,
-            )
-            relay = StreamRelay(
-                chunks, error_of=lambda f: refusal(f, caller, started.model, headers=False)
-            )
-            body, follow = sse(follow, seen, relay, cancel), None  # the body owns it from here
-            response = StreamingHttpResponse(body, content_type="text/event-stream")
-            response["Cache-Control"] = "no-cache"
-            response["X-Accel-Buffering"] = "no"  # tell nginx not to buffer the stream
-            response["x-request-id"] = request_id
-            return response
-        final = await wait_final(follow, seen)
-        ended = True
-        if final.get("state") != protocol.State.DONE:
-            raise await db_call(refusal)(final, caller, started.model)
-        response = JsonResponse(
-            shapes.completion(
-                request_id=request_id,
-                model=started.model,
-                created=started.created,
-                text=final.get("text", ""),
-                finish_reason=final.get("finish_reason", ""),
-                usage=final_usage(final),
-                tool_calls=final_calls(final),
-                logprobs=final_logprobs(final),
-            )
+    chunks = None
+    if asked.stream:
+        chunks = shapes.Chunks(
+            request_id=request_id,
+            model=started.model,
+            created=started.created,
+            include_usage=asked.include_usage,
         )
-        response["x-request-id"] = request_id
-        return response
-    except ApiError as error:  # the request exists: the client can name it (`e.request_id`)
-        error.headers.setdefault("x-request-id", request_id)
-        raise
-    finally:
-        if follow is not None:
-            await follow.close()
-            if not ended:  # the client went away (or the server is stopping) while it ran
-                await asyncio.shield(cancel())
+
+    def whole(final: dict) -> dict:
+        return shapes.completion(
+            request_id=request_id,
+            model=started.model,
+            created=started.created,
+            text=final.get("text", ""),
+            finish_reason=final.get("finish_reason", ""),
+            usage=final_usage(final),
+            tool_calls=final_calls(final),
+            logprobs=final_logprobs(final),
+        )
+
+    return await answer_followed(
+        started.request_id,
+        started.first_event,
+        cancel,
+        chunks=chunks,
+        whole=whole,
+        refuse=lambda final, headers=True: refusal(final, caller, started.model, headers=headers),
+    )
 
 
 # -- models and embeddings --------------------------------------------------------------------

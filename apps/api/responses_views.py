@@ -12,24 +12,17 @@ Stateless: nothing is stored, so `GET /v1/responses/{id}` is always a 404 that s
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse
 
 from apps.api import openai_errors as errors
 from apps.api import openai_shapes as shapes
 from apps.api.openai_errors import ApiError
 from apps.api.openai_relay import (
-    DECISION_WAIT_SECONDS,
-    Follow,
-    StreamRelay,
-    await_decision,
+    answer_followed,
     final_calls,
-    final_of,
     final_usage,
-    sse,
-    wait_final,
 )
 from apps.api.openai_views import (
     Caller,
@@ -46,7 +39,6 @@ from apps.api.responses_request import Echo, renamed, responses_request
 from apps.api.responses_shapes import ResponseEvents, completed
 from apps.chat import services
 from apps.streams.offload import db_call
-from worker import protocol
 
 log = logging.getLogger("sluice.chat.openai")
 
@@ -80,51 +72,32 @@ async def _respond(request: HttpRequest) -> HttpResponse:
         except Exception as exc:  # the answer then runs to its end, and is settled as usual
             log.warning("could not stop request %s: %s", request_id, exc)
 
-    follow: Follow | None = Follow(request_id, written=started.first_event)
-    ended = False  # its final event is here: nothing to stop
-    try:
-        seen, _ = await await_decision(follow, wait=DECISION_WAIT_SECONDS if asked.stream else None)
-        final = final_of(seen)
-        ended = final is not None
-        if ended and final.get("state") != protocol.State.DONE:
-            raise await db_call(refusal)(final, caller, model)
-        if asked.stream:
-            events = ResponseEvents(
-                request_id=request_id, model=model, created=started.created, echo=echo
-            )
-            relay = StreamRelay(events, error_of=lambda f: refusal(f, caller, model, headers=False))
-            body, follow = sse(follow, seen, relay, cancel), None  # the body owns it from here
-            response = StreamingHttpResponse(body, content_type="text/event-stream")
-            response["Cache-Control"] = "no-cache"
-            response["X-Accel-Buffering"] = "no"  # tell nginx not to buffer the stream
-            response["x-request-id"] = request_id
-            return response
-        final = await wait_final(follow, seen)
-        ended = True
-        if final.get("state") != protocol.State.DONE:
-            raise await db_call(refusal)(final, caller, model)
-        response = JsonResponse(
-            completed(
-                request_id=request_id,
-                model=model,
-                created=started.created,
-                echo=echo,
-                text=final.get("text", ""),
-                calls=final_calls(final),
-                finish_reason=final.get("finish_reason", ""),
-                usage=final_usage(final),
-            )
+    events = None
+    if asked.stream:
+        events = ResponseEvents(
+            request_id=request_id, model=model, created=started.created, echo=echo
         )
-        response["x-request-id"] = request_id
-        return response
-    except ApiError as error:  # the request exists: the client can name it (`e.request_id`)
-        error.headers.setdefault("x-request-id", request_id)
-        raise
-    finally:
-        if follow is not None:
-            await follow.close()
-            if not ended:  # the client went away (or the server is stopping) while it ran
-                await asyncio.shield(cancel())
+
+    def whole(final: dict) -> dict:
+        return completed(
+            request_id=request_id,
+            model=model,
+            created=started.created,
+            echo=echo,
+            text=final.get("text", ""),
+            calls=final_calls(final),
+            finish_reason=final.get("finish_reason", ""),
+            usage=final_usage(final),
+        )
+
+    return await answer_followed(
+        request_id,
+        started.first_event,
+        cancel,
+        chunks=events,
+        whole=whole,
+        refuse=lambda final, headers=True: refusal(final, caller, model, headers=headers),
+    )
 
 
 @api_view
