@@ -10,7 +10,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from apps.accounts import read_gate
-from apps.chat.models import Conversation, Message, RetentionPolicy
+from apps.chat.models import Conversation, MemoryWriter, Message, RetentionPolicy
+from apps.chat.prompt import memory_writer
 
 
 class ReasonedReadAdmin(admin.ModelAdmin):
@@ -189,3 +190,15 @@ class RetentionPolicyAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return not RetentionPolicy.objects.exists() and super().has_add_permission(request)
+
+
+@admin.register(MemoryWriter)
+class MemoryWriterAdmin(admin.ModelAdmin):
+    """Which models write memory themselves, each with the figures measured for it."""
+
+    list_display = ("__str__", "writes_memory", "accuracy", "stale_shown", "measured_at")
+    list_editable = ("writes_memory",)
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        memory_writer.writers_forget()

@@ -11,8 +11,9 @@ The requests name no conversation (the purpose does), so one never holds a conve
 Tasks: `summary` (fold turns that are falling out of the prompt into the conversation's
 rolling summary; the conversation is "summary pending" while it waits, `summary_pending`),
 `followups` (up to three suggested questions after an answer, posted to the
-user's inbox) and `tags` (profile tags proposed from the user's questions, applied only when
-the user accepts them).
+user's inbox), `tags` (profile tags proposed from the user's questions, applied only when
+the user accepts them) and `memory` (the user's words a model that writes memory keeps of each
+turn, memory_writer.py; only for models the operator lets write it).
 
 And "your answer is ready": an inbox message for each answer that took long, posted after the
 recorder stored it, so a person who left the page learns that it is there.
@@ -30,7 +31,7 @@ from redis.exceptions import RedisError
 
 from apps.chat import suggestions
 from apps.chat.models import Conversation
-from apps.chat.prompt import memory, memory_summary
+from apps.chat.prompt import memory, memory_summary, memory_writer
 from apps.chat.prompt.prompting import Prompt
 from apps.inbox import services as inbox
 from apps.inbox.models import InboxMessage
@@ -48,6 +49,7 @@ KIND = "background"
 # summary keeps its conversation's memory whole, so it waits longest; suggestions and a title
 # are worth little once the person has moved on.
 SUMMARY_WAIT_SECONDS = 1800
+MEMORY_WAIT_SECONDS = SUMMARY_WAIT_SECONDS  # as long: a turn not noted is read by the rules
 FOLLOWUPS_WAIT_SECONDS = 180
 TAGS_WAIT_SECONDS = 600
 # How long a task is taken to be in flight (one per conversation or user): its wait in line
@@ -59,12 +61,20 @@ class Task:
     SUMMARY = "summary"
     FOLLOWUPS = "followups"
     TAGS = "tags"
+    MEMORY = "memory"
 
 
 def background_submit(
-    *, user_id: int, purpose: dict, messages: list[dict[str, str]], max_tokens: int, model: str = ""
+    *,
+    user_id: int,
+    purpose: dict,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    model: str = "",
+    response_format: dict | None = None,
 ) -> str:
-    """Hands a background request to admission; returns its id. Raises RedisError."""
+    """Hands a background request to admission; returns its id. Raises RedisError.
+    `response_format`: OpenAI's, for an answer the engine holds to a JSON schema."""
     k = keys()
     item = WorkItem(
         id=protocol.new_request_id(),
@@ -77,6 +87,7 @@ def background_submit(
         kind=KIND,
         model=model,
         purpose=purpose,
+        response_format=response_format or {},
     )
     stream = k.admit if settings.SLUICE_ADMISSION else k.work_for_model(model)
     submit_by_ms = protocol.now_ms() + int(settings.REDIS_SOCKET_TIMEOUT * 1000)
@@ -171,10 +182,12 @@ def _after_answer(answer: Answer) -> None:
     user_id, conversation_id = int(answer.user_id), int(answer.conversation_id)
     followups = settings.SLUICE_FOLLOWUPS and answer.text.strip()
     every = settings.SLUICE_TAG_PROPOSAL_EVERY
-    if not followups and every <= 0:
-        return  # both off: no reads at all, this runs for every answer
     model = Conversation.objects.filter(id=conversation_id).values_list("model", flat=True)
     model = model.first() or ""
+    if memory_writer.writes_memory(model):
+        memory_schedule(answer=answer, model=model)
+    if not followups and every <= 0:
+        return
     if followups:
         question = suggestions.followups_question_for(conversation_id=conversation_id)
         background_submit(
@@ -192,6 +205,30 @@ def _after_answer(answer: Answer) -> None:
         )
     if every > 0 and suggestions.questions_asked(user_id=user_id) % every == 0:
         tags_schedule(user_id=user_id, model=model)
+
+
+def memory_schedule(*, answer: Answer, model: str) -> str | None:
+    """Asks the model which of the user's words in the turn this answer answers to keep
+    (memory_writer.py), once per turn."""
+    conversation_id = int(answer.conversation_id)
+    turn = memory_writer.turn_to_note(conversation_id=conversation_id, request_id=answer.id)
+    if turn is None or not _claim(Task.MEMORY, turn[0]):
+        return None
+    said, before = memory_writer.texts_of(message_id=turn[0], previous_id=turn[1]) or ("", "")
+    return background_submit(
+        user_id=int(answer.user_id),
+        model=model,
+        purpose={
+            "task": Task.MEMORY,
+            "conversation": conversation_id,
+            "message": turn[0],
+            "before": turn[1],
+            "wait_s": MEMORY_WAIT_SECONDS,
+        },
+        messages=memory_writer.writer_messages(user_text=said, assistant_text=before),
+        max_tokens=memory_writer.WRITER_MAX_TOKENS,
+        response_format=memory_writer.RESPONSE_FORMAT,
+    )
 
 
 def tags_schedule(*, user_id: int, model: str = "") -> str | None:
@@ -255,6 +292,15 @@ def _finished(answer: Answer, purpose: dict) -> None:
                     "questions": questions,
                 },
             )
+    elif task == Task.MEMORY:
+        if done:
+            memory_writer.noted_keep(
+                answer.text,
+                conversation_id=int(purpose["conversation"]),
+                message_id=int(purpose["message"]),
+                previous_id=int(purpose["before"]),
+            )
+        _release(Task.MEMORY, int(purpose["message"]))
     elif task == suggestions.TITLE_TASK and done:
         suggestions.title_finished(purpose=purpose, answer_text=answer.text)
     elif task == Task.TAGS:

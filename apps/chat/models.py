@@ -143,3 +143,34 @@ class RetentionPolicy(models.Model):
     @classmethod
     def current(cls) -> RetentionPolicy:
         return cls.objects.order_by("id").first() or cls()
+
+
+class MemoryWriter(models.Model):
+    """Whether one model writes the conversations' memory itself (memory_writer.py): after each
+    answer, a background request asks it which of the user's words to keep. Off, the model-free
+    reading keeps the user's statements (memory_facts.py). `accuracy` is what bench/memory.py
+    --writer measured for the model, so the choice is made on a figure."""
+
+    model = models.CharField(
+        max_length=200,
+        unique=True,
+        blank=True,
+        help_text="The model's name as its workers announce it (empty: the default model).",
+    )
+    writes_memory = models.BooleanField(default=False)
+    accuracy = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Facts kept in the frozen memory set with this model writing, 0 to 1 "
+        "(bench/memory.py --writer); empty: not measured.",
+    )
+    stale_shown = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Old values shown as current in the same run."
+    )
+    measured_with = models.CharField(
+        max_length=300, blank=True, help_text="The command and the tree the figures came from."
+    )
+    measured_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"memory writer {self.model or '(default model)'}"

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 
 from apps.accounts.models import User
 from apps.accounts.sessions import SqlCondition
-from apps.chat.data import erase
+from apps.chat.data import retention
 from apps.chat.models import Conversation, Message
 from apps.chat.prompt import hot
 from apps.chat.selectors import RequestInfo, request_get_for_user
@@ -69,8 +69,8 @@ def conversation_set_model(*, conversation: Conversation, model: str) -> Convers
 
 
 def conversation_delete(*, conversation: Conversation) -> None:
-    """Gone from PostgreSQL, Redis and the hot tier (see erase.py)."""
-    erase.conversation_erase(conversation=conversation)
+    """Gone from PostgreSQL, Redis and the hot tier (see data/retention.py)."""
+    retention.conversation_erase(conversation=conversation)
 
 
 def _insert_sql(only_if: str = "") -> str:

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts import read_gate
 from apps.admission.selectors import estimate_figures
-from apps.chat.models import Message
+from apps.chat.models import MemoryWriter, Message
 from apps.ops import dashboard, inspector
 from core.redis_client import get_redis, keys
 from worker import transitions
@@ -46,6 +46,7 @@ def page(request):
             **_context(request, "Operations"),
             "s": snapshot,
             "estimates": estimate_figures(service=True),
+            "memory_writers": MemoryWriter.objects.order_by("model"),
         },
     )
 

@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from apps.accounts.services import api_key_create, api_key_hash
 from apps.chat import recorder
-from apps.chat.data.erase import conversation_erase
 from apps.chat.data.export import user_export_all
+from apps.chat.data.retention import conversation_erase
 from apps.chat.services import conversation_create
 from apps.rag.embeddings import DIMENSIONS
 from apps.rag.models import Chunk, Corpus, Document

@@ -36,6 +36,9 @@ from apps.chat.prompt import memory_reading as reading
 # USER and OTHER are kinds of entries stored by earlier releases (a subject and a value): they
 # are still read, shown and edited as they were.
 USER, OTHER, SAID, TOOK = "user", "other", "said", "took"
+# What a model that writes memory chose of one turn (memory_writer.py): never shown itself; it
+# stands in for this module's reading of that turn in merge().
+NOTED = "noted"
 
 # Two statements whose closest clauses' embeddings (names and numbers masked: subject_of) are
 # at least this similar speak of the same thing: the older is shown as earlier. Higher when
@@ -76,7 +79,9 @@ class Entry:
             return f'"{self.value}" (as the user corrected it)'
         if self.kind == TOOK:
             replied = "replied earlier (a later line may replace it)" if self.later else "replied"
-            return f'You suggested: "{self.context}"; the user {replied}: "{self.value}"'
+            # The suggestion's own double quotes made single: one pair of quotes per speaker.
+            said = self.context.replace('"', "'").replace("\u201c", "'").replace("\u201d", "'")
+            return f'You suggested: "{said}"; the user {replied}: "{self.value}"'
         if self.kind in (USER, OTHER):
             sentence = self.template.replace("{}", self.value, 1)
             if self.former and self.former.lower() != self.value.lower():
@@ -163,7 +168,7 @@ def _mark_replaced(entries: list[Entry], newest: list[Entry]) -> None:
     """Each of `newest` marks the older statement of another turn (or the reply that took a
     suggestion) that is most like it as earlier, when the two speak of the same thing: their
     closest clauses, plus VALUE_WEIGHT times how alike their differing names and numbers are,
-    reach SAME_SUBJECT."""
+    reach SAME_SUBJECT. A question marks nothing."""
     older = [e for e in entries if e.kind in (SAID, TOOK) and e.value and not e.edited]
     if not older or not newest:
         return
@@ -172,6 +177,8 @@ def _mark_replaced(entries: list[Entry], newest: list[Entry]) -> None:
     details = sorted({w for e in [*older, *newest] for w in reading.detail_words(e.value)})
     words = dict(zip(details, reading.vectors(details), strict=True)) if details else {}
     for entry, new in zip(newest, new_vectors, strict=True):
+        if entry.kind == SAID and reading.read_sentence(entry.value).question:
+            continue  # a question asserts nothing, so it replaces nothing
         candidates = [
             (
                 float((new @ old_vectors[col].T).max())
@@ -202,6 +209,23 @@ def statements_forget() -> None:
     _statements_cached.cache_clear()
 
 
+def noted_read(noted: list[Entry], at: int) -> list[tuple[Entry, float]]:
+    """A turn's statements as the model noted them (memory_writer.py): each quote a statement,
+    the first with the option it took, if any."""
+    found = []
+    for entry in noted:
+        if not entry.value:
+            continue
+        if entry.context:
+            took = Entry(_key(TOOK, entry.value + entry.context), "{}", entry.value, TOOK)
+            took.at, took.context = at, entry.context
+            found.append((took, weight_of(took)))
+        else:
+            said = Entry(_key(SAID, entry.value), "{}", entry.value, SAID, at=at)
+            found.append((said, weight_of(said)))
+    return found
+
+
 def merge(
     entries: list[Entry], turns: Iterable, *, newer: Callable[[int, int], bool]
 ) -> list[Entry]:
@@ -209,8 +233,14 @@ def merge(
     the user's statements are added, each marking an older one on the same subject as earlier;
     a reply to a suggestion is added with the suggestion. `newer(turn_id, message_id)`: whether
     the turn comes after that message; an entry the user edited or deleted holds against the
-    turns before the edit, so they do not bring it back."""
-    merged = [replace(e) for e in entries]
+    turns before the edit, so they do not bring it back. NOTED entries among `entries` are what
+    a model chose of a turn: that turn's statements are theirs instead of this module's reading;
+    the result holds no NOTED entries."""
+    noted: dict[int, list[Entry]] = {}
+    for entry in entries:
+        if entry.kind == NOTED:
+            noted.setdefault(entry.at, []).append(entry)
+    merged = [replace(e) for e in entries if e.kind != NOTED]
     present = {e.key for e in merged}
     edits = [e for e in merged if e.edited]
     weights = {e.key: 1.0 for e in merged}
@@ -220,13 +250,16 @@ def merge(
         if turn.role != USER:
             previous_assistant = turn.text
             continue
-        took = reply_to_suggestion(turn.text, previous_assistant, at=turn.id, earlier=proposals)
-        said = [(took, weight_of(took))] if took else []
-        said += [
-            (replace(e), w)
-            for e, w in _statements_cached(turn.text, turn.id)
-            if not took or e.value != took.value  # the reply is kept once, with its proposal
-        ]
+        if turn.id in noted:
+            said = noted_read(noted[turn.id], turn.id)
+        else:
+            took = reply_to_suggestion(turn.text, previous_assistant, at=turn.id, earlier=proposals)
+            said = [(took, weight_of(took))] if took else []
+            said += [
+                (replace(e), w)
+                for e, w in _statements_cached(turn.text, turn.id)
+                if not took or e.value != took.value  # the reply is kept once, with its proposal
+            ]
         if previous_assistant:
             proposals = [previous_assistant, *proposals][: PROPOSALS_READ - 1]
         previous_assistant = ""

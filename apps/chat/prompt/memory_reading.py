@@ -148,20 +148,28 @@ _vectors_lock = threading.Lock()
 
 def vectors(texts: list[str]) -> np.ndarray:
     """Unit vectors of `texts`, each embedded once per process (every prompt of a
-    conversation reads its statements again)."""
+    conversation reads its statements again); the least recently used leave first."""
     from apps.rag.embeddings import embed_texts
 
+    if not texts:
+        return np.zeros((0, 1))
+    found: dict[str, np.ndarray] = {}
     with _vectors_lock:
-        missing = [t for t in dict.fromkeys(texts) if t not in _VECTORS]
+        for text in dict.fromkeys(texts):
+            if text in _VECTORS:
+                _VECTORS.move_to_end(text)
+                found[text] = _VECTORS[text]
+    missing = [t for t in dict.fromkeys(texts) if t not in found]
     if missing:
         computed = embed_texts(missing)
+        found.update(zip(missing, computed, strict=True))
         with _vectors_lock:
             for text, vector in zip(missing, computed, strict=True):
                 _VECTORS[text] = vector
             while len(_VECTORS) > _VECTORS_KEPT:
                 _VECTORS.popitem(last=False)
-    with _vectors_lock:
-        return np.stack([_VECTORS.get(t) for t in texts]) if texts else np.zeros((0, 1))
+    # From this call's own copies: another call may have evicted them from the cache meanwhile.
+    return np.stack([found[t] for t in texts])
 
 
 def vectors_forget() -> None:
@@ -263,13 +271,14 @@ def _said_names(sentence: str) -> set[str]:
 def suggestion_taken(
     text: str, previous_assistant: str, earlier: Sequence[str] = ()
 ) -> tuple[str, str] | None:
-    """A turn that takes what the assistant proposed: its opening is a short reply that
-    points back at the turn just before it ("Perfect, going with that one.", "the second,
-    please"), or one of its statements repeats a name that turn or one of the `earlier`
+    """A turn that takes what the assistant proposed: its opening is a short reply (not a
+    question) to a list of options the turn just before it gave, in any words; or a short
+    reply that points back at that turn and says nothing of its own ("Perfect, going with
+    that one."); or one of its statements repeats a name that turn or one of the `earlier`
     assistant turns (newest first) proposed ("kittiwake it is", said after a question about
     the options). That sentence is kept with the proposal, since a reply alone says nothing.
     Whatever else the turn says is read as usual; an acknowledgement ("Thank you.", "Ok.")
-    takes nothing."""
+    after anything but a list takes nothing."""
     sentences = sentences_of(text)
     opening = next(iter(sentences), "")
     reply, taken = "", ""
@@ -281,7 +290,13 @@ def suggestion_taken(
         and not read_sentence(opening).question
     ):
         said = {w.lower() for w in WORD.findall(opening.replace("\u2019", "'"))}
-        if said & ANAPHORS:
+        if len(_item_heads(previous_assistant)) >= 2:
+            # A short reply to a list of options answers it, in whatever words or language
+            # ("Option 3 for sure", "vamos con la segunda", "2\ufe0f\u20e3"): kept with the
+            # options, so the reply and the list together say which was taken.
+            reply, taken = opening, previous_assistant
+        elif said & ANAPHORS and not details(WORD.findall(opening)):
+            # Pointing back and saying nothing of its own; "wait, it's July 27" is a statement.
             reply, taken = opening, previous_assistant
         elif said & POSITIONS:  # a place in the newest list ("ok the third then")
             listed = [a for a in [previous_assistant, *earlier] if len(_item_heads(a)) >= 2]

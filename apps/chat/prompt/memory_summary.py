@@ -225,15 +225,18 @@ def summary_store(
     # The entries as of the summary's last turn: what they were, updated by the turns it folds
     # in (an entry the user edited since holds against the turns said before the edit).
     order = _order(conversation_id)
+    stored = facts.entries_from_json(current.facts if current else [])
+    folded = turns_between(conversation_id, after=covered_from, upto=upto_message_id)
     entries = facts.merge(
-        facts.entries_from_json(current.facts if current else []),
-        turns_between(conversation_id, after=covered_from, upto=upto_message_id),
-        newer=lambda turn_id, than: order.get(turn_id, -1) > order.get(than, -1),
+        stored, folded, newer=lambda turn_id, than: order.get(turn_id, -1) > order.get(than, -1)
     )
+    # What a model noted of turns the summary does not fold in yet waits for them.
+    upto = order.get(upto_message_id, -1)
+    waiting = [e for e in stored if e.kind == facts.NOTED and order.get(e.at, -1) > upto]
     if current is None:
         current = ConversationSummary(conversation_id=conversation_id)
     current.text, current.upto_message_id, current.model = text, upto_message_id, model
-    current.facts = facts.entries_to_json(entries)
+    current.facts = facts.entries_to_json([*entries, *waiting])
     current.save()
     return current
 
@@ -288,7 +291,9 @@ def summary_discard_from(*, conversation_id: int, message_id: int) -> None:
         row.facts = facts.entries_to_json(entries)
         row.save(update_fields=["facts"])
         return
-    edits = [e for e in entries if e.edited]
+    edits = [
+        e for e in entries if e.edited or (e.kind == facts.NOTED and order.get(e.at, cut) < cut)
+    ]
     if not edits:
         row.delete()
         return
