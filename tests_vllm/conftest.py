@@ -130,6 +130,10 @@ def start_vllm_worker(worker_id: str) -> VLLMWorker:
         "0.5",
         "--grace",
         "5",
+        # SmolLM2's template knows no tools: they are written in the Hermes convention, which
+        # vLLM's hermes parser reads back (worker/engines/vllm_chat.py).
+        "--tool-call-parser",
+        "hermes",
     ]
     process = subprocess.Popen(argv, cwd=BASE_DIR, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     worker = VLLMWorker(process=process, prefix=prefix, worker_id=worker_id, redis_url=redis_url)

@@ -31,6 +31,8 @@ def test_command_line_knobs_reach_the_engine(tmp_path):
             "20",
             "--vllm-engine-args",
             '{"kv_cache_dtype": "fp8"}',
+            "--tool-call-parser",
+            "llama3_json",
         ]
     )
     assert got == {
@@ -44,6 +46,7 @@ def test_command_line_knobs_reach_the_engine(tmp_path):
         "kv_cache_gib": 20.0,
         "engine_args": {"kv_cache_dtype": "fp8"},
         "exit_on_engine_death": True,
+        "tool_call_parser": "llama3_json",
     }
 
 
@@ -53,6 +56,7 @@ def test_environment_knobs_reach_the_engine(monkeypatch):
     monkeypatch.setenv("WORKER_VLLM_ENFORCE_EAGER", "true")
     monkeypatch.setenv("WORKER_VLLM_MAX_MODEL_LEN", "4096")
     monkeypatch.setenv("WORKER_VLLM_ENGINE_ARGS", json.dumps({"quantization": "fp8"}))
+    monkeypatch.setenv("WORKER_VLLM_TOOL_CALL_PARSER", "hermes")
     got = options([])
     assert (got["model"], got["tensor_parallel_size"], got["enforce_eager"]) == (
         "/models/llama",
@@ -60,6 +64,7 @@ def test_environment_knobs_reach_the_engine(monkeypatch):
         True,
     )
     assert got["max_model_len"] == 4096 and got["engine_args"] == {"quantization": "fp8"}
+    assert got["tool_call_parser"] == "hermes"
 
 
 def test_slots_size_the_engine_unless_max_num_seqs_is_given():

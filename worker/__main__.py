@@ -218,6 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="[WORKER_VLLM_ENGINE_ARGS] other vLLM AsyncEngineArgs as JSON, "
         """e.g. '{"quantization": "fp8", "kv_cache_dtype": "fp8"}'""",
     )
+    vllm.add_argument(
+        "--tool-call-parser",
+        default=env_default("WORKER_VLLM_TOOL_CALL_PARSER") or None,
+        help="[WORKER_VLLM_TOOL_CALL_PARSER] the vLLM tool parser for the model's calls, as "
+        "`vllm serve --tool-call-parser` (hermes, llama3_json, mistral, ...); unset: no tools",
+    )
 
     simulated.add_arguments(parser)
     breaker.add_arguments(parser)
@@ -238,6 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="[OPENAI_CONTEXT_TOKENS] the upstream model's context window in tokens, reported "
         "in the heartbeat so the web builds prompts that fit it (default: none reported; the "
         "web then uses MODEL_CONTEXT_TOKENS). llamacpp and vllm report theirs themselves",
+    )
+    upstream.add_argument(
+        "--image-input",
+        action=argparse.BooleanOptionalAction,
+        default=env_default("OPENAI_IMAGE_INPUT", "0").lower() in {"1", "true", "yes"},
+        help="[OPENAI_IMAGE_INPUT] the upstream model reads images: image parts are passed on "
+        "(default off: refused with a 400, as an upstream cannot say what its model reads)",
     )
     return parser
 
@@ -263,6 +276,7 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
             "api_key": args.api_key,
             "slots": slots or 16,
             "context_tokens": args.context_tokens,
+            "image_input": args.image_input,
         }
     if args.engine == "vllm":
         from worker.engines.vllm import options_from_args

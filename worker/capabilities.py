@@ -27,10 +27,10 @@ LOGIT_BIAS = "logit_bias"
 # n > 1: the web runs n requests of the model and merges them (apps/api/openai_choices.py), so
 # a model can when its workers can seed each choice apart: every engine that samples.
 N = "n"
-# Not served by any engine yet; listed so clients see "false" rather than nothing.
-IMAGES = "images"
+# image_url content parts: a vLLM multimodal model, or an upstream its operator says reads them.
+IMAGE_INPUT = "image_input"
 
-ALL = (JSON_OBJECT, JSON_SCHEMA, SEED, PENALTIES, TOOLS, LOGPROBS, LOGIT_BIAS, N, IMAGES)
+ALL = (JSON_OBJECT, JSON_SCHEMA, SEED, PENALTIES, TOOLS, LOGPROBS, LOGIT_BIAS, N, IMAGE_INPUT)
 # What every engine that enforces structured output and honours sampling parameters offers.
 SAMPLING_AND_STRUCTURED = frozenset({JSON_OBJECT, JSON_SCHEMA, SEED, PENALTIES})
 
@@ -44,6 +44,7 @@ WHAT = {
     LOGPROBS: "log probabilities (logprobs, top_logprobs)",
     LOGIT_BIAS: "logit_bias",
     N: "more than one choice per request (n)",
+    IMAGE_INPUT: "image input (image_url content parts)",
 }
 
 
@@ -98,7 +99,20 @@ def asked(request: Any) -> dict[str, str]:
         needs["logit_bias"] = LOGIT_BIAS
     if getattr(request, "n", 1) > 1:
         needs["n"] = N
+    image = first_image(request.messages)
+    if image is not None:
+        needs[image] = IMAGE_INPUT
     return needs
+
+
+def first_image(messages: list[dict[str, Any]]) -> str | None:
+    """Where the first image of a conversation is (`messages[i].content[j].image_url`), or
+    None. A message with images keeps its parts, in OpenAI's shape, in `parts`."""
+    for index, message in enumerate(messages):
+        for at, part in enumerate(message.get("parts") or ()):
+            if part.get("type") == "image_url":
+                return f"messages[{index}].content[{at}].image_url"
+    return None
 
 
 def first_missing(needs: Mapping[str, str], have: Collection[str]) -> tuple[str, str] | None:

@@ -95,6 +95,8 @@ def as_text_messages(request: Any) -> list[dict[str, str]]:
         elif role == "tool":
             content = f"{RESULT_OPEN}{content}{RESULT_CLOSE}"
         rendered.append({"role": role, "content": content})
+        if message.get("parts"):  # images, for an engine that reads them
+            rendered[-1]["parts"] = message["parts"]
     if may_call(request):
         described = instructions(request.tools, only=named(request))
         if rendered and rendered[0]["role"] == "system":

@@ -1,13 +1,14 @@
 """The `messages` of a chat completion, read into the form the work item carries: `{role,
 content}` with text content, an assistant message's replayed `tool_calls` and a tool message's
-`tool_call_id` kept beside (openai_tools.py reads those); a 400 naming the message and field for
-anything else.
+`tool_call_id` kept beside (openai_tools.py reads those), a user message's parts beside its text
+when it has images (openai_images.py); a 400 naming the message and field for anything else.
 
 Pure functions: no database, no Redis.
 """
 
 from __future__ import annotations
 
+from apps.api import openai_images as images
 from apps.api import openai_tools as tools
 from apps.api.openai_errors import invalid, unsupported
 
@@ -25,7 +26,9 @@ ASSISTANT_EXTRAS = ("annotations", "refusal", "audio", "function_call", "tool_ca
 def messages_of(messages) -> list[dict]:
     if not isinstance(messages, list) or not messages:
         raise invalid("messages", "`messages` must be a non-empty list of messages.")
-    return [_message(message, f"messages[{index}]") for index, message in enumerate(messages)]
+    read = [_message(message, f"messages[{index}]") for index, message in enumerate(messages)]
+    images.check_count(read)
+    return read
 
 
 def _message(message, where: str) -> dict:
@@ -57,8 +60,12 @@ def _message(message, where: str) -> dict:
     calls = tools.calls_of(message.get("tool_calls"), where) if role == "assistant" else []
     content = message.get("content")
     # An assistant message that only calls tools has no content (null, as OpenAI returns it).
-    text = "" if content is None and calls else _content(content, where)
+    text, parts = ("", []) if content is None and calls else _content(content, where)
     parsed: dict = {"role": ROLES[role], "content": text}
+    if parts:
+        if role != "user":
+            raise invalid(f"{where}.content", f"Only user messages may hold images, not {role}.")
+        parsed["parts"] = parts
     if calls:
         parsed["tool_calls"] = calls
     if role == "tool":
@@ -66,27 +73,31 @@ def _message(message, where: str) -> dict:
     return parsed
 
 
-def _content(content, where: str) -> str:
+def _content(content, where: str) -> tuple[str, list[dict]]:
+    """The text of `content`, and all its parts when it holds images (else none)."""
     if isinstance(content, str):
-        return content
+        return content, []
     if content is None:
         raise invalid(f"{where}.content", f"`{where}.content` must be text.")
     if not isinstance(content, list):
         raise invalid(
             f"{where}.content", f"`{where}.content` must be a string or a list of text parts."
         )
-    texts = []
-    for part in content:
+    texts, parts = [], []
+    for at, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text" and isinstance(part.get("text"), str):
             texts.append(part["text"])
-        elif kind in ("image_url", "input_image"):
-            raise unsupported(f"{where}.content", "images: the models answer text only")
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url":
+            parts.append(images.image_part(part, f"{where}.content[{at}]"))
         elif kind in ("input_audio", "file"):
-            raise unsupported(f"{where}.content", f"{kind} content parts")
+            raise unsupported(f"{where}.content[{at}]", f"{kind} content parts")
         else:
             raise invalid(
-                f"{where}.content",
-                f'`{where}.content` parts must be {{"type": "text", "text": ...}}.',
+                f"{where}.content[{at}]",
+                f'`{where}.content` parts must be {{"type": "text", "text": ...}} or '
+                '{"type": "image_url", "image_url": {"url": ...}}.',
             )
-    return "\n".join(texts)
+    has_images = any(part["type"] == "image_url" for part in parts)
+    return "\n".join(texts), parts if has_images else []

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 from apps.api import openai_formats as formats
+from apps.api import openai_images as images
 from apps.api import openai_tools as tools
 from apps.api.openai_errors import ApiError, invalid, unsupported
 from apps.api.openai_messages import messages_of
@@ -54,8 +55,10 @@ class ChatRequest:
     @property
     def prompt_tokens_estimate(self) -> int:
         texts = [m["content"] for m in self.messages]
-        return sum(map(estimate_tokens, texts)) + estimate_tokens(
-            tools.estimate_text(self.tools, self.messages)
+        return (
+            sum(map(estimate_tokens, texts))
+            + estimate_tokens(tools.estimate_text(self.tools, self.messages))
+            + images.tokens_estimate(self.messages)
         )
 
 

@@ -247,19 +247,38 @@ def _message(item: dict, where: str) -> dict:
         return {"role": role, "content": content}
     if not isinstance(content, list):
         raise invalid(f"{where}.content", f"`{where}.content` must be text or a list of parts.")
-    texts = []
+    parts = []
     for at, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in TEXT_PARTS and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-        elif kind in ("input_image", "input_file", "input_audio"):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "input_image":
+            parts.append(_image(part, f"{where}.content[{at}]"))
+        elif kind in ("input_file", "input_audio"):
             raise unsupported(f"{where}.content[{at}]", f"{kind} content: the models read text")
         else:
             raise invalid(
                 f"{where}.content[{at}]",
                 f'`{where}.content[{at}]` must be {{"type": "input_text", "text": ...}}.',
             )
-    return {"role": role, "content": "\n".join(texts)}
+    if any(part["type"] == "image_url" for part in parts):  # checked as a chat completion's
+        return {"role": role, "content": parts}
+    return {"role": role, "content": "\n".join(part["text"] for part in parts)}
+
+
+def _image(part: dict, where: str) -> dict:
+    """An `input_image` part ({image_url, detail}) as the chat completion's `image_url` part;
+    a stored file (`file_id`) cannot be read."""
+    for key in part:
+        if key not in ("type", "image_url", "detail", "file_id"):
+            raise invalid(f"{where}.{key}", f"Unrecognized input_image field: {key}")
+    if part.get("file_id") is not None:
+        raise unsupported(f"{where}.file_id", "stored files: send the image as image_url")
+    if not isinstance(part.get("image_url"), str):
+        raise invalid(f"{where}.image_url", f"`{where}.image_url` must be a URL.")
+    detail = part.get("detail")
+    image = {"url": part["image_url"], **({"detail": detail} if detail is not None else {})}
+    return {"type": "image_url", "image_url": image}
 
 
 def _call(item: dict, where: str) -> dict:

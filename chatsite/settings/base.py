@@ -279,6 +279,15 @@ MODEL_CONTEXT_TOKENS = env.int("MODEL_CONTEXT_TOKENS", default=2048)
 MODEL_MAX_TOKENS = env.int("MODEL_MAX_TOKENS", default=512)
 MODEL_TEMPERATURE = env.float("MODEL_TEMPERATURE", default=0.7)
 
+# Images in the OpenAI API (apps/api/openai_images.py): the largest image a data: URL may hold
+# and how many one request may send (the body as a whole stays under Django's
+# DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MB). Remote http(s) image URLs are refused unless
+# API_IMAGE_URLS is on; then they go to the engine as given, and the engine fetches them (the
+# web process never does).
+API_IMAGE_MAX_BYTES = env.int("API_IMAGE_MAX_BYTES", default=1024 * 1024)
+API_IMAGES_PER_REQUEST = env.int("API_IMAGES_PER_REQUEST", default=4)
+API_IMAGE_URLS = env.bool("API_IMAGE_URLS", default=False)
+
 # Requests go through admission control (the dispatcher: plans, fair queue); False sends them
 # straight to the work stream.
 SLUICE_ADMISSION = env.bool("SLUICE_ADMISSION", default=True)

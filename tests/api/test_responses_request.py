@@ -120,7 +120,7 @@ def test_text_format_becomes_the_response_format():
         ({"input": "Hi", "temperature": 3}, "temperature"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
         (
-            {"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
+            {"input": [{"role": "user", "content": [{"type": "input_file"}]}]},
             "input[0].content[0]",
         ),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),

@@ -108,7 +108,7 @@ def test_models_say_what_they_can_do_and_a_model_that_cannot_refuses_naming_it(d
     models = {m.id: m.model_extra["capabilities"] for m in client.models.list()}
     assert models[SMOL]["json_schema"] and models[SMOL]["json_object"]
     assert models[SMOL]["seed"] and models[SMOL]["penalties"]
-    assert models[SMOL]["tools"] and models[SMOL]["logprobs"] and not models[SMOL]["images"]
+    assert models[SMOL]["tools"] and models[SMOL]["logprobs"] and not models[SMOL]["image_input"]
     assert not any(models["alpha"].values())  # the simulated engine honours none of them
     assert client.models.retrieve(SMOL).model_extra["capabilities"] == models[SMOL]
 
@@ -132,3 +132,22 @@ def test_models_say_what_they_can_do_and_a_model_that_cannot_refuses_naming_it(d
         frequency_penalty=0.0,
     )
     assert plain.choices[0].message.content
+
+
+def test_langchain_with_structured_output_returns_the_pydantic_object(demo, key):
+    from langchain_openai import ChatOpenAI
+
+    chat = ChatOpenAI(
+        model=SMOL, base_url=f"{demo}/v1", api_key=key, temperature=0.0, max_tokens=64
+    )
+    # LangChain's default: response_format json_schema (strict), parsed into the model.
+    structured = chat.with_structured_output(Person, include_raw=True)
+    result = structured.invoke(ALICE[0]["content"])
+    assert result["parsing_error"] is None
+    person = result["parsed"]
+    assert isinstance(person, Person) and "Alice" in person.name
+    assert person == Person.model_validate_json(result["raw"].content)
+    # Its JSON mode too.
+    json_mode = chat.with_structured_output(Person, method="json_mode", include_raw=True)
+    raw = json_mode.invoke(ALICE[0]["content"] + ' Answer as JSON with "name" and "age".')
+    assert isinstance(json.loads(raw["raw"].content), dict)

@@ -158,6 +158,13 @@ async def test_the_async_client_streams_and_stops_at_a_stop_sequence(alpha, key)
     await client.close()
 
 
+# A 1x1 PNG: an image the web reads, which the simulated engine cannot.
+PIXEL = (
+    "data:image/png;base64,"
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+)
+
+
 @pytest.mark.parametrize(
     ("options", "param"),
     [
@@ -176,13 +183,13 @@ async def test_the_async_client_streams_and_stops_at_a_stop_sequence(alpha, key)
                             {"type": "text", "text": "What is this?"},
                             {
                                 "type": "image_url",
-                                "image_url": {"url": "data:image/png;base64,AAAA"},
+                                "image_url": {"url": PIXEL},
                             },
                         ],
                     }
                 ]
             },
-            "messages[0].content",
+            "messages[0].content[1].image_url",
         ),
         (
             {"messages": [{"role": "tool", "content": "42", "tool_call_id": "x"}]},

@@ -89,7 +89,7 @@ def test_the_table_lists_every_capability_true_or_false():
     table = capabilities.table(SAMPLING_AND_STRUCTURED)
     assert list(table) == list(capabilities.ALL)
     assert table[JSON_SCHEMA] and table[SEED] and table[PENALTIES]
-    assert not any(table[name] for name in ("tools", "logprobs", "n", "images"))
+    assert not any(table[name] for name in ("tools", "logprobs", "n", "image_input"))
 
 
 def test_the_new_fields_travel_in_the_work_item_and_read_back():
@@ -118,7 +118,7 @@ def test_every_engine_announces_its_capabilities():
     for engine_class in (LlamaCppEngine, OpenAIEngine):
         assert engine_class.capabilities == SAMPLING_AND_STRUCTURED | scores | {capabilities.TOOLS}
     assert SimulatedEngine.capabilities == frozenset()  # a timing model honours none of them
-    assert capabilities.IMAGES not in LlamaCppEngine.capabilities | OpenAIEngine.capabilities
+    assert capabilities.IMAGE_INPUT not in LlamaCppEngine.capabilities | OpenAIEngine.capabilities
 
 
 def test_logprobs_logit_bias_and_n_are_asked_for_only_away_from_their_neutral_values():

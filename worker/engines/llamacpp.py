@@ -50,6 +50,7 @@ from worker.capabilities import (
     TOOLS,
     EngineRefused,
     N,
+    refuse_missing,
 )
 from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
 from worker.engines.llamacpp_scores import TokenScores, bias_of
@@ -234,6 +235,7 @@ class LlamaCppEngine:
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         assert self._free is not None, "start() first"
+        refuse_missing(request, self.capabilities)  # images: the model reads text only
         await self._free.acquire()
         # The chat template knows no tools: calls, results and the tools are written as text.
         if request.tools or tool_calls.uses_tools(request.messages):

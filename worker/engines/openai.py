@@ -12,6 +12,9 @@ upstream enforces them, and refuses what it cannot do (its 400 fails the answer 
 So do tools, tool_choice and parallel_tool_calls; the upstream's streamed tool-call deltas are
 gathered and handed on whole when its answer ends. So do logprobs, top_logprobs and logit_bias;
 each chunk's log probabilities go on with its text.
+
+Image parts go on too, as the client sent them, where the operator says the upstream's model
+reads images (`--image-input`): an OpenAI-compatible server does not say what its model reads.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ from collections.abc import AsyncIterator
 import aiohttp
 
 from worker.capabilities import (
+    IMAGE_INPUT,
     LOGIT_BIAS,
     LOGPROBS,
     SAMPLING_AND_STRUCTURED,
     TOOLS,
     EngineRefused,
     N,
+    refuse_missing,
 )
 from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
 from worker.tool_calls import new_call_id
@@ -52,7 +57,10 @@ class OpenAIEngine:
         slots: int = 16,
         timeout_seconds: float = 600.0,
         context_tokens: int | None = None,
+        image_input: bool = False,
     ) -> None:
+        if image_input:
+            self.capabilities = type(self).capabilities | {IMAGE_INPUT}
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key
@@ -102,6 +110,7 @@ class OpenAIEngine:
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         assert self._client is not None
+        refuse_missing(request, self.capabilities)  # images, unless the operator said so
         body = {
             "model": self.model,
             "messages": [_upstream_message(m) for m in request.messages],
@@ -178,7 +187,12 @@ class OpenAIEngine:
 
 def _upstream_message(message: dict) -> dict:
     """A message as an upstream reads it: an assistant message that only calls tools has no
-    content (null, as OpenAI writes it), rather than an empty text."""
+    content (null, as OpenAI writes it), rather than an empty text; a message with images has
+    its parts as its content."""
+    if message.get("parts"):
+        return {key: value for key, value in message.items() if key != "parts"} | {
+            "content": message["parts"]
+        }
     if message.get("tool_calls") and not message.get("content"):
         return {**message, "content": None}
     return message

@@ -5,8 +5,8 @@ runs in a subprocess (so the worker's entry point keeps its `__main__` guard); t
 renders the chat template, streams deltas (RequestOutputKind.DELTA) and aborts on Stop.
 
 The engine's own figures — KV-cache usage, running and waiting sequences, prefix-cache hit rate —
-come from a stat logger that vLLM calls after every engine step, and go into the worker's
-heartbeat through health().
+come from a stat logger that vLLM calls after every engine step (vllm_figures.py), and go into
+the worker's heartbeat through health().
 
 A response format becomes vLLM's structured outputs (its grammar backend, xgrammar by default,
 masks every token that would leave the schema); a seed, and presence and frequency penalties, go
@@ -14,6 +14,10 @@ into the request's SamplingParams, and so do logprobs (each step's sampled token
 likeliest alternatives, read back into OpenAI's shape) and logit_bias. A seed fixes the
 sampler's random draws, but a sequence that shares batches with others may still come out
 differently (the batch changes the arithmetic).
+
+Tools go through the vLLM tool parser the operator names (vllm_chat.py); without one, the
+engine does not announce tools. Images are read when the model is multimodal (vLLM's model
+config says so once it has loaded the model): the engine then announces image input.
 
 vLLM is imported only in start(): this module imports without it, so a worker without vLLM says
 what to install instead of failing at import.
@@ -28,19 +32,29 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from worker.capabilities import (
-    JSON_OBJECT,
-    JSON_SCHEMA,
+    IMAGE_INPUT,
     LOGIT_BIAS,
     LOGPROBS,
     SAMPLING_AND_STRUCTURED,
+    TOOLS,
+    EngineRefused,
     N,
+    refuse_missing,
 )
 from worker.engines.base import EngineHealth, EngineOutput, EngineRequest
+from worker.engines.vllm_chat import (
+    ToolReader,
+    ToolRenderer,
+    engine_messages,
+    openai_logprobs,
+    sampling_of,
+    wants_tools,
+)
+from worker.engines.vllm_figures import EngineFigures, stat_logger_factory
 
 log = logging.getLogger("sluice.worker")
 
@@ -48,58 +62,6 @@ log = logging.getLogger("sluice.worker")
 # another worker could start at once, and stretch every answer's time per token: pull-based
 # balancing wants a worker to take what it can run at a useful speed.
 CPU_DEFAULT_MAX_NUM_SEQS = 8
-
-
-@dataclass
-class EngineFigures:
-    """The latest scheduler figures, updated by the stat logger after each engine step."""
-
-    running: int = 0
-    waiting: int = 0
-    kv_cache_usage: float = 0.0
-    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache, since start
-    prefix_cache_hits: int = 0  # of those, tokens found cached
-    preemptions: int = 0
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    steps: int = 0
-    updated_at: float = 0.0
-    recent: Any = field(default=None, repr=False)  # vLLM's CachingMetrics: recent hit rate
-
-    def record(self, scheduler_stats: Any, iteration_stats: Any) -> None:
-        if scheduler_stats is not None:
-            self.steps += 1
-            self.updated_at = time.time()
-            self.running = scheduler_stats.num_running_reqs
-            self.waiting = scheduler_stats.num_waiting_reqs
-            self.kv_cache_usage = scheduler_stats.kv_cache_usage
-            prefix = scheduler_stats.prefix_cache_stats
-            if prefix is not None:
-                self.prefix_cache_queries += prefix.queries
-                self.prefix_cache_hits += prefix.hits
-                if self.recent is not None:
-                    self.recent.observe(prefix)
-        if iteration_stats is not None:
-            self.preemptions += iteration_stats.num_preempted_reqs
-            self.prompt_tokens += iteration_stats.num_prompt_tokens
-            self.generation_tokens += iteration_stats.num_generation_tokens
-
-
-def _stat_logger_factory(figures: EngineFigures):
-    """A per-engine StatLoggerFactory that copies each step's figures into `figures`."""
-    from vllm.v1.metrics.loggers import StatLoggerBase
-
-    class SluiceStatLogger(StatLoggerBase):
-        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
-            self.engine_index = engine_index
-
-        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
-            figures.record(scheduler_stats, iteration_stats)
-
-        def log_engine_initialized(self) -> None:
-            pass
-
-    return SluiceStatLogger
 
 
 class VLLMEngine:
@@ -120,9 +82,13 @@ class VLLMEngine:
         exit_on_engine_death: when vLLM's engine process dies, SIGTERM this process, as
             `vllm serve` exits then: the worker stops taking work it can only fail, and its
             supervisor restarts it. The worker's CLI sets it; off for in-process use.
+        tool_call_parser: the vLLM tool parser that reads the model's tool calls (`vllm
+            serve --tool-call-parser`: hermes, llama3_json, mistral, ...); None: no tools.
     """
 
     name = "vllm"
+    # What every vLLM model serves; tools and image input are added in start() where the
+    # parser is named and the model reads images.
     capabilities = SAMPLING_AND_STRUCTURED | {LOGPROBS, LOGIT_BIAS, N}
 
     def __init__(
@@ -139,8 +105,11 @@ class VLLMEngine:
         seed: int | None = None,
         engine_args: dict[str, Any] | None = None,
         exit_on_engine_death: bool = False,
+        tool_call_parser: str | None = None,
     ) -> None:
         self.model = model
+        self.tool_call_parser = tool_call_parser or None
+        self._tools: ToolRenderer | None = None
         self.max_model_len = max_model_len
         self.gpu_memory_utilization = gpu_memory_utilization
         self.tensor_parallel_size = tensor_parallel_size
@@ -214,7 +183,7 @@ class VLLMEngine:
         self._llm = AsyncLLM.from_engine_args(
             self._async_engine_args(),
             usage_context=UsageContext.OPENAI_API_SERVER,
-            stat_loggers=[_stat_logger_factory(self.figures)],
+            stat_loggers=[stat_logger_factory(self.figures)],
         )
         renderer = self._llm.renderer
         # The model's own chat template, as `vllm serve` applies it for /v1/chat/completions.
@@ -227,11 +196,19 @@ class VLLMEngine:
             for key, value in self._llm.model_config.get_diff_sampling_param().items()
             if key not in {"temperature", "max_tokens", "max_new_tokens"}
         }
+        served = set(type(self).capabilities)
+        if self.tool_call_parser:
+            self._tools = ToolRenderer(self._llm, self.tool_call_parser)
+            served.add(TOOLS)
+        if self._llm.model_config.is_multimodal_model:
+            served.add(IMAGE_INPUT)
+        self.capabilities = frozenset(served)
         log.info(
-            "vLLM engine ready in %.1fs: %s, %d sequences at once",
+            "vLLM engine ready in %.1fs: %s, %d sequences at once, %s",
             time.monotonic() - started,
             self.model,
             self.capacity,
+            ", ".join(sorted(self.capabilities)),
         )
 
     async def stop(self) -> None:
@@ -289,11 +266,23 @@ class VLLMEngine:
 
         if self._llm is None:
             raise RuntimeError("vLLM engine not started")
-        _, (engine_input,) = await self._llm.renderer.render_chat_async(
-            [request.messages], self._chat_params, self._tok_params
-        )
+        refuse_missing(request, self.capabilities)  # a request the web checked elsewhere
+        sampling = {**self._sampling_defaults, **sampling_of(request)}
+        reader: ToolReader | None = None
+        if self._tools is not None and wants_tools(request):
+            engine_input, chat, reader = await self._tools.render(request)
+            if chat.structured_outputs is not None:  # the parser holds the answer to a call
+                sampling["structured_outputs"] = chat.structured_outputs
+            sampling["skip_special_tokens"] = chat.skip_special_tokens
+        else:
+            try:
+                _, (engine_input,) = await self._llm.renderer.render_chat_async(
+                    [engine_messages(request.messages)], self._chat_params, self._tok_params
+                )
+            except ValueError as exc:  # an image it cannot read, more than the model takes
+                raise EngineRefused(f"vLLM cannot read this conversation: {exc}") from None
         params = SamplingParams(
-            **{**self._sampling_defaults, **sampling_of(request)},
+            **sampling,
             max_tokens=request.max_tokens,
             temperature=request.temperature,
             stop=request.stop or None,
@@ -310,55 +299,28 @@ class VLLMEngine:
                 choice = output.outputs[0]
                 completion_tokens += len(choice.token_ids)
                 finish_reason = choice.finish_reason if output.finished else None
-                step = EngineOutput(choice.text, prompt_tokens, completion_tokens, finish_reason)
-                if request.logprobs is not None:
-                    step.logprobs = openai_logprobs(
-                        choice.token_ids, choice.logprobs or [], request.logprobs
+                text = choice.text
+                if reader is not None:
+                    text = reader.feed(
+                        text, list(choice.token_ids), output.prompt_token_ids, output.finished
                     )
+                step = EngineOutput(text, prompt_tokens, completion_tokens, finish_reason)
+                if request.logprobs is not None:
+                    token_ids = list(choice.token_ids)
+                    if finish_reason == "stop" and not isinstance(choice.stop_reason, str):
+                        token_ids = token_ids[:-1]  # the end token: not in the text
+                    step.logprobs = openai_logprobs(
+                        token_ids, choice.logprobs or [], request.logprobs
+                    )
+                if reader is not None and output.finished:
+                    calls = reader.end()
+                    if calls and finish_reason != "length":
+                        step.tool_calls, step.finish_reason = calls, "tool_calls"
                 yield step
         except Exception:
             if self._llm is not None and self._llm.errored:
                 self._engine_died()
             raise
-
-
-def sampling_of(request: EngineRequest) -> dict[str, Any]:
-    """The request's own SamplingParams fields (those it left unset keep the model's
-    defaults)."""
-    sampling: dict[str, Any] = {}
-    for name in ("top_p", "seed", "presence_penalty", "frequency_penalty"):
-        if getattr(request, name) is not None:
-            sampling[name] = getattr(request, name)
-    if request.logprobs is not None:
-        sampling["logprobs"] = request.logprobs
-    if request.logit_bias:
-        sampling["logit_bias"] = {int(t): float(v) for t, v in request.logit_bias.items()}
-    kind = request.response_format.get("type")
-    if kind in (JSON_OBJECT, JSON_SCHEMA):
-        from vllm.sampling_params import StructuredOutputsParams
-
-        if kind == JSON_OBJECT:
-            sampling["structured_outputs"] = StructuredOutputsParams(json_object=True)
-        else:
-            schema = request.response_format.get("json_schema", {}).get("schema", {})
-            sampling["structured_outputs"] = StructuredOutputsParams(json=schema)
-    return sampling
-
-
-def openai_logprobs(token_ids, steps, top: int) -> list[dict]:
-    """vLLM's log probabilities of the new tokens (per step, token id -> Logprob, holding the
-    sampled token and the `top` likeliest) in OpenAI's shape."""
-    entries = []
-    for token, step in zip(token_ids, steps, strict=False):
-        ranked = sorted(step.items(), key=lambda pair: pair[1].rank or 0)
-        alternatives = [_logprob_entry(logprob) for _, logprob in ranked[:top]]
-        entries.append({**_logprob_entry(step[token]), "top_logprobs": alternatives})
-    return entries
-
-
-def _logprob_entry(logprob) -> dict:
-    text = logprob.decoded_token or ""
-    return {"token": text, "logprob": logprob.logprob, "bytes": list(text.encode())}
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -394,4 +356,5 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "kv_cache_gib": args.kv_cache_gib,
         "engine_args": extra,
         "exit_on_engine_death": True,
+        "tool_call_parser": args.tool_call_parser,
     }
