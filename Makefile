@@ -85,7 +85,7 @@ bench: $(STAMP)
 	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/engine.py --engine llamacpp
 	test ! -x $(VLLM_VENV)/bin/python || BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py \
 		--python $(VLLM_VENV)/bin/python --name engine_vllm bench/engine.py --engine vllm
-	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/fleet.py
+	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/fleet.py --check
 	BENCH_RUN=$(BENCH_RUN) $(BIN)/python bench/record.py bench/load.py
 
 # vLLM's CPU build in its own venv: vLLM pins many exact versions that must not constrain the web

@@ -6,27 +6,32 @@ rules an operator would otherwise run.
 
 1. estimate: a generated workload goes through apps/admission/estimates.py in arrival order,
    each answer predicted before it is learned, as the dispatcher does. Beside it, the same
-   answers predicted by simple online baselines that see the same history: the global median
-   of the answers so far, the median per kind, per user and per kind and user, and the old
-   `max_tokens` rule. Printed: the median absolute percentage error and the share
-   under-estimated by more than half, over the answers after `--warmup`.
+   answers predicted by online baselines that see the same history: the global median of the
+   answers so far, the median per kind, per user and per kind and user; two that read the
+   question's text (bench/estimates_text.py): the median per phrasing template and a
+   bag-of-words ridge regression refitted as answers come; and the old `max_tokens` rule.
+   Printed: the median absolute percentage error and the share under-estimated by more than
+   half, over the answers after `--warmup`.
 
    The workload (bench/estimates_data.py) is not the estimator's own form: questions are
    short, medium or long by what they ask, users have habits (some ask mostly long questions,
    some get wordier answers, in tokens added as well as in proportion), long answers often run
    to the cap, some answers are refusals or clarifications whatever was asked, and background
-   summaries sit near their own cap. Half the questions use phrasings that the estimator's
-   keyword lists were written for; the other half are held apart: phrasings none of whose words
-   are in those lists. The headline is measured on the held-apart half.
+   summaries sit near their own cap. Three in ten questions are phrased from templates that no
+   estimator ever learns from (never-learned: predicted and scored, never taught), with the
+   same class-blind openers and tails as the rest; the headline is measured on them. On the
+   learned phrasings the per-template median knows each template's answers and is the one to
+   beat; on the never-learned ones it falls back to the median per kind and user.
 2. eta: the queue ETA told to each waiting request against the wait it really had, on a line
    served by two models of different speeds (a fast one and one 6x slower, with skewed answer
    times): the old rule (one service time for every model, 10 s until it learns) beside the
    per-model service times of apps/admission/servicetimes.py, both through the same formula
    positions.py uses (place over the model's slots, times the service time).
 
-Pure Python, no servers: the same classes the dispatcher runs, fed in the same order. Prints
-figures; asserts nothing. Last line: `estimates: answer length error <l> % learned vs <b> % best
-simple baseline (<name>), vs <m> % max_tokens rule; eta error <e> %` (held-apart phrasings).
+Pure Python, no servers: the same classes the dispatcher runs, fed in the same order;
+deterministic for a seed. Prints figures; asserts nothing. The last line gives the
+never-learned phrasings' errors (learned, the best baseline, the best text-aware one, the
+max_tokens rule), then the learned phrasings' (learned and the best baseline), then the ETA's.
 """
 
 from __future__ import annotations
@@ -36,56 +41,39 @@ import math
 import random
 import statistics
 import sys
-from collections import defaultdict, deque
+from collections import defaultdict
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(BASE_DIR), str(BASE_DIR / "bench")]
 
 from estimates_data import workload  # noqa: E402
+from estimates_text import BagOfWords, Medians  # noqa: E402
 
-BASELINES = ("global median", "median per kind", "median per user", "median per kind+user")
+MEDIANS = ("global median", "median per kind", "median per user", "median per kind+user")
+TEXT = ("median per template", "bag of words")
+BASELINES = (*MEDIANS, *TEXT)
 KEPT = {
     "global median": 500,
     "median per kind": 300,
     "median per user": 40,
     "median per kind+user": 30,
+    "median per template": 60,
 }  # answers each median remembers, newest last
-
-
-class Medians:
-    """Online medians of the answers seen so far, by key; a key with too few answers falls
-    back to the global median (and max_tokens before any answer)."""
-
-    def __init__(self) -> None:
-        self.seen: dict[tuple, deque[int]] = defaultdict(deque)
-
-    def guess(self, name: str, key: tuple, max_tokens: int) -> int:
-        values = self.seen.get((name, key))
-        if not values or len(values) < 3:
-            values = self.seen.get(("global median", ()))
-        if not values:
-            return max_tokens
-        return max(1, min(max_tokens, round(statistics.median(values))))
-
-    def learn(self, name: str, key: tuple, real: int) -> None:
-        values = self.seen[name, key]
-        values.append(real)
-        if len(values) > KEPT[name]:
-            values.popleft()
+SLICES = ("never", "learned")
 
 
 def estimate_errors(args) -> dict[str, dict[str, tuple[float, float]]]:
-    """Per slice of the answers (held-apart phrasings, seen phrasings, all): per estimate, its
-    median absolute percentage error and share under-estimated by more than half."""
+    """Per slice of the answers (never-learned phrasings, learned phrasings, all): per
+    estimate, its median absolute percentage error and share under-estimated by more than
+    half."""
     from apps.admission.estimates import Estimator, Sample
     from worker.protocol import Keys
 
     estimator = Estimator(Keys(prefix="bench"))
-    medians = Medians()
-    fired = [0, 0]  # held-apart questions, and those that fired a keyword feature anyway
-    parts = ("held", "seen", "novel")
-    rows: dict[str, dict[str, list[float]]] = {s: defaultdict(list) for s in parts}
+    medians = Medians(KEPT)
+    words = BagOfWords()
+    rows: dict[str, dict[str, list[float]]] = {s: defaultdict(list) for s in SLICES}
     for i, a in enumerate(workload(args.answers, args.users, args.seed)):
         guess = estimator.guess(
             kind=a.kind,
@@ -100,26 +88,32 @@ def estimate_errors(args) -> dict[str, dict[str, tuple[float, float]]]:
             "median per kind": (a.kind,),
             "median per user": (a.user,),
             "median per kind+user": (a.kind, a.user),
+            "median per template": (a.template,),
         }
-        if a.held_out:  # x[7], x[8]: the keyword features (asks long, asks short)
-            fired[0] += 1
-            fired[1] += bool(guess.x[7] or guess.x[8])
         if i >= args.warmup:
-            row = rows["novel" if a.novel else "held" if a.held_out else "seen"]
+            row = rows["never" if a.never else "learned"]
             row["learned"].append((guess.tokens - a.real) / a.real)
-            for name in BASELINES:
-                told = medians.guess(name, keys[name], a.max_tokens)
+            for name in MEDIANS:
+                told = medians.guess([(name, keys[name])], a.max_tokens)
                 row[name].append((told - a.real) / a.real)
+            chain = [(n, keys[n]) for n in ("median per template", "median per kind+user")]
+            told = medians.guess(chain, a.max_tokens)
+            row["median per template"].append((told - a.real) / a.real)
+            said = words.guess(
+                question=a.question, kind=a.kind, prompt=a.prompt, max_tokens=a.max_tokens
+            )
+            row["bag of words"].append(((said or a.max_tokens) - a.real) / a.real)
             row["max_tokens rule"].append((a.max_tokens - a.real) / a.real)
             row["oracle"].append((a.meant - a.real) / a.real)
-        if a.novel:
-            continue  # a test set: predicted, never learned from
+        if a.never:
+            continue  # predicted, never learned from: by the estimator or any baseline
         estimator.learn([Sample(guess.x, guess.tokens, a.max_tokens, a.user, a.plan, a.real)])
-        medians.learn("global median", (), a.real)
-        for name in BASELINES[1:]:
-            medians.learn(name, keys[name], a.real)
-    rows["all"] = {name: [e for part in parts for e in rows[part][name]] for name in rows["held"]}
-    print(f"held-apart questions that fire a keyword feature: {fired[1]} of {fired[0]}")
+        for name, key in keys.items():
+            medians.learn(name, key, a.real)
+        words.learn(
+            question=a.question, kind=a.kind, prompt=a.prompt, max_tokens=a.max_tokens, real=a.real
+        )
+    rows["all"] = {name: [e for s in SLICES for e in rows[s][name]] for name in rows["never"]}
     return {
         part: {
             name: (
@@ -184,41 +178,82 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=300)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", type=int, default=5, help="workloads for the interval")
     args = parser.parse_args()
     results = estimate_errors(args)
     titles = {
-        "held": "held-apart phrasings (no keyword of the estimator's lists)",
-        "novel": "held-apart phrasings whose core is never learned from",
-        "seen": "phrasings the keyword lists were written for",
+        "never": "phrasings never learned from (the headline)",
+        "learned": "phrasings learned from, each answer predicted before it is learned",
         "all": "all answers",
     }
     for part, title in titles.items():
-        print(f"estimate, {title} (after {args.warmup} answers learned):")
+        print(f"estimate, {title} (after {args.warmup} answers):")
         for name, (ape, under) in sorted(results[part].items(), key=lambda r: r[1][0]):
             print(
                 f"  {name:22s} median |error| {ape * 100:6.1f} %   under by > 50 %: "
                 f"{under * 100:5.1f} %"
             )
-    held = results["held"]
-    best = min(BASELINES, key=lambda name: held[name][0])
-    ratio = held["learned"][0] / held[best][0]
-    every = results["all"]
-    overall = every["learned"][0] / min(every[name][0] for name in BASELINES)
+    never, learned = results["never"], results["learned"]
+    best = min(BASELINES, key=lambda name: never[name][0])
+    best_learned = min(BASELINES, key=lambda name: learned[name][0])
+    mine, theirs = never["learned"][0] / never[best][0], learned["learned"][0]
     print(
-        f"learned / best simple baseline on held-apart phrasings: {ratio:.2f} "
-        f"(all answers: {overall:.2f})"
+        f"learned / best baseline: never-learned phrasings {mine:.2f} ({best}); learned "
+        f"phrasings {theirs / learned[best_learned][0]:.2f} ({best_learned})"
     )
+    seeds = seeds_summary(args, results)
     eta = eta_errors(args)
     print(
         f"eta: median |told - waited| / waited: old rule {eta['rule'] * 100:.0f} %, "
         f"measured per model {eta['measured'] * 100:.0f} %"
     )
+    text = min(TEXT, key=lambda name: never[name][0])
     print(
-        f"estimates: answer length error {held['learned'][0] * 100:.0f} % learned vs "
-        f"{held[best][0] * 100:.0f} % best simple baseline ({best}), vs "
-        f"{held['max_tokens rule'][0] * 100:.0f} % max_tokens rule; eta error "
-        f"{eta['measured'] * 100:.0f} %"
+        f"estimates (never-learned phrasings): answer length error {never['learned'][0] * 100:.0f}"
+        f" % learned vs {never[best][0] * 100:.0f} % best baseline ({best}), "
+        f"{never[text][0] * 100:.0f} % best text-aware ({text}), "
+        f"{never['max_tokens rule'][0] * 100:.0f} % max_tokens rule; on learned phrasings "
+        f"{learned['learned'][0] * 100:.0f} % vs {learned[best_learned][0] * 100:.0f} % "
+        f"({best_learned}); over {seeds['seeds']} seeds learned / best baseline on "
+        f"never-learned {seeds['ratio']:.2f} (95 % interval {seeds['t'][0]:.2f}-"
+        f"{seeds['t'][1]:.2f}): {seeds['verdict']}; eta error {eta['measured'] * 100:.0f} %"
     )
+
+
+def seeds_summary(args, first: dict) -> dict:
+    """The never-learned split over --seeds workloads (the first is `first`): each estimate's
+    mean error, and the learned one's error over each baseline's, paired by seed, with a 95 %
+    t interval on the log ratios (bench/fleet_stats.py)."""
+    from fleet_stats import ratio_interval
+
+    errors = [{n: e[0] for n, e in first["never"].items()}]
+    for seed in range(args.seed + 1, args.seed + args.seeds):
+        found = estimate_errors(argparse.Namespace(**{**vars(args), "seed": seed}))
+        errors.append({n: e[0] for n, e in found["never"].items()})
+    last = args.seed + len(errors) - 1
+    print(f"never-learned phrasings over {len(errors)} seeds ({args.seed}-{last}):")
+    names = sorted(errors[0], key=lambda n: statistics.fmean(e[n] for e in errors))
+    mine = [e["learned"] for e in errors]
+    best = min(BASELINES, key=lambda n: statistics.fmean(e[n] for e in errors))
+    summary = {}
+    for name in names:
+        mean = statistics.fmean(e[name] for e in errors)
+        line = f"  {name:22s} mean median |error| {mean * 100:6.1f} %"
+        if name in BASELINES:
+            r = ratio_interval(mine, [e[name] for e in errors])
+            line += f"   learned / it {r['ratio']:.2f} (95 % {r['t'][0]:.2f}-{r['t'][1]:.2f})"
+            if name == best:
+                low, high = r["t"]
+                verdict = (
+                    "no measurable difference"
+                    if low <= 1 <= high
+                    else "learned better"
+                    if high < 1
+                    else "learned worse"
+                )
+                summary = {**r, "seeds": len(errors), "best": best, "verdict": verdict}
+        print(line)
+    return summary
 
 
 if __name__ == "__main__":

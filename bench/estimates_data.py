@@ -1,13 +1,15 @@
 """The workload of bench/estimates.py: answers whose lengths follow what people ask and how
 each user writes, not the estimator's own log-linear form.
 
-A question is short, medium or long by what it asks; half the questions of each class use
-phrasings the estimator's keyword lists were written for (SEEN), half use phrasings held apart
-from them (HELD: none of their words is in those lists). Users have habits: the share of long
-questions they ask, and wordier or terser answers, in tokens added as well as in proportion.
-The spread around the meant length is a gamma (not a log-normal); long answers run to the cap
-a quarter of the time; some answers are refusals or clarifications whatever was asked;
-background summaries sit just under their own cap.
+A question is short, medium or long by what it asks. Each class has two disjoint sets of
+phrasings (cores, with a topic): LEARN, whose answers the estimators learn from, and NEVER,
+phrasings no estimator ever learns from: they are predicted and scored, never taught (the
+never-learned split, the headline). The openers and tails around a core are the same for every
+class ("Hi, ", " Thanks."), so they say nothing of the answer's length. Users have habits: the
+share of long questions they ask, and wordier or terser answers, in tokens added as well as in
+proportion. The spread around the meant length is a gamma (not a log-normal); long answers run
+to the cap a quarter of the time; some answers are refusals or clarifications whatever was
+asked; background summaries sit just under their own cap.
 """
 
 from __future__ import annotations
@@ -15,77 +17,60 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-SEEN = {
+LEARN = {
     "short": [
-        "What is the capital of {}?",
-        "Who wrote {}?",
-        "When was {} founded?",
-        "How many people live in {}?",
-        "Is {} true, yes or no?",
-        "Define {}.",
+        "What year did {} begin?",
+        "Who founded {}?",
+        "How old is {}?",
+        "Is {} open on Sundays?",
+        "What's the population of {}?",
+        "Where is {} located?",
+        "Is {} free to use?",
+        "Who runs {} today?",
     ],
-    "medium": ["What is {} used for?", "Why does {} matter?", "Which problems does {} solve?"],
+    "medium": [
+        "What is {} used for?",
+        "Why do people care about {}?",
+        "What are the main benefits of {}?",
+        "How is {} different from what came before it?",
+        "What problems does {} run into?",
+        "Give me an overview of {}.",
+        "What should a beginner know about {}?",
+        "Tell me about {}.",
+    ],
     "long": [
         "Explain how {} works, step by step.",
-        "Write a short essay about {}.",
-        "Compare {} with its alternatives in detail.",
-        "List the steps to set up {}.",
-        "Describe the history of {} and why it matters.",
+        "Write an essay on the history of {}.",
+        "Compare {} with its alternatives in detail, with a table.",
+        "Write a complete tutorial on {} with examples.",
+        "Describe every part of {} and how they fit together.",
+        "Draft a report on {}: background, current state, risks and outlook.",
+        "Teach me {} from scratch, covering everything a newcomer needs.",
+        "List all the steps to set up {}, with commands and explanations.",
     ],
 }
-# Held-apart phrasings are put together from an opener, a core and a tail, so that they come
-# in hundreds of forms, as people's do, rather than a few templates a learner could memorise.
-HELD = {
-    "short": (
-        ["", "Quick one: ", "Just curious, ", "Real quick: "],
-        [
-            "{} population these days?",
-            "year {} started?",
-            "is {} older than the internet?",
-            "is {} a real thing?",
-            "roughly how big is {}?",
-            "{}: good or bad?",
-            "is {} still around?",
-        ],
-        ["", " Just the number.", " Short answer please.", " One line is fine."],
-    ),
-    "medium": (
-        ["", "Hey, ", "So, "],
-        [
-            "tell me a bit about {}.",
-            "what are the pros and cons of {}?",
-            "I keep hearing about {}; what's the fuss?",
-            "give me the gist of {}.",
-            "what do people like about {}?",
-            "sum up {} for me.",
-        ],
-        ["", " A paragraph or two is plenty.", " Keep it readable."],
-    ),
-    "long": (
-        ["", "I have time, so ", "For my course, ", "Please "],
-        [
-            "walk me through setting up {} from scratch.",
-            "teach me {} as if I were new to it, covering everything.",
-            "I need a thorough rundown of {} for a presentation tomorrow.",
-            "give me the complete picture of {}: background, how it works today, and what "
-            "comes next.",
-            "go deep on {}; I want all the nuance.",
-            "break down {} section by section with examples.",
-        ],
-        ["", " Be thorough.", " Include examples and pitfalls.", " Don't skip anything."],
-    ),
+NEVER = {
+    "short": [
+        "Roughly how large is {}?",
+        "Does {} still exist?",
+        "Which country is {} in?",
+        "Has {} ever changed its name?",
+    ],
+    "medium": [
+        "What do critics say about {}?",
+        "How did {} become popular?",
+        "What's the fuss about {}?",
+        "Sum up {} for me.",
+    ],
+    "long": [
+        "Walk me through {} end to end, leaving nothing out.",
+        "Give me a thorough rundown of {} for a presentation.",
+        "Break down {} section by section with worked examples.",
+        "I want an in-depth guide to {}, from the basics to advanced use.",
+    ],
 }
-
-
-def held_question(rng: random.Random, size: str, topic: str) -> tuple[str, bool]:
-    """A held-apart question, and whether its core is the class's last one: the core the
-    bench never lets a learner learn from, to see how far the learned words carry."""
-    openers, cores, tails = HELD[size]
-    core = rng.randrange(len(cores))
-    text = rng.choice(openers) + cores[core].format(topic) + rng.choice(tails)
-    return text[0].upper() + text[1:], core == len(cores) - 1
-
-
+OPENERS = ["", "", "Hi, ", "Hello! ", "OK, ", "Question: "]
+TAILS = ["", "", " Thanks.", " Thank you!", " Cheers."]
 TOPICS = [
     "France",
     "Redis",
@@ -108,6 +93,7 @@ SUMMARY_ASK = (
     "the topics they asked about."
 )
 CLASS_TOKENS = {"short": 35, "medium": 140, "long": 380}
+NEVER_SHARE = 0.3  # of people's questions: phrased from NEVER
 
 
 @dataclass
@@ -120,8 +106,16 @@ class Answer:
     question: str
     real: int  # the answer's tokens
     meant: int  # its length before the random spread, caps and refusals: the oracle
-    held_out: bool  # a phrasing held apart from the keyword lists
-    novel: bool = False  # one whose core the learners never learn from (a test set)
+    template: str  # which phrasing ("long/3", "never:short/1"; "summary" for background)
+    never: bool = False  # phrased from NEVER: scored, never learned from
+
+
+def question(rng: random.Random, size: str, topic: str, never: bool) -> tuple[str, str]:
+    """A question of class `size`, and its template's name."""
+    cores = (NEVER if never else LEARN)[size]
+    core = rng.randrange(len(cores))
+    text = rng.choice(OPENERS) + cores[core].format(topic) + rng.choice(TAILS)
+    return text[0].upper() + text[1:], f"{'never:' if never else ''}{size}/{core}"
 
 
 def workload(answers: int, users: int, seed: int):
@@ -145,14 +139,11 @@ def workload(answers: int, users: int, seed: int):
         prompt = int(prompt * rng.uniform(0.6, 1.6))
         if kind == "background":
             real = max(20, round(120 - rng.expovariate(1 / 12)))
-            yield Answer(kind, str(user), plan, prompt, 120, SUMMARY_ASK, real, 114, False)
+            yield Answer(kind, str(user), plan, prompt, 120, SUMMARY_ASK, real, 114, "summary")
             continue
         size = rng.choices(list(CLASS_TOKENS), shares)[0]
-        held = rng.random() < 0.5
-        topic = rng.choice(TOPICS)
-        question, novel = rng.choice(SEEN[size]).format(topic), False
-        if held:
-            question, novel = held_question(rng, size, topic)
+        never = rng.random() < NEVER_SHARE
+        text, template = question(rng, size, rng.choice(TOPICS), never)
         meant = CLASS_TOKENS[size] * {"chat": 1.0, "rag": 1.25, "long": 1.4}[kind]
         meant = meant * scale + extra + (15 if kind == "rag" else 0)
         if rng.random() < 0.08:  # a refusal or a clarifying question, whatever was asked
@@ -167,9 +158,9 @@ def workload(answers: int, users: int, seed: int):
             plan,
             prompt,
             max_tokens,
-            question,
+            text,
             max(1, min(max_tokens, round(real))),
             max(1, min(max_tokens, round(meant))),
-            held,
-            novel,
+            template,
+            never,
         )

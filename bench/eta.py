@@ -12,13 +12,14 @@ conversation of its own, and the bench reads each request's events from Redis as
 
 First a warm-up (short and long questions, not measured), so that both ETAs start from a
 history as a running service has: the answer-length estimator has learned (it needs 30
-answers) and the service time's moving average has settled. Then each round sends a couple of
-short questions (a chat service's mix), then 2-4 long answers at once (a story, a long
-explanation: they run to the cap, or near it), then one or two more questions a random moment
-later, which wait behind what is left of the long ones. Every request that was told a place in
-line is a wait. Its error is |ETA - wait| / wait, the wait from the first position event to the
-moment a worker started it (its first text less the engine's own time to first token), at
-least 1 s (ETAs are told in whole seconds, at least 1).
+answers) and the service time's moving average has settled. The warm-up is phrased apart from
+the measured questions: no measured phrasing was learned from before it is measured. Then each
+round sends a couple of short questions (a chat service's mix), then 2-4 long answers at once
+(a tale, a long letter: they run to the cap, or near it), then one or two more questions a
+random moment later, which wait behind what is left of the long ones. Every request that was
+told a place in line is a wait. Its error is |ETA - wait| / wait, the wait from the first
+position event to the moment a worker started it (its first text less the engine's own time to
+first token), at least 1 s (ETAs are told in whole seconds, at least 1).
 
 Side by side, for the same waits at the same moments: the ETA the dispatcher told (what is left
 of the running answers and of each request ahead, at the measured speed), and the old rule
@@ -56,16 +57,29 @@ from devstack.stack import (  # noqa: E402
     say,
 )
 
+# Phrased in people's words. The warm-up's phrasings (WARM_*) are none of the measured rounds':
+# what the estimator learned in the warm-up reaches the measured questions only through the
+# words they share, and from then on it learns from their answers, as it would in service.
+WARM_SHORT = [
+    "Capital of {}? Just the city.",
+    "Is {} bigger than Spain? Reply in one line.",
+    "What currency does {} use? Only the name.",
+]
+WARM_LONG = [
+    "Spin a long yarn set in {}, with plenty of scenes.",
+    "Go on at length about {}, covering all you can think of.",
+    "Compose a long diary entry of a day spent with {}.",
+]
 SHORT = [
-    "What is the capital of {}? Answer in one word.",
-    "Name the main language spoken in {}. One word only.",
-    "Is {} in Europe? Answer yes or no.",
+    "Which continent is {} on? Reply with just its name.",
+    "{}: north or south of the equator? A single word, please.",
+    "Does {} have a coastline? Reply with only that.",
 ]
 PLACES = ["France", "Japan", "Brazil", "Kenya", "Canada", "Italy", "Peru", "India", "Egypt"]
 LONG = [
-    "Write a long, detailed story about {}. Use many paragraphs.",
-    "Explain everything you know about {} in a long essay with many details.",
-    "Write a very long letter to a friend describing {} in detail.",
+    "Tell me a long tale about {}, many paragraphs, as rich as you can make it.",
+    "I'd love a lengthy letter to a friend all about {}; go on for as long as you like.",
+    "Give me everything about {}: go on at great length, paragraph after paragraph.",
 ]
 TOPICS = [
     "a lighthouse keeper",
@@ -203,17 +217,20 @@ def ask(user, watcher: Watcher, text: str, *, long: bool) -> Asked:
     return asked
 
 
-def question(rng: random.Random, long: bool) -> str:
+def question(rng: random.Random, long: bool, *, warm: bool = False) -> str:
     if long:
-        return rng.choice(LONG).format(rng.choice(TOPICS))
-    return rng.choice(SHORT).format(rng.choice(PLACES))
+        return rng.choice(WARM_LONG if warm else LONG).format(rng.choice(TOPICS))
+    return rng.choice(WARM_SHORT if warm else SHORT).format(rng.choice(PLACES))
 
 
 def run(user, watcher: Watcher, *, rounds: int, warmup: int, seed: int) -> list[Asked]:
     rng = random.Random(seed)
     say(f"warm-up: {warmup} answers, not measured")
     for _ in range(0, warmup, 4):
-        batch = [ask(user, watcher, question(rng, n % 2 == 1), long=n % 2 == 1) for n in range(4)]
+        batch = [
+            ask(user, watcher, question(rng, n % 2 == 1, warm=True), long=n % 2 == 1)
+            for n in range(4)
+        ]
         watcher.wait_all([a.id for a in batch])
     measured: list[Asked] = []
     for n in range(rounds):

@@ -43,26 +43,33 @@ def worker_args(index: int, fleet: Fleet) -> list[str]:
     ]
 
 
-def prepare(users: int, conversations: int) -> tuple[list[int], list[int]]:
-    """Users on a plan that admits everything (the check compares routing, not admission),
-    and conversations for them."""
+def prepare(users: int, conversations: int, fleet: Fleet) -> tuple[list[int], list[int]]:
+    """Users on the model's plan (bench/fleet_dispatch.model_plan): its limits on what runs at
+    once, with rates and quotas that admit everything (the check compares routing and
+    release, not admission), and conversations for them."""
+    from fleet_dispatch import model_plan
+
     from apps.accounts.models import User
     from apps.admission.models import DegradationSettings, Plan
     from apps.chat.models import Conversation
 
+    plan = model_plan(fleet.max_concurrent)
     Plan.objects.filter(is_default=True).update(
         requests_per_minute=1_000_000,
         burst_requests=1_000_000,
         tokens_per_minute=10**9,
         burst_tokens=10**9,
         tokens_per_day=2 * 10**9,
-        max_concurrent=10_000,
+        max_concurrent=plan.max_concurrent,
+        max_background_concurrent=plan.max_background_concurrent,
         max_queue_wait_seconds=3600,
     )
     row = DegradationSettings.current()
     row.forced_level = 0
     row.save()
-    owners = [User.objects.create(username=f"fleet{os.getpid()}-{i}") for i in range(users)]
+    owners = User.objects.bulk_create(
+        [User(username=f"fleet{os.getpid()}-{i}") for i in range(users)]
+    )
     made = Conversation.objects.bulk_create(
         [Conversation(owner=owners[i % users], title=f"fleet {i}") for i in range(conversations)]
     )
@@ -72,7 +79,8 @@ def prepare(users: int, conversations: int) -> tuple[list[int], list[int]]:
 def check(*, policies, fleet: Fleet, rate: float, args, env: dict, model_rows: list[dict]) -> None:
     """`env`: the backing services' (bench/fleet.py starts them and migrates)."""
     per = int(rate * (args.check_seconds + 30) + 400)
-    users, conversations = prepare(64, per * len(policies))
+    # One database user per workload user (400 people, 24 API clients), as in the model.
+    users, conversations = prepare(440, per * len(policies), fleet)
     rows = []
     for n, policy in enumerate(policies):
         say(f"check {policy}: {fleet.workers} workers at {rate:.2f} req/s")
@@ -161,6 +169,7 @@ def drive(client, keys, fleet, rate, args, users, conversations, worker_ids) -> 
     asked: dict[str, object] = {}
     measured: dict[str, int] = {}  # request id → submitted ms
     dropped, before = 0, None
+    people: dict[str, int] = {}  # workload user → index into `users`
     while True:
         now = time.time()
         if before is None and now >= warm_at:
@@ -182,14 +191,18 @@ def drive(client, keys, fleet, rate, args, users, conversations, worker_ids) -> 
                 continue
             for one in (ask, *workload.background):
                 conversation = str(conversations[int(one.conversation)]) if one.conversation else ""
-                user = users[sum(map(ord, one.user)) % len(users)]
+                user = users[people.setdefault(one.user, len(people)) % len(users)]
                 item = WorkItem(
                     id=protocol.new_request_id(),
                     user_id=str(user),
                     conversation_id=conversation,
                     messages=one.messages,
                     max_tokens=512,
-                    kind="rag" if conversation else "api",
+                    kind="background"
+                    if one.kind == "background"
+                    else "rag"
+                    if conversation
+                    else "api",
                     prompt_tokens_estimate=sum(len(m["content"]) for m in one.messages) // 4,
                 )
                 transitions.submitted(

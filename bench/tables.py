@@ -29,10 +29,12 @@ COMPARES = {
     "connections": "Redis connections of a web process as live streams grow",
     "reconnect": "every page reconnecting at once after a web restart",
     "admission": "admission decisions/s vs Redis's own ceiling with the same script",
-    "estimates": "learned answer lengths vs medians per kind, user, kind and user, and the "
-    "`max_tokens` rule, on phrasings the keyword lists never saw",
-    "eta": "queue ETA on the real llama.cpp worker behind 2-4 long answers: what is left at the "
-    "measured speed vs the moving average of service time",
+    "estimates": "learned answer lengths vs medians per kind, user, kind and user, a median "
+    "per phrasing template, a bag-of-words regression and the `max_tokens` rule, on phrasings "
+    "nothing learns from (the headline, five seeds) and on phrasings learned from",
+    "eta": "queue ETA on the real llama.cpp worker behind 2-4 long answers, on phrasings the "
+    "warm-up never taught: what is left at the measured speed vs the moving average of service "
+    "time",
     "memory": "facts in five placements kept by the user's statements (their own words) vs a "
     "sliding window, on 40 frozen conversations written by people who never read the rules "
     "(the headline) and on the two sets it was tuned on; old values shown as current, "
@@ -43,8 +45,9 @@ COMPARES = {
     "demo_ttft": "time to first token on `make run`'s demo: general, follow-up, with passages",
     "engine": "tokens/s through Sluice vs the engine driven directly",
     "engine_vllm": "the same on vLLM's CPU build (when .venv-vllm exists)",
-    "fleet": "goodput at TTFT p99 <= 2 s: pull + affinity vs least connections, weighted round "
-    "robin, sticky hashing, pull",
+    "fleet": "goodput at TTFT p99 <= 2 s over five seeds with a 95 % interval: pull + affinity "
+    "(the dispatcher's own release code in a simulated-time model) vs least connections, "
+    "weighted round robin, sticky hashing, a cache-aware balancer with a load bound, pull",
     "load": "capacity of `make run`'s defaults: the highest rate held at TTFT p99 <= 2 s",
 }
 

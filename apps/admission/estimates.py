@@ -7,15 +7,14 @@ tenth of it), so the buckets held back tokens a user never spent and the fair qu
 tokens, refitted after each batch of answers, over features that are cheap to read at intake:
 
     the kind (rag, long, background; chat is the baseline), the prompt's tokens, the question's
-    length, words that ask for a long answer ("explain", "write", "list"...) or a short one
-    ("what is", "who", "yes or no"...) and max_tokens;
+    length and max_tokens;
 
 plus how much longer or shorter than predicted the recent answers of this user and of this plan
 have been: a lean per user and per plan (in log tokens), moved towards each answer's error; and
 a weight per word of the question (hashed into `WORD_BUCKETS`), learned from the answers the same
-way. The keyword lists know a few dozen words; people ask for long answers in words no list
-holds ("walk me through", "a thorough rundown"), and the word weights learn those from the
-answers themselves (bench/estimates.py measures both on phrasings the lists have never seen).
+way. No list of words decides what asks for a long answer: the answers teach it, in whatever
+words people use (bench/estimates.py scores it on phrasings it never learns from; the keyword
+lists this replaced did no better there).
 
 The statistics decay (`DECAY` per answer), so the model follows a workload that changes. Until
 `MIN_SAMPLES` answers are learned it predicts `max_tokens`, the old rule. The prediction never
@@ -43,17 +42,10 @@ import redis
 from apps.admission.kinds import BACKGROUND, LONG, RAG
 from worker.protocol import ADMISSION_STATE_TTL_SECONDS, Keys
 
-FEATURES = (
-    "bias",
-    "rag",
-    "long",
-    "background",
-    "prompt",
-    "question",
-    "max_tokens",
-    "asks_long",
-    "asks_short",
-)
+FEATURES = ("bias", "rag", "long", "background", "prompt", "question", "max_tokens")
+# The previous release's model had two more dense features after these (keyword flags): its
+# statistics for the features kept are the leading rows and columns, read as they are.
+PREVIOUS_FEATURES = len(FEATURES) + 2
 DECAY = 0.998  # per answer learned: the last ~500 answers weigh most
 RIDGE = 1.0
 MIN_SAMPLES = 30
@@ -65,25 +57,6 @@ QUESTION_CHARS = 2000  # what the text features read of the question (its start)
 WORD_BUCKETS = 1024  # words of the question, hashed; each bucket has a learned weight
 WORDS_READ = 32  # distinct words (buckets) read of a question, from its start
 WORD_RATE = 0.1  # how far one answer moves the weights of its words (in log tokens, all told)
-# Words and phrases that ask for a long answer, or a short one (matched on the lowered text).
-LONG_WORDS = frozenset(
-    "explain describe write essay story list steps code implement compare "
-    "detail detailed summarize summarise article guide tutorial why outline "
-    "draft translate".split()
-)
-LONG_PHRASES = ("how do", "how to", "step by step")
-SHORT_WORDS = frozenset("who when where capital define which".split())
-SHORT_PHRASES = (
-    "what is",
-    "who is",
-    "who was",
-    "yes or no",
-    "one word",
-    "true or false",
-    "how many",
-    "how much",
-    "name the",
-)
 _PUNCTUATION = str.maketrans({c: " " for c in "?.,;:!\"'()"})
 _USER_MARK = '"role": "user", "content": "'
 
@@ -215,10 +188,7 @@ class Estimator:
         max_tokens: int,
         question: str,
     ) -> list[float]:
-        text = question[:QUESTION_CHARS].lower()
-        words = text.translate(_PUNCTUATION).split()
-        asks_long = not LONG_WORDS.isdisjoint(words) or any(p in text for p in LONG_PHRASES)
-        asks_short = not SHORT_WORDS.isdisjoint(words) or any(p in text for p in SHORT_PHRASES)
+        words = question[:QUESTION_CHARS].lower().translate(_PUNCTUATION).split()
         # After the dense features, the question's word buckets: they travel with the work
         # item as the rest do, so the answer can teach their weights.
         return [
@@ -229,8 +199,6 @@ class Estimator:
             math.log1p(max(0, prompt_tokens)) / 8,
             math.log1p(len(question)) / 8,
             math.log1p(max(1, max_tokens)) / 8,
-            float(asks_long),
-            float(asks_short),
             *_buckets(words),
         ]
 
@@ -330,6 +298,8 @@ class Estimator:
                 model = json.loads(raw)
                 size = len(FEATURES)
                 a, b = model["a"], model["b"]
+                if len(b) == PREVIOUS_FEATURES and len(a) == PREVIOUS_FEATURES:
+                    a, b = [row[:size] for row in a[:size]], b[:size]
                 if len(b) == size and len(a) == size and all(len(r) == size for r in a):
                     self.a = [[float(v) for v in row] for row in a]
                     self.b = [float(v) for v in b]

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from apps.admission.estimates import MIN_SAMPLES, Estimator, Sample, question_of
+from apps.admission.estimates import FEATURES, MIN_SAMPLES, Estimator, Sample, question_of
 from apps.admission.models import Plan
 from apps.chat.submission import request_publish
 from core.redis_client import get_redis
@@ -171,17 +171,16 @@ def test_metrics_and_the_ops_page_show_the_estimates_error(
     assert "Answer-length estimate" in page
 
 
-def test_words_no_keyword_list_knows_are_learned_from_the_answers():
-    """Neither phrasing holds a word of the keyword lists; the answers teach which one asks
-    for a long answer, and a standby inherits the word weights."""
-    terse = "Quick check on Redis, one line is fine."
-    thorough = "Walk me through Redis, be thorough."
+def test_the_words_that_ask_for_a_long_answer_are_learned_from_the_answers():
+    """No list says which words ask for a long answer: the answers teach it, and a standby
+    inherits the word weights."""
+    terse = "Redis, in a sentence?"
+    thorough = "Redis: the full story, please, with all its corners."
     estimator = Estimator(keys())
     asked = dict(kind="chat", user_id="7", plan="free", prompt_tokens=40, max_tokens=MAX_TOKENS)
     for i in range(120):
         question, real = (terse, 20) if i % 2 else (thorough, 300)
         guess = estimator.guess(**asked, question=question)
-        assert not any(guess.x[7:9])  # no keyword feature fires
         estimator.learn([Sample(guess.x, guess.tokens, MAX_TOKENS, "7", "free", real)])
     short, long = (estimator.guess(**asked, question=q).tokens for q in (terse, thorough))
     assert short < 40 and long > 150
@@ -191,6 +190,31 @@ def test_words_no_keyword_list_knows_are_learned_from_the_answers():
     standby = Estimator(keys())
     standby.load(get_redis())
     assert standby.guess(**asked, question=thorough).tokens == long
+
+
+def test_the_previous_releases_model_is_read_without_its_keyword_features():
+    """A dispatcher of this release taking over from one of the previous release keeps what it
+    learned for the features both have (its model had two keyword features more)."""
+    estimator = Estimator(keys())
+    asked = dict(kind="rag", user_id="7", plan="free", prompt_tokens=900, max_tokens=MAX_TOKENS)
+    for _ in range(60):
+        guess = estimator.guess(**asked, question="")
+        estimator.learn([Sample(guess.x, guess.tokens, MAX_TOKENS, "7", "free", 90)])
+    learned = estimator.guess(**asked, question="").tokens
+    size = len(FEATURES)
+    previous = {  # the same statistics with two more features that never fired
+        "a": [[*row, 0.0, 0.0] for row in estimator.a] + [[0.0] * (size + 2)] * 2,
+        "b": [*estimator.b, 0.0, 0.0],
+        "n": estimator.samples,
+        "plans": estimator.plans,
+        "words": estimator.words,
+    }
+    get_redis().set(keys().estimates("model"), json.dumps(previous))
+    get_redis().hset(keys().estimates("users"), mapping={"7": estimator.users["7"]})
+    standby = Estimator(keys())
+    standby.load(get_redis())
+    assert standby.samples == estimator.samples
+    assert standby.guess(**asked, question="").tokens == learned
 
 
 def test_the_question_is_read_without_decoding_the_prompt():
