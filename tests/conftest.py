@@ -72,6 +72,11 @@ def redis_prefix(settings):
     """Every Redis key a test writes lives under its own prefix, deleted afterwards."""
     prefix = f"t{uuid.uuid4().hex[:10]}"
     settings.SLUICE_REDIS_PREFIX = prefix
+    # The cache too (the account forms' rate limits count in it): no test inherits another's.
+    settings.CACHES = {
+        name: {**config, "KEY_PREFIX": f"{prefix}:cache"}
+        for name, config in django_settings.CACHES.items()
+    }
     yield prefix
     client = get_redis()
     stale = list(client.scan_iter(match=f"{prefix}:*", count=1000))

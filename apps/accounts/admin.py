@@ -5,11 +5,7 @@ from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.db.models import Count, Q
 
 from apps.accounts import read_gate, services
-from apps.accounts.forms import ThrottledAdminAuthenticationForm
 from apps.accounts.models import ApiKey, Profile, StaffRead, Suspension, Tag, TagProposal, User
-
-# The admin's login counts failures with the site login's throttle (same helpers, same limits).
-admin.site.login_form = ThrottledAdminAuthenticationForm
 
 
 class ProfileInline(admin.StackedInline):

@@ -195,3 +195,19 @@ class Suspension(models.Model):
     def clean(self) -> None:
         if self._state.adding and self.until and self.until <= timezone.now():
             raise ValidationError({"until": "A time still to come (or empty: until lifted)."})
+
+
+class MailboxMessage(models.Model):
+    """A mail Sluice would have sent, kept for the dev mailbox page while no mail server is
+    configured (apps/accounts/mailbox.py). Only the newest DEV_MAILBOX_KEEP are kept."""
+
+    to = models.TextField()
+    subject = models.CharField(max_length=300)
+    body = models.TextField()
+    sent = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-sent", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.subject} to {self.to}"

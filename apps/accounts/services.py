@@ -8,6 +8,7 @@ import secrets
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
@@ -216,11 +217,14 @@ def user_suspension_lift(*, suspension: Suspension) -> None:
 
 
 def suspension_standing_for_login(*, username: str) -> Suspension | None:
-    """The suspension that stands for the account signing in as `username`, if any; one whose
-    time is up is lifted here, so the sign-in goes on as usual."""
+    """The suspension that stands for the account signing in as `username` (or with that email
+    address), if any; one whose time is up is lifted here, so the sign-in goes on as usual."""
+    named = Q(user__username=username)
+    if "@" in username:
+        named |= Q(user__email__iexact=username)
     suspension = (
         Suspension.objects.select_related("user")
-        .filter(user__username=username, lifted__isnull=True)
+        .filter(named, lifted__isnull=True)
         .order_by("-created")
         .first()
     )

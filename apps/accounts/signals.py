@@ -8,6 +8,7 @@ the admin's, a shell's `set_password` and `save`, and each must reach the socket
 
 from __future__ import annotations
 
+from allauth.account.signals import user_signed_up
 from django.conf import settings
 from django.contrib.auth.signals import user_logged_out
 from django.db import transaction
@@ -15,7 +16,14 @@ from django.db.models.signals import post_delete, post_init, post_save
 from django.dispatch import receiver
 
 from apps.accounts.models import ApiKey
+from apps.accounts.services import profile_get_or_create
 from apps.accounts.sessions import AccountEvent, account_event_publish
+
+
+@receiver(user_signed_up, dispatch_uid="sluice-profile-at-sign-up")
+def profile_created(sender, request, user, **kwargs) -> None:
+    """Every account has a profile from the start, however it signed up (a form, a provider)."""
+    profile_get_or_create(user=user)
 
 
 def _credentials(user) -> tuple:

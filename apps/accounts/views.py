@@ -1,73 +1,14 @@
 from __future__ import annotations
 
-from django.contrib import admin, messages
-from django.contrib.auth import login
-from django.contrib.auth import views as auth_views
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts import selectors, services
-from apps.accounts.forms import ProfileForm, SignupForm, ThrottledAuthenticationForm
-
-
-def throttled_status(response: HttpResponse) -> HttpResponse:
-    """A login page whose form was refused by the throttle answers 429 with Retry-After."""
-    form = (getattr(response, "context_data", None) or {}).get("form")
-    wait = getattr(form, "throttled_seconds", 0)
-    if wait:
-        response.status_code = 429
-        response["Retry-After"] = str(wait)
-    return response
-
-
-class ThrottledLoginView(auth_views.LoginView):
-    """Django's login, refusing an account + address pair after repeated failures (the form
-    does the counting: ThrottledAuthenticationForm)."""
-
-    template_name = "accounts/login.html"
-    authentication_form = ThrottledAuthenticationForm
-    redirect_authenticated_user = True
-
-    def post(self, request, *args, **kwargs):
-        return throttled_status(super().post(request, *args, **kwargs))
-
-
-def admin_login(request: HttpRequest, extra_context=None) -> HttpResponse:
-    """The admin's own login (its form is the throttled one, see apps/accounts/admin.py), with
-    the site login's 429."""
-    return throttled_status(admin.site.login(request, extra_context))
-
-
-class PasswordChangeView(auth_views.PasswordChangeView):
-    template_name = "accounts/password_change.html"
-    success_url = reverse_lazy("accounts:profile")
-
-    def form_valid(self, form):
-        response = super().form_valid(form)
-        messages.success(
-            self.request, "Password changed. Your other sessions have been logged out."
-        )
-        return response
-
-
-@require_http_methods(["GET", "POST"])
-def signup(request: HttpRequest) -> HttpResponse:
-    if request.user.is_authenticated:
-        return redirect("chat:index")
-    form = SignupForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        user = services.user_create(
-            username=form.cleaned_data["username"],
-            password=form.cleaned_data["password1"],
-            email=form.cleaned_data.get("email", ""),
-        )
-        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-        messages.success(request, "Welcome to Sluice! Tell us about yourself on your profile.")
-        return redirect("chat:index")
-    return render(request, "accounts/signup.html", {"form": form})
+from apps.accounts.forms import ProfileForm
 
 
 @login_required
@@ -86,6 +27,7 @@ def profile(request: HttpRequest) -> HttpResponse:
             "form": form,
             "api_keys": request.user.api_keys.filter(revoked=False),
             "tag_proposals": selectors.tag_proposals_open_for_user(user=request.user),
+            "local_password": settings.SLUICE_LOCAL_PASSWORD,
         },
     )
 

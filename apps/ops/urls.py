@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from apps.ops import admin_views, usage_views
+from apps.ops import admin_views, refusals, usage_views
 
 app_name = "ops"
 
@@ -17,6 +17,7 @@ urlpatterns = [
     path("usage/", usage_views.usage_page, name="usage"),
     path("usage.csv", usage_views.usage_csv, name="usage_csv"),
     path("feedback/", usage_views.feedback_page, name="feedback"),
+    path("refused/", refusals.refused_page, name="refused"),
     path("feedback.csv", usage_views.feedback_csv, name="feedback_csv"),
     path("dead/<str:entry_id>/<str:action>/", admin_views.dead_letter, name="dead_letter"),
 ]

@@ -2,17 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import environ
-
 from chatsite.settings import process
-
-BASE_DIR = Path(__file__).resolve().parent.parent.parent
-
-env = environ.Env()
-if (BASE_DIR / ".env").exists():
-    environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+from chatsite.settings.environment import BASE_DIR, env
 
 SECRET_KEY = env.str("SECRET_KEY", default="dev-only-insecure-key-change-me")
 DEBUG = env.bool("DEBUG", default=False)
@@ -21,7 +12,9 @@ CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    # The admin, on a site that refuses staff without a second factor once that is required
+    # (apps/accounts/admin_site.py).
+    "apps.accounts.admin_site.SluiceAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -31,6 +24,11 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "template_partials",
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
+    "allauth.mfa",
     "apps.accounts",
     "apps.streams",
     "apps.admission",
@@ -52,6 +50,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -147,6 +146,11 @@ AUTH_USER_MODEL = "accounts.User"
 LOGIN_URL = "accounts:login"
 LOGIN_REDIRECT_URL = "chat:index"
 LOGOUT_REDIRECT_URL = "accounts:login"
+# ModelBackend first: sessions made before django-allauth (and force_login in tests) name it.
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -159,6 +163,8 @@ AUTH_PASSWORD_VALIDATORS = [
 # and the admin's alike).
 LOGIN_THROTTLE_ATTEMPTS = env.int("LOGIN_THROTTLE_ATTEMPTS", default=5)
 LOGIN_THROTTLE_WINDOW_SECONDS = env.int("LOGIN_THROTTLE_WINDOW_SECONDS", default=60)
+
+from chatsite.settings.accounts import *  # noqa: E402, F403  (sign-up, mail, OIDC, TOTP)
 
 # How long a reason given to read another person's conversation opens it in the reader's
 # session (apps/accounts/read_gate.py); one record stands for that window.

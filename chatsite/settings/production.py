@@ -20,3 +20,6 @@ CSRF_COOKIE_SECURE = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+
+# Staff hold the keys: the admin refuses them until they have set up a second factor.
+SLUICE_STAFF_MFA_REQUIRED = env.bool("SLUICE_STAFF_MFA_REQUIRED", default=True)

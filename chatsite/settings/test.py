@@ -23,3 +23,7 @@ RAG_WARM_UP = False
 SLUICE_FOLLOWUPS = env.bool("SLUICE_FOLLOWUPS", default=False)  # noqa: F405
 SLUICE_TAG_PROPOSAL_EVERY = env.int("SLUICE_TAG_PROPOSAL_EVERY", default=0)  # noqa: F405
 SLUICE_TITLES = env.bool("SLUICE_TITLES", default=False)  # noqa: F405
+# Sign-ups in tests need no mail unless a test asks for the verified flow (tests/accounts);
+# processes started by tests read it from their environment.
+SLUICE_EMAIL_VERIFICATION = env.str("SLUICE_EMAIL_VERIFICATION", default="off")  # noqa: F405
+vars().update(email_verification(SLUICE_EMAIL_VERIFICATION))  # noqa: F405

@@ -20,6 +20,7 @@ from apps.accounts.services import api_key_create
 from apps.chat import submission
 from apps.chat.models import Conversation
 from apps.chat.services import conversation_create, message_create
+from apps.ops.models import Report
 from apps.rag.embeddings import DIMENSIONS
 from apps.rag.models import Chunk, Corpus, Document
 from apps.rag.user_files import user_file_accept
@@ -66,6 +67,16 @@ def owned_by_a(user):
     """One of everything user A owns or alone may read; their ids."""
     conversation = conversation_create(owner=user, title="A's private chat")
     message = message_create(conversation=conversation, role="user", text="A's secret")
+    answer = message_create(conversation=conversation, role="assistant", text="A's answer")
+    report = Report.objects.create(
+        reporter=user,
+        conversation_id=conversation.id,
+        message_id=answer.id,
+        reported_text="A's answer",
+        context="A's secret",
+        details="A's note",
+        category="other",
+    )
     key, _ = api_key_create(user=user, name="A's key")
     submitted = submission.request_submit(user=user, conversation=conversation, text="A asks")
     corpus = Corpus.objects.create(name="a-only", access=Corpus.Access.RESTRICTED)
@@ -94,6 +105,8 @@ def owned_by_a(user):
     ids = {
         conversation.id,
         message.id,
+        answer.id,
+        report.id,
         key.id,
         corpus.id,
         document.id,
@@ -120,6 +133,8 @@ def test_the_sweep_covers_every_route_with_an_id(owned_by_a):
         "admin/ops/request/<str:request_id>/text/",
         "admin/accounts/staffread/<path:object_id>/change/",
         "v1/responses/<str:response_id>",
+        "report/answer/<int:message_id>/",
+        "admin/ops/report/<path:object_id>/change/",
     ):
         assert route in swept
 
@@ -145,7 +160,8 @@ def test_no_route_gives_user_b_anything_of_user_as(owned_by_a, other_user):
 
     conversation = Conversation.objects.get(pk=owned_by_a["conversation"].pk)
     assert conversation.title == "A's private chat"
-    assert conversation.messages.count() == 2  # the secret and the question submitted
+    assert conversation.messages.count() == 3  # the secret, an answer, the question submitted
+    assert Report.objects.count() == 1  # B reported nothing of A's
     assert not ApiKey.objects.get(pk=owned_by_a["key"].pk).revoked
     request = get_redis().hgetall(keys().request(owned_by_a["request_id"]))
     assert request["state"] == "queued"
@@ -179,7 +195,7 @@ def test_staff_without_the_read_permission_see_no_words_of_user_as(owned_by_a, o
         owner=owned_by_a["conversation"].owner, name="A-diary.txt", data=b"dear diary"
     )
     client, _ = logged_in(other_user)
-    words = ("A's secret", "A asks", "A's private chat", "A-diary", "dear diary")
+    words = ("A's secret", "A asks", "A's private chat", "A-diary", "dear diary", "A's note")
     leaked = []
     every = [route for route, _ in routes(get_resolver().url_patterns)]
     staff_pages = [r for r in every if r.startswith("admin/") and "<" not in r and "(?P<" not in r]

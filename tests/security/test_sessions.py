@@ -133,9 +133,9 @@ async def test_a_password_changed_on_the_site_closes_the_users_other_sessions(us
         response = await sync_to_async(changer.post)(
             reverse("accounts:password_change"),
             {
-                "old_password": PASSWORD,
-                "new_password1": NEW_PASSWORD,
-                "new_password2": NEW_PASSWORD,
+                "oldpassword": PASSWORD,
+                "password1": NEW_PASSWORD,
+                "password2": NEW_PASSWORD,
             },
         )
         assert response.status_code == 302
