@@ -67,7 +67,7 @@ from devstack.stack import (  # noqa: E402
 TTFT_BOUND = 2.0  # seconds, p99
 ERROR_BOUND = 0.1  # percent
 TIMES = ("sent", "first", "end")
-ROLES = ("web", "dispatcher", "postgres", "redis", "worker")
+ROLES = ("web", "dispatcher", "postgres", "redis", "worker", "embedder")
 DEFAULTS = {  # per engine: first rate, step (req/s), step length (s), people
     "llamacpp": (0.05, 0.05, 60.0, 150),
     "simulated": (5.0, 5.0, 30.0, 600),
@@ -134,6 +134,8 @@ class Load:
         self.asked: list[Asked] = []
         self.steps: list[Step] = []
         self.tasks: set[asyncio.Task] = set()
+        self.web_rss_mb = 0.0  # the web processes' resident memory at the end
+        self.web_torch = False  # ... and whether torch was loaded in them
 
     def arrive(self, step: int) -> None:
         now = time.perf_counter()
@@ -246,6 +248,12 @@ def main() -> None:
     add("--sim-tokens", type=int, default=200, help="simulated: a person's answer, tokens")
     add("--seed", type=int, default=11)
     add("--dump", help="write each question's times and outcome to this file (JSON lines)")
+    add(
+        "--fleet-embedding",
+        action="store_true",
+        help="questions embedded by an embedding worker (RAG_EMBEDDING_SERVING=fleet), not in "
+        "the web process",
+    )
     args = parser.parse_args()
     names = ("start", "step", "step_seconds", "users")
     for name, value in zip(names, DEFAULTS[args.engine], strict=True):
@@ -280,6 +288,8 @@ def main() -> None:
         started = time.perf_counter()
         cookies, keys = create_people(args.users - api_count, api_count, str(os.getpid()))
         say(f"{args.users} people signed in in {time.perf_counter() - started:.0f} s")
+        # The processes (not the ingestion above) embed where --fleet-embedding says.
+        env["RAG_EMBEDDING_SERVING"] = "fleet" if args.fleet_embedding else "local"
         supervisor = Supervisor(env=env)
         try:
             start_processes(supervisor, env, args, var / "processes.log")
@@ -292,6 +302,7 @@ def main() -> None:
                 f"started {args.load_before:.1f} on {os.cpu_count()} cores"
             )
             load = asyncio.run(drive(base, cookies, keys, args, cpu_reader(running)))
+            load.web_rss_mb, load.web_torch = resident_mb(running.processes().get("web", []))
         finally:
             supervisor.stop_all()
     report(load, args)
@@ -312,6 +323,20 @@ def start_processes(supervisor: Supervisor, env: dict[str, str], args, log: Path
             for fd, copy in zip((1, 2), saved, strict=True):
                 os.dup2(copy, fd)
                 os.close(copy)
+
+
+def resident_mb(pids: list[int]) -> tuple[float, bool]:
+    """Resident memory of these processes, in MB (VmRSS), and whether any has torch loaded."""
+    total, torch = 0, False
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            torch = torch or "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        rss = (line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))
+        total += int(next(rss, 0))
+    return total / 1024, torch
 
 
 def cpu_reader(running: Running):
@@ -359,6 +384,12 @@ def report(load: Load, args) -> None:
         "make run's llama.cpp worker (SmolLM2-135M on this machine's CPU)"
         if args.engine == "llamacpp"
         else f"the simulated engine at GPU speed ({args.sim_slots} sequences)"
+    )
+    say(
+        f"query embedding: {'an embedding worker' if args.fleet_embedding else 'in the web'}; "
+        f"web resident memory {load.web_rss_mb:.0f} MB (torch "
+        f"{'loaded' if load.web_torch else 'not loaded'}); web cpu "
+        f"{cpu['web']:.1f} ms/request, embedder {cpu['embedder']:.1f} ms/request"
     )
     say(
         f"worker: {worker}; {os.cpu_count()} cores, load average "

@@ -270,6 +270,10 @@ def app_processes(env: dict[str, str]) -> list[tuple[str, list[str]]]:
     if env.get("SLUICE_START_WORKER", "1") == "1":
         engine = ["--engine", env.get("WORKER_ENGINE", "llamacpp")]
         processes.append(("worker", [python, "-m", "worker", *engine]))
+        # RAG_EMBEDDING_SERVING=fleet: the embedding model runs on a worker of its own
+        # (worker/embedding.py), and the web processes never load it.
+        if env.get("RAG_EMBEDDING_SERVING", "local") == "fleet":
+            processes.append(("embedder", [python, "-m", "worker", "embed"]))
         # A second model, to show a fleet on one machine: another served name (the same model
         # file unless SLUICE_SECOND_MODEL_FILE names one), picked in the page or by the API.
         second = env.get("SLUICE_SECOND_MODEL", "").strip()
@@ -300,10 +304,13 @@ def command_run(args: argparse.Namespace) -> int:
         say("applying migrations")
         manage(env, "migrate", "--no-input", "-v", "1")
         manage(env, "seed_demo")
-        manage(env, "ingest", "sluice-docs", "docs/", "--access", "everyone")  # skips unchanged
+        # Before any worker runs: these embed with MiniLM in their own process (the vectors an
+        # embedding worker would give), whatever RAG_EMBEDDING_SERVING says for the web.
+        local = dict(env, RAG_EMBEDDING_SERVING="local")
+        manage(local, "ingest", "sluice-docs", "docs/", "--access", "everyone")  # skips unchanged
         # The demo corpus's relevance gate, from its own questions: off-topic questions then
         # reach the model without passages (a shorter prompt, a sooner first word).
-        manage(env, "rag_eval", "sluice-docs", "bench/sluice_docs_questions.jsonl", "--calibrate")
+        manage(local, "rag_eval", "sluice-docs", "bench/sluice_docs_questions.jsonl", "--calibrate")
         supervisor = Supervisor(env=env)
         try:
             for name, argv in app_processes(env):

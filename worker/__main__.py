@@ -380,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
         from worker.prepare_model import main as prepare_model_main
 
         return prepare_model_main(argv[1:])
+    if argv[:1] == ["embed"]:  # a retrieval model: worker/embedding.py
+        from worker.embedding import main as embed_main
+
+        return embed_main(argv[1:])
     args = build_parser().parse_args(argv)
     # uvloop: the worker's per-token work is event-loop work (timers, socket reads and writes).
     uvloop.run(serve(args))

@@ -78,6 +78,27 @@ class Keys:
         """Stream: what could not be parsed, stored or run, each entry with its reason."""
         return self._fleet("dead")
 
+    # -- retrieval models on the fleet (worker/embedding.py): the same hash tag ------------------
+
+    def embed_work(self, model: str) -> str:
+        """Stream: texts to embed (or passages to score) with `model`, read by the workers
+        serving it (consumer group EMBED_GROUP)."""
+        return self._fleet(f"embed-work:{model}")
+
+    @property
+    def embedders(self) -> str:
+        """Hash: retrieval model name → when a worker last said it serves it (ms)."""
+        return self._fleet("embedders")
+
+    def embedder(self, worker_id: str) -> str:
+        """An embedding worker's liveness key (a TTL of three beats): its model and batches."""
+        return self._fleet(f"embedder:{worker_id}")
+
+    def embed_replies(self, process: str) -> str:
+        """Stream: a web process's embedding replies, read by its one reply reader
+        (apps/rag/fleet.py); `process` is its tag, so it has a slot of its own."""
+        return f"{self.prefix}:embed-replies:{{{process}}}"
+
     # -- the fleet's names before they shared a hash tag: only read, to move what they hold ----
 
     @property

@@ -31,7 +31,7 @@ from apps.chat.prompt.read_ahead import PromptRead
 from apps.chat.publish import request_publish
 from apps.rag import corpora_cache
 from apps.rag.prompting import citations_from, passages_block
-from apps.rag.services import retrieve_for_prompt
+from apps.rag.services import RetrievalRefused, retrieve_for_prompt
 from apps.streams.hub_base import Entry
 from core.redis_client import get_redis, keys
 from worker import protocol
@@ -344,6 +344,8 @@ def passages_for(
     retrieval fails, since a chat without sources beats no chat."""
     try:
         return retrieve_for_prompt(user=user, query=question, corpora_read=corpora_read)
+    except RetrievalRefused as exc:  # RAG_EMBEDDING_UNAVAILABLE=refuse: nothing is sent
+        raise QueueUnavailable(str(exc)) from exc
     except Exception:
         log.exception("retrieval failed; answering without passages")
         return []

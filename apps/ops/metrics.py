@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 from apps.admission.degradation import Degradation
 from apps.admission.metrics import LATENCY_BUCKETS_MS, REASONS, STATUSES
 from apps.admission.selectors import estimate_figures
+from apps.rag import fleet as rag_fleet
 from core.redis_client import get_redis, keys
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -48,6 +49,9 @@ HTTP_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
     registry=REGISTRY,
 )
+# Retrieval models on the fleet: requests by outcome, their time, questions left without.
+for _collector in rag_fleet.COLLECTORS:
+    REGISTRY.register(_collector)
 STREAMS_OPEN = Gauge(
     "sluice_web_streams_open",
     "Answer streams this process relays now (websockets and SSE).",

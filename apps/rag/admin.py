@@ -13,8 +13,10 @@ from django.utils.html import format_html
 
 from apps.accounts import read_gate
 from apps.rag import caches, retrieval
-from apps.rag.forms import TryQueryForm, UploadForm
-from apps.rag.models import Chunk, Corpus, Document, UserFile
+from apps.rag.fleet import EmbeddingUnavailable
+from apps.rag.forms import EmbeddingModelForm, TryQueryForm, UploadForm
+from apps.rag.models import Chunk, Corpus, Document, Reembedding, UserFile
+from apps.rag.reembedding import ReembedBusy, corpus_model_change, reembed_retry
 from apps.rag.selectors import corpora_for_user
 from apps.rag.services import (
     corpus_bump_version,
@@ -51,6 +53,7 @@ class CorpusAdmin(_DeletesChunks, admin.ModelAdmin):
         "document_count",
         "chunk_count",
         "ingestion_status",
+        "retrieval_model",
         "fusion",
         "version",
         "updated",
@@ -58,7 +61,14 @@ class CorpusAdmin(_DeletesChunks, admin.ModelAdmin):
     list_filter = ("access", "is_active", "fusion")
     search_fields = ("name", "title", "description")
     filter_horizontal = ("groups",)
-    readonly_fields = ("version", "document_count", "chunk_count", "ingestion_status", "tools")
+    readonly_fields = (
+        "version",
+        "document_count",
+        "chunk_count",
+        "ingestion_status",
+        "tools",
+        "retrieval_model",
+    )
     fieldsets = (
         (None, {"fields": ("name", "title", "description", "is_active", "tools")}),
         ("Who may use it", {"fields": ("access", "groups", "plans")}),
@@ -77,6 +87,7 @@ class CorpusAdmin(_DeletesChunks, admin.ModelAdmin):
                 "title/metadata match. RRF: the same weights over 1/(60 + rank) in each list.",
             },
         ),
+        ("Embedding", {"fields": ("retrieval_model",)}),
         ("Status", {"fields": ("document_count", "chunk_count", "version", "ingestion_status")}),
     )
     actions = ["reindex_selected"]
@@ -94,6 +105,20 @@ class CorpusAdmin(_DeletesChunks, admin.ModelAdmin):
             f"{last.get('at', '')[:16].replace('T', ' ')}: +{last.get('added', 0)} "
             f"~{last.get('replaced', 0)} ={last.get('unchanged', 0)}"
             + (f", {failed} failed" if failed else "")
+        )
+
+    @admin.display(description="embedding model")
+    def retrieval_model(self, corpus: Corpus):
+        if not corpus.pk:
+            return corpus.embedding_model
+        job = corpus.reembeddings.first()
+        moving = job.progress if job and job.state != Reembedding.State.DONE else ""
+        return format_html(
+            '{} ({} dimensions){} · <a href="{}">change</a>',
+            corpus.embedding_model,
+            corpus.embedding_dimensions,
+            f" — {moving}" if moving else "",
+            reverse("admin:rag_corpus_model", args=[corpus.pk]),
         )
 
     @admin.display(description="tools")
@@ -119,6 +144,11 @@ class CorpusAdmin(_DeletesChunks, admin.ModelAdmin):
         own = [
             path("try/", self.admin_site.admin_view(self.try_query), name="rag_corpus_try"),
             path(
+                "<int:corpus_id>/model/",
+                self.admin_site.admin_view(self.change_model),
+                name="rag_corpus_model",
+            ),
+            path(
                 "<int:corpus_id>/upload/",
                 self.admin_site.admin_view(self.upload),
                 name="rag_corpus_upload",
@@ -136,6 +166,38 @@ class CorpusAdmin(_DeletesChunks, admin.ModelAdmin):
             raise PermissionDenied
         for corpus in queryset:
             _report(request, corpus_reindex(corpus=corpus))
+
+    def change_model(self, request, corpus_id: int):
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        corpus = get_object_or_404(Corpus, pk=corpus_id)
+        job = corpus.reembeddings.first()
+        form = EmbeddingModelForm(request.POST or None, initial={"model": corpus.embedding_model})
+        if request.method == "POST" and form.is_valid():
+            try:
+                if (
+                    job
+                    and job.state == Reembedding.State.FAILED
+                    and job.model == form.cleaned_data["model"].strip()
+                ):
+                    reembed_retry(job=job)
+                    messages.info(request, f"Re-embedding with {job.model} starts again.")
+                elif corpus_model_change(corpus=corpus, model=form.cleaned_data["model"]):
+                    messages.info(request, "Re-embedding in the background: progress below.")
+                else:
+                    messages.success(request, f"{corpus} uses {corpus.embedding_model} now.")
+                return redirect("admin:rag_corpus_change", corpus.pk)
+            except (ReembedBusy, EmbeddingUnavailable) as exc:
+                form.add_error("model", str(exc))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "corpus": corpus,
+            "job": job,
+            "form": form,
+            "title": f"Embedding model of {corpus}",
+        }
+        return TemplateResponse(request, "admin/rag/model.html", context)
 
     def upload(self, request, corpus_id: int):
         if not self.has_change_permission(request):
@@ -177,7 +239,7 @@ class CorpusAdmin(_DeletesChunks, admin.ModelAdmin):
                     data["vector_weight"], data["text_weight"], data["metadata_weight"]
                 )
             started = time.perf_counter()
-            embedding = caches.query_embedding(data["query"])
+            embedding = caches.query_embeddings(data["query"], corpora)
             embedded = time.perf_counter()
             passages = retrieval.search(
                 corpora=corpora,
@@ -259,7 +321,7 @@ class ChunkAdmin(admin.ModelAdmin):
     list_filter = ("corpus",)
     search_fields = ("text", "heading", "document__title")
     list_select_related = ("document", "corpus")
-    exclude = ("embedding", "search")
+    exclude = ("embedding", "embedding_alt", "search")
     readonly_fields = (
         "corpus",
         "document",

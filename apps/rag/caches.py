@@ -21,7 +21,7 @@ import numpy as np
 import redis
 from django.conf import settings
 
-from apps.rag.embeddings import DIMENSIONS, MODEL_NAME, embed_texts
+from apps.rag.embeddings import default_model_name, embed_texts
 from core.redis_client import get_redis, keys
 
 logger = logging.getLogger(__name__)
@@ -39,9 +39,13 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
 
 
-def query_embedding(text: str) -> np.ndarray:
+def query_embedding(text: str, *, model: str | None = None) -> np.ndarray:
+    """The question's vector from `model` (default RAG_EMBEDDING_MODEL), wherever it runs
+    (apps/rag/embeddings.py). Raises fleet.EmbeddingUnavailable when its workers do not
+    answer in time."""
+    model = model or default_model_name()
     query = normalize_query(text)
-    digest = _digest(MODEL_NAME, query)
+    digest = _digest(model, query)
     with _lru_lock:
         vector = _lru.get(digest)
         if vector is not None:
@@ -53,12 +57,12 @@ def query_embedding(text: str) -> np.ndarray:
         stored = get_redis().get(redis_key)
         if stored:
             vector = np.frombuffer(base64.b64decode(stored), dtype=np.float32)
-            if vector.shape != (DIMENSIONS,):
+            if vector.ndim != 1 or not vector.size:
                 vector = None
     except redis.RedisError as error:
         logger.warning("query-embedding cache unavailable: %s", error)
     if vector is None:
-        vector = embed_texts([query])[0]
+        vector = embed_texts([query], model=model)[0]
         try:
             get_redis().set(
                 redis_key,
@@ -72,6 +76,12 @@ def query_embedding(text: str) -> np.ndarray:
         while len(_lru) > settings.RAG_QUERY_CACHE_SIZE:
             _lru.popitem(last=False)
     return vector
+
+
+def query_embeddings(text: str, corpora) -> dict[str, np.ndarray]:
+    """The question's vector from each model the `corpora` are embedded with."""
+    models = dict.fromkeys(c.embedding_model for c in corpora)
+    return {model: query_embedding(text, model=model) for model in models}
 
 
 def clear_local() -> None:

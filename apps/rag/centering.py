@@ -30,6 +30,7 @@ import numpy as np
 from django.db import connection
 
 from apps.rag.models import Corpus
+from apps.rag.vector_index import COLUMNS
 
 MEANS_KEPT = 512  # corpora whose mean a process keeps (users' own corpora are many and small)
 # A small corpus's mean is mostly its passages themselves, not what they have in common: taking
@@ -57,12 +58,18 @@ def corpus_means(corpora: list[Corpus]) -> dict[int, np.ndarray]:
                 missing.append(corpus)
     if not missing:
         return out
+    # Each corpus's mean over the column its model's vectors are in (apps/rag/vector_index.py).
+    parts, params = [], []
+    for slot, col in enumerate(COLUMNS):
+        ids = [c.pk for c in missing if c.embedding_slot == slot]
+        if ids:
+            parts.append(
+                f"SELECT corpus_id, avg({col})::text FROM rag_chunk "
+                f"WHERE corpus_id = ANY(%s) GROUP BY corpus_id HAVING count({col}) >= %s"
+            )
+            params += [ids, MIN_PASSAGES]
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT corpus_id, avg(embedding)::text FROM rag_chunk "
-            "WHERE corpus_id = ANY(%s) GROUP BY corpus_id HAVING count(*) >= %s",
-            [[c.pk for c in missing], MIN_PASSAGES],
-        )
+        cursor.execute(" UNION ALL ".join(parts), params)
         found = {pk: np.array(text.strip("[]").split(","), dtype=np.float32) for pk, text in cursor}
     with _lock:
         for corpus in missing:

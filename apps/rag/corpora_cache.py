@@ -104,7 +104,10 @@ def searchable(
             return load()
     token, (gen, filled_under, rows), _ = read.replies
     if rows is not None and token is not None and filled_under == token:
-        return _decode(rows)
+        try:
+            return _decode(rows)
+        except (ValueError, TypeError) as exc:  # rows of another release's Corpus: refilled
+            log.info("corpora cache entry of another shape (%s): reading PostgreSQL", exc)
     try:
         if token is None:  # first use, or lost: a fresh one, the same for every reader, made
             # before PostgreSQL is read, so a change committed meanwhile still replaces it

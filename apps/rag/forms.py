@@ -88,3 +88,14 @@ class TryQueryForm(forms.Form):
         if all(w is not None for w in given) and sum(given) <= 0:
             raise forms.ValidationError("At least one weight must be above zero.")
         return data
+
+
+class EmbeddingModelForm(forms.Form):
+    model = forms.CharField(
+        max_length=200,
+        label="Embedding model",
+        help_text="The name workers serve it under (`python -m worker embed "
+        "--served-model-name …`), or one this process runs itself (RAG_LOCAL_EMBEDDING_MODELS). "
+        "The corpus is embedded again in the background; its present vectors answer until the "
+        "new ones are complete.",
+    )

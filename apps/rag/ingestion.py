@@ -11,7 +11,6 @@ Each file's failure is a line in the report and never stops the rest.
 from __future__ import annotations
 
 import glob
-import json
 import logging
 import os
 import sys
@@ -22,11 +21,17 @@ from pathlib import Path
 
 import numpy as np
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from apps.rag import chunking
+from apps.rag.chunk_writes import (  # noqa: F401  (bench/rag.py imports them from here)
+    chunks_write,
+    corpus_refresh_counts,
+    index_ensure_logged,
+    vector_literal,
+)
 from apps.rag.embeddings import MODEL_NAME, embed_texts
 from apps.rag.extraction import SUPPORTED, Extracted, ExtractionError, extract
 from apps.rag.models import Chunk, Corpus, Document
@@ -77,9 +82,9 @@ class IngestReport:
         }
 
 
-def pipeline_signature(*, size: int, overlap: int) -> str:
+def pipeline_signature(*, size: int, overlap: int, model: str = MODEL_NAME) -> str:
     # CHUNKING_VERSION: a change of how text is cut makes the next ingest re-chunk every file.
-    return f"{MODEL_NAME}/{size}/{overlap}/{chunking.CHUNKING_VERSION}"
+    return f"{model}/{size}/{overlap}/{chunking.CHUNKING_VERSION}"
 
 
 def expand_paths(paths: list[str]) -> tuple[list[Path], list[tuple[str, str]]]:
@@ -149,7 +154,8 @@ class Ingestor:
         self.overlap = settings.RAG_CHUNK_OVERLAP if overlap is None else overlap
         chunking.validate(self.size, self.overlap)
         self.batch_size = batch_size or settings.RAG_EMBED_BATCH
-        self.pipeline = pipeline_signature(size=self.size, overlap=self.overlap)
+        self.model = corpus.embedding_model
+        self.pipeline = pipeline_signature(size=self.size, overlap=self.overlap, model=self.model)
         self.force = force
         self.progress = progress
         self.report = IngestReport(corpus=corpus.name)
@@ -242,16 +248,18 @@ class Ingestor:
                     self.report.replaced += 1
             offset += count
 
-    def _embed(self, inputs: list[str]):
+    def _embed(self, inputs: list[str], model: str | None = None):
+        model = model or self.model
         if self._on_embedded is None:
-            return embed_texts(inputs, batch_size=self.batch_size)
+            return embed_texts(inputs, model=model, purpose="bulk", batch_size=self.batch_size)
         parts = []
         for start in range(0, len(inputs), self.batch_size):
+            batch = inputs[start : start + self.batch_size]
             parts.append(
-                embed_texts(inputs[start : start + self.batch_size], batch_size=self.batch_size)
+                embed_texts(batch, model=model, purpose="bulk", batch_size=self.batch_size)
             )
             self._on_embedded(min(start + self.batch_size, len(inputs)), len(inputs))
-        return np.concatenate(parts) if parts else embed_texts([])
+        return np.concatenate(parts) if parts else embed_texts([], model=model)
 
     def finish(self) -> IngestReport:
         self.flush()
@@ -259,6 +267,8 @@ class Ingestor:
             self._bar.close()
         self.report.seconds = time.monotonic() - self.report.started
         corpus_refresh_counts(corpus_id=self.corpus.pk, last_ingest=self.report.as_json())
+        if self.report.chunks:
+            index_ensure_logged(corpus_id=self.corpus.pk)
         return self.report
 
     # Writing ------------------------------------------------------------------------------
@@ -266,6 +276,24 @@ class Ingestor:
     @transaction.atomic
     def _write(self, pending: _Pending, vectors) -> None:
         item = pending.item
+        # The corpus row, locked first: a model change's swap (apps/rag/reembedding.py) takes
+        # the same lock, so these vectors land in the column the corpus reads, from its model.
+        corpus = Corpus.objects.select_for_update().get(pk=self.corpus.pk)
+        if corpus.embedding_model != self.model:  # swapped since these were embedded
+            inputs = [
+                embedding_input(title=item.title, heading=c.heading, text=c.text)
+                for c in pending.chunks
+            ]
+            vectors = self._embed(inputs, model=corpus.embedding_model)
+        width = int(np.asarray(vectors).shape[1])
+        if width != corpus.embedding_dimensions:
+            if Chunk.objects.filter(corpus_id=corpus.pk).exists():
+                raise ValueError(
+                    f"{corpus.embedding_model} gave {width} dimensions; the corpus holds "
+                    f"{corpus.embedding_dimensions}"
+                )
+            # The corpus's first passages: its model's vectors set its dimension.
+            Corpus.objects.filter(pk=corpus.pk).update(embedding_dimensions=width)
         document = (
             Document.objects.select_for_update()
             .filter(corpus=self.corpus, source=item.source)
@@ -276,13 +304,17 @@ class Ingestor:
         document.content = item.content
         document.metadata = item.metadata
         document.checksum = item.checksum
-        document.pipeline = self.pipeline
+        document.pipeline = pipeline_signature(
+            size=self.size, overlap=self.overlap, model=corpus.embedding_model
+        )
         document.status = Document.Status.READY
         document.error = ""
         document.chunk_count = len(pending.chunks)
         document.save()
         Chunk.objects.filter(document=document).delete()
-        chunks_write(document=document, chunks=pending.chunks, vectors=vectors)
+        chunks_write(
+            document=document, chunks=pending.chunks, vectors=vectors, slot=corpus.embedding_slot
+        )
         Corpus.objects.filter(pk=self.corpus.pk).update(version=F("version") + 1)
 
 
@@ -294,65 +326,6 @@ def embedding_input(*, title: str, heading: str, text: str) -> str:
     else:
         context = chunking.HEADING_SEPARATOR.join(x for x in (title, heading) if x)
     return f"{context[:200]}\n{text}" if context else text
-
-
-def chunks_write(*, document: Document, chunks: list[chunking.Chunk], vectors) -> None:
-    """Inserts a document's chunks, embeddings and full-text vectors in one statement (so the
-    HNSW and GIN indexes see each row once, not an insert and then an update)."""
-    config = settings.RAG_TEXT_SEARCH_CONFIG
-    base = document.metadata or {}
-    metadata = [
-        {**base, **c.metadata, **({"page": c.page} if c.page is not None else {})} for c in chunks
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO rag_chunk (corpus_id, document_id, ordinal, heading, text, token_count,
-                                   char_start, char_end, embedding, search, metadata)
-            SELECT %(corpus)s, %(document)s, t.ordinal, t.heading, t.text, t.token_count,
-                   t.char_start, t.char_end, t.embedding::vector,
-                   setweight(to_tsvector(%(config)s::regconfig, %(title)s || ' ' || t.heading), 'A')
-                   || setweight(to_tsvector(%(config)s::regconfig, t.text), 'B'),
-                   t.metadata::jsonb
-            FROM unnest(%(ordinal)s::int[], %(heading)s::text[], %(text)s::text[],
-                        %(tokens)s::int[], %(starts)s::int[], %(ends)s::int[],
-                        %(embedding)s::text[], %(metadata)s::text[])
-                 AS t(ordinal, heading, text, token_count, char_start, char_end, embedding,
-                      metadata)
-            """,
-            {
-                "corpus": document.corpus_id,
-                "document": document.pk,
-                "config": config,
-                "title": document.title,
-                "ordinal": [c.ordinal for c in chunks],
-                "heading": [c.heading for c in chunks],
-                "text": [c.text for c in chunks],
-                "tokens": [c.token_count for c in chunks],
-                "starts": [c.char_start for c in chunks],
-                "ends": [c.char_end for c in chunks],
-                "embedding": [vector_literal(v) for v in vectors],
-                "metadata": [json.dumps(m) for m in metadata],
-            },
-        )
-
-
-def vector_literal(vector) -> str:
-    return "[" + ",".join(f"{x:.7g}" for x in vector.tolist()) + "]"
-
-
-def corpus_refresh_counts(*, corpus_id: int, last_ingest: dict | None = None) -> None:
-    updates = {
-        "document_count": Document.objects.filter(corpus_id=corpus_id).count(),
-        "chunk_count": Chunk.objects.filter(corpus_id=corpus_id).count(),
-        "updated": timezone.now(),
-    }
-    if last_ingest is not None:
-        updates["last_ingest"] = last_ingest
-    # QuerySet.update() sends no post_save; Corpus's NotifyingManager tells the searchable-
-    # corpora cache instead (signals.py): a corpus whose count leaves or reaches 0 changes
-    # who may search it, and its cached row holds the counts and version.
-    Corpus.objects.filter(pk=corpus_id).update(**updates)
 
 
 def extracted_from(document: Document) -> Extracted:

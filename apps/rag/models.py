@@ -16,9 +16,9 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.urls import reverse
-from pgvector.django import HnswIndex, VectorField
+from pgvector.django import VectorField
 
-from apps.rag.embeddings import DIMENSIONS
+from apps.rag.embeddings import DIMENSIONS, MODEL_NAME, default_model_name
 from core.querysets import NotifyingManager
 
 
@@ -74,6 +74,17 @@ class Corpus(models.Model):
         on_delete=models.CASCADE,
         related_name="private_corpora",
     )
+    # Its embedding model (apps/rag/embeddings.py says where it runs) and the length of its
+    # vectors, which sit in the chunks' column `embedding_slot` names (apps/rag/vector_index.py).
+    # Changing the model re-embeds into the other column; the swap is one update of these three.
+    # The database defaults keep the previous release's inserts valid during an upgrade.
+    embedding_model = models.CharField(
+        max_length=200, default=default_model_name, db_default=MODEL_NAME, editable=False
+    )
+    embedding_dimensions = models.PositiveIntegerField(
+        default=DIMENSIONS, db_default=DIMENSIONS, editable=False
+    )
+    embedding_slot = models.PositiveSmallIntegerField(default=0, db_default=0, editable=False)
     # Bumped by every change to the corpus's content or ranking: cached results of older
     # versions are never read again (they expire on their TTL).
     version = models.PositiveBigIntegerField(default=1, editable=False)
@@ -155,7 +166,11 @@ class Chunk(models.Model):
     # Where the chunk lies in its document's content: the source view highlights it there.
     char_start = models.PositiveIntegerField()
     char_end = models.PositiveIntegerField()
-    embedding = VectorField(dimensions=DIMENSIONS)
+    # Two columns of any dimension: the corpus's vectors are in the one its `embedding_slot`
+    # names; the other is filled while a new model re-embeds the corpus. Each corpus has its own
+    # HNSW index over its column cast to its dimension (apps/rag/vector_index.py).
+    embedding = VectorField(null=True)
+    embedding_alt = VectorField(null=True)
     # Title and heading weighted A, text B; written by the same statement that inserts the chunk
     # (services.chunks_write) with settings.RAG_TEXT_SEARCH_CONFIG.
     search = SearchVectorField(null=True)
@@ -167,16 +182,7 @@ class Chunk(models.Model):
             models.UniqueConstraint(fields=["document", "ordinal"], name="rag_chunk_unique_ordinal")
         ]
         indexes = [
-            # A wider search while building gives a better graph: on 100,000 clustered passages
-            # ef_construction 64 needs ef_search 100 for 0.95 recall@10, 200 reaches it at
-            # pgvector's default ef_search of 40, so each query walks less than half as far.
-            HnswIndex(
-                name="rag_chunk_embedding_hnsw",
-                fields=["embedding"],
-                m=16,
-                ef_construction=200,
-                opclasses=["vector_cosine_ops"],
-            ),
+            # The vector indexes are per corpus and made by apps/rag/vector_index.py.
             # Without fastupdate's pending list, which every search scans until VACUUM merges
             # it (a few hundred pages after one ingest: milliseconds per query). Inserting into
             # the index directly costs ingestion little next to embedding.
@@ -237,3 +243,47 @@ class UserFile(models.Model):
         # Not its name, which can say as much as its text: the admin shows this name on pages
         # open to staff who may not read other people's files.
         return f"File {self.pk}"
+
+
+class Reembedding(models.Model):
+    """A corpus moving to another embedding model: its passages are embedded into the free
+    column while the old vectors keep serving, then the corpus switches in one update. The row
+    is the progress the admin shows (apps/rag/reembedding.py)."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued", "Waiting"
+        RUNNING = "running", "Embedding"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="reembeddings")
+    model = models.CharField(max_length=200)
+    previous_model = models.CharField(max_length=200, blank=True)
+    dimensions = models.PositiveIntegerField(null=True, blank=True)
+    slot = models.PositiveSmallIntegerField()
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["corpus"],
+                condition=models.Q(state__in=["queued", "running"]),
+                name="rag_reembedding_one_at_a_time",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.corpus} → {self.model}"
+
+    @property
+    def progress(self) -> str:
+        share = f" ({100 * self.done // self.total}%)" if self.total else ""
+        text = f"{self.get_state_display()}: {self.model}, {self.done}/{self.total} passages{share}"
+        return f"{text}: {self.error}" if self.error else text

@@ -85,7 +85,7 @@ def best_similarity(*, corpus: Corpus, question: str, document_id: int | None = 
     passages = retrieval.search(
         corpora=[corpus],
         query=question,
-        embedding=caches.query_embedding(question),
+        embedding=caches.query_embedding(question, model=corpus.embedding_model),
         k=DEPTH,
         min_similarity=-1.0,
     )

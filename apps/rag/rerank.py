@@ -11,6 +11,9 @@ order, never whether passages are given).
 settings.RAG_RERANK_MODEL names either
 - a local sentence-transformers CrossEncoder folder (for example a downloaded
   cross-encoder/ms-marco-MiniLM-L-6-v2, ~90 MB, ~2 ms a pair on a CPU core), or
+- `fleet:NAME`, a reranker served by workers (`python -m worker embed --kind score
+  --served-model-name NAME`: a CrossEncoder folder, vLLM's pooling runner, or an upstream's
+  `/v1/rerank`); when they do not answer in time the first stage's order stands, or
 - a GGUF file of an instruction-tuned language model, which scores how likely the question is
   after the passage (apps.rag.query_likelihood; the demo's bundled SmolLM2-135M works, at about
   0.45 s a pair on two CPU cores).
@@ -20,10 +23,15 @@ and the bundled model on the demo's two cores would take seconds from every firs
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
 from django.conf import settings
+
+from apps.rag import fleet
+
+log = logging.getLogger("sluice.rag.rerank")
 
 _lock = threading.Lock()
 _models: dict[str, object] = {}
@@ -44,6 +52,16 @@ class CrossEncoderScorer:
         return [float(s) for s in self.model.predict(pairs, show_progress_bar=False)]
 
 
+class FleetScorer:
+    """A reranker on the workers (apps/rag/fleet.py), asked once per question."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def score(self, question: str, passages: list[str]) -> list[float]:
+        return fleet.score(question, passages, model=self.model)
+
+
 def get_reranker(path: str):
     """The scorer at `path` (a CrossEncoder folder or a GGUF file), loaded once per process
     (never from a hub: a missing model fails loudly)."""
@@ -52,7 +70,9 @@ def get_reranker(path: str):
         with _lock:
             model = _models.get(path)
             if model is None:
-                if path.endswith(".gguf"):
+                if path.startswith("fleet:"):
+                    model = FleetScorer(path.removeprefix("fleet:"))
+                elif path.endswith(".gguf"):
                     from apps.rag.query_likelihood import QueryLikelihood
 
                     model = QueryLikelihood(path)
@@ -75,7 +95,11 @@ def reorder(query: str, ranked: list, *, model_path: str | None = None, pool: in
     head, rest = ranked[:pool], ranked[pool:]
     if not path or len(head) < 2:
         return ranked
-    scores = get_reranker(path).score(query, [passage_input(s.row) for s in head])
+    try:
+        scores = get_reranker(path).score(query, [passage_input(s.row) for s in head])
+    except fleet.EmbeddingUnavailable as exc:  # the order without it is still a good one
+        log.warning("reranker unavailable, first-stage order kept: %s", exc)
+        return ranked
     for s, score in zip(head, scores, strict=True):
         s.rerank = score
     # Stable: equal model scores keep the first stage's order.

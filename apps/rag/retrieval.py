@@ -8,7 +8,6 @@ here on those few dozen rows, where each candidate's own corpus weights apply.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -17,11 +16,10 @@ from django.conf import settings
 from django.db import connection
 from django.urls import reverse
 
-from apps.rag import centering
+from apps.rag import centering, search_sql
 from apps.rag import rerank as reranking
-from apps.rag.chunking import HEADING_SEPARATOR
 from apps.rag.models import Corpus
-from apps.rag.query_vector import QueryVector, vector_dumper, vector_oid
+from apps.rag.search_sql import QueryVector, vector_dumper, vector_oid
 from apps.rag.snippets import display_title, snippet
 
 RRF_K = 60  # the usual constant of reciprocal rank fusion: dampens the head of each list
@@ -62,71 +60,11 @@ class Weights:
         return cls(corpus.vector_weight, corpus.text_weight, corpus.metadata_weight)
 
 
-# The metadata match looks at the passage's own section heading (the last part of its heading
-# path): the document's title and the headings above are shared by every passage of a document,
-# so a question naming the title's word lifted all of them alike, introductions first.
-SECTION_SQL = f"regexp_replace(c.heading, '^.*{HEADING_SEPARATOR}', '')"
-
-# The full-text list ranks the passages sharing the most of the question's words first
-# (ts_rank_cd over the words OR-ed), but ranking every passage that shares one common word grows
-# with the corpus (thousands of rows at 100,000 chunks). So the pool it ranks is bounded: the
-# passages holding all the words, plus, for each word that is not common (PostgreSQL's own
-# statistics of the column list the common ones), the first RAG_FULLTEXT_POOL_PER_TERM passages
-# holding it. A rare word (a name, an identifier) thus always brings its passages.
-CANDIDATES_SQL = """
-WITH means AS MATERIALIZED (
-    SELECT m.corpus_id, m.mean::vector AS mean
-    FROM unnest(%(mean_ids)s::bigint[], %(means)s::text[]) AS m(corpus_id, mean)
-),
-terms AS (
-    SELECT plainto_tsquery('simple', lexeme) AS q
-    FROM unnest(to_tsvector(%(config)s::regconfig, %(query)s))
-    WHERE lexeme <> ALL(%(common)s::text[])
-    LIMIT %(max_terms)s
-),
-tq AS (
-    SELECT NULLIF(replace(plainto_tsquery(%(config)s::regconfig, %(query)s)::text, ' & ', ' | '),
-                  '')::tsquery AS q
-),
-probes AS (
-    SELECT plainto_tsquery(%(config)s::regconfig, %(query)s) AS q
-    UNION ALL SELECT q FROM terms
-),
-pool AS (
-    SELECT DISTINCT m.id FROM probes p CROSS JOIN LATERAL (
-        SELECT c.id FROM rag_chunk c
-        WHERE c.corpus_id = ANY(%(corpora)s) AND c.search @@ p.q {filter}
-        LIMIT %(per_term)s
-    ) m
-),
-vec AS (
-    SELECT c.id FROM rag_chunk c
-    WHERE c.corpus_id = ANY(%(corpora)s) {filter}
-    ORDER BY (c.embedding <=> %(embedding)s::vector) {exact}
-    LIMIT %(candidates)s
-),
-txt AS (
-    SELECT c.id FROM pool JOIN rag_chunk c ON c.id = pool.id, tq
-    ORDER BY ts_rank_cd(c.search, tq.q) DESC
-    LIMIT %(candidates)s
-),
-cand AS (SELECT id FROM vec UNION SELECT id FROM txt)
-SELECT c.id, c.corpus_id, c.document_id, d.title, c.heading, c.text, c.metadata,
-       1 - (c.embedding <=> %(embedding)s::vector) AS vector_score,
-       (SELECT -(c.embedding <#> m.mean) FROM means m WHERE m.corpus_id = c.corpus_id) AS mean_dot,
-       COALESCE(ts_rank_cd(c.search, tq.q), 0) AS text_rank,
-       COALESCE(to_tsvector(%(config)s::regconfig, {section}) @@ tq.q, false) AS title_match,
-       {boost} AS boost_match,
-       c.id IN (SELECT id FROM vec) AS from_vec
-FROM cand JOIN rag_chunk c ON c.id = cand.id JOIN rag_document d ON d.id = c.document_id, tq
-"""
-
-
 def search(
     *,
     corpora: list[Corpus],
     query: str,
-    embedding: np.ndarray,
+    embedding: np.ndarray | dict[str, np.ndarray],
     k: int = 4,
     metadata_filter: dict | None = None,
     boost: dict | None = None,
@@ -137,7 +75,9 @@ def search(
     exact: bool = False,
     rerank: bool = True,
 ) -> list[Passage]:
-    """The top `k` passages of `corpora` for `query` (whose embedding the caller computed).
+    """The top `k` passages of `corpora` for `query` (whose embedding the caller computed:
+    one vector when every corpus has the same model, else {model: vector}; see
+    caches.query_embeddings).
 
     `corpora` must already be the ones the caller may search: this function trusts the list.
     `fusion` and `weights` override the corpora's own (the admin's "try a query" page does).
@@ -149,21 +89,23 @@ def search(
         return []
     candidates = max(candidates or settings.RAG_CANDIDATES, k)
     share = settings.RAG_MEAN_REMOVAL
+    vectors = by_model(corpora, embedding)
     means = centering.corpus_means(corpora) if share > 0 else {}
     rows = _candidates(
         corpora=corpora,
         query=query,
-        embedding=embedding,
+        embedding=vectors,
         metadata_filter=metadata_filter,
         boost=boost,
         candidates=candidates,
         exact=exact,
         means=means,
     )
-    query_vector = np.asarray(embedding, dtype=np.float32)
+    by_corpus = {c.pk: c for c in corpora}
     for r in rows:
         mean = means.get(r["corpus_id"])
         if mean is not None and r["mean_dot"] is not None:
+            query_vector = vectors[by_corpus[r["corpus_id"]].embedding_model]
             r["vector_score"] = centering.centered(
                 float(r["vector_score"]),
                 query_dot=float(query_vector @ mean),
@@ -171,7 +113,6 @@ def search(
                 mean_sq=float(mean @ mean),
                 share=share,
             )
-    by_corpus = {c.pk: c for c in corpora}
     if fusion is None:
         # Scores of the two methods are not comparable: mixing corpora of both fuses by weights.
         fusion = "rrf" if all(c.fusion == Corpus.Fusion.RRF for c in corpora) else "weighted"
@@ -213,77 +154,66 @@ def relevant(
     return scored.vector >= settings.RAG_MIN_SIMILARITY or scored.text > 0
 
 
+def by_model(corpora: list[Corpus], embedding) -> dict[str, np.ndarray]:
+    """The question's vector for each model the corpora use; a corpus whose model's vector is
+    missing, or of another length than its own vectors, is a caller's error said plainly."""
+    given = embedding if isinstance(embedding, dict) else None
+    vectors = {}
+    for corpus in corpora:
+        model = corpus.embedding_model
+        vector = given.get(model) if given is not None else embedding
+        if vector is None:
+            raise ValueError(f"no question vector of {model!r} for corpus {corpus.name!r}")
+        vector = np.asarray(vector, dtype=np.float32)
+        if vector.shape != (corpus.embedding_dimensions,):
+            raise ValueError(
+                f"corpus {corpus.name!r} holds {corpus.embedding_dimensions}-dimension vectors "
+                f"of {model!r}; the question's has {vector.shape[-1]}"
+            )
+        vectors[model] = vector
+    return vectors
+
+
 def _candidates(
     *, corpora, query, embedding, metadata_filter, boost, candidates, exact=False, means
 ) -> list[dict]:
+    models = list(embedding)
     params = {
         **centering.means_params(means),
+        **{f"q{i}": QueryVector(embedding[model]) for i, model in enumerate(models)},
         "config": settings.RAG_TEXT_SEARCH_CONFIG,
         "query": query,
         "corpora": [c.pk for c in corpora],
-        "embedding": QueryVector(embedding),
         "candidates": candidates,
         "per_term": max(candidates, settings.RAG_FULLTEXT_POOL_PER_TERM),
         "max_terms": 8,
-        "common": _common_lexemes(),
+        "common": search_sql.common_lexemes(),
         "filter": json.dumps(metadata_filter or {}),
         "boost": json.dumps(boost or {}),
     }
     filter_sql = "AND c.metadata @> %(filter)s::jsonb" if metadata_filter else ""
     boost_sql = "c.metadata @> %(boost)s::jsonb" if boost else "false"
     ef_search = max(settings.RAG_HNSW_EF_SEARCH, candidates)
+    shape = {"corpora": corpora, "models": models, "ef_search": ef_search}
     if exact:
         params.update(per_term=2**31 - 1, common="{}", max_terms=64)
-        return _run(params, filter_sql, boost_sql, exact=True, ef_search=ef_search)
-    rows = _run(params, filter_sql, boost_sql, exact=False, ef_search=ef_search)
+        return _run(params, filter_sql, boost_sql, exact=True, **shape)
+    rows = _run(params, filter_sql, boost_sql, exact=False, **shape)
     # HNSW filters after its search: when the allowed corpora are a small part of the table, or
     # its entries point at rows deleted since (a re-ingest, until vacuum), the index returns few
     # live rows of theirs. Then an exact scan over those corpora finds them.
     found = sum(1 for r in rows if r["from_vec"])
     available = sum(c.chunk_count for c in corpora)
     if found < min(candidates // 2, available):
-        rows = _run(params, filter_sql, boost_sql, exact=True, ef_search=ef_search)
+        rows = _run(params, filter_sql, boost_sql, exact=True, **shape)
     return rows
 
 
-_common: tuple[float, str] = (0.0, "{}")
-COMMON_ROWS = 500  # a word in more chunks than this is left to the all-words probe
-COMMON_REFRESH_SECONDS = 600
-
-
-def _common_lexemes() -> str:
-    """Words in more than COMMON_ROWS chunks, from the statistics ANALYZE keeps (refreshed every
-    ten minutes per process; empty before the table is first analysed), as one text[] literal:
-    hundreds of words, so formatted once here rather than adapted element by element per query."""
-    global _common
-    fetched, words = _common
-    if time.monotonic() - fetched < COMMON_REFRESH_SECONDS:
-        return words
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT COALESCE(array_agg(u.e ORDER BY u.e), '{}')::text FROM pg_stats s
-            JOIN pg_class c ON c.relname = s.tablename,
-                 unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS u(e, f)
-            WHERE s.tablename = 'rag_chunk' AND s.attname = 'search'
-              AND s.schemaname = current_schema() AND u.e IS NOT NULL
-              AND u.f * c.reltuples > %s
-            """,
-            [COMMON_ROWS],
-        )
-        words = cursor.fetchone()[0]
-    _common = (time.monotonic(), words)
-    return words
-
-
-def _run(params, filter_sql, boost_sql, *, exact: bool, ef_search: int) -> list[dict]:
-    sql = CANDIDATES_SQL.format(
-        filter=filter_sql,
-        boost=boost_sql,
-        section=SECTION_SQL,
-        # "+ 0" hides the ORDER BY from the HNSW index: an exact scan. (The distance is in
-        # parentheses: `<=>` binds looser than `+`, which would add 0 to the vector.)
-        exact="+ 0" if exact else "",
+def _run(
+    params, filter_sql, boost_sql, *, exact: bool, ef_search: int, corpora, models
+) -> list[dict]:
+    sql = search_sql.statement(
+        corpora, models, filter_sql=filter_sql, boost_sql=boost_sql, exact=exact
     )
     connection.ensure_connection()
     raw = connection.connection

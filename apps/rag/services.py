@@ -6,6 +6,7 @@ question, numbered for citation, cached, ACL-filtered in SQL.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 
@@ -13,7 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from apps.rag import caches, corpora_cache, retrieval
+from apps.rag import caches, corpora_cache, fleet, retrieval
 from apps.rag.ingestion import Ingestor, IngestReport, corpus_refresh_counts, extracted_from
 from apps.rag.models import Corpus, Document
 from apps.rag.prompting import passages_within
@@ -22,6 +23,7 @@ from apps.rag.selectors import searchable_corpora_for_user
 
 __all__ = [
     "Passage",
+    "RetrievalRefused",
     "corpus_bump_version",
     "corpus_get_or_create",
     "corpus_ingest_paths",
@@ -32,6 +34,23 @@ __all__ = [
     "documents_reindex",
     "retrieve_for_prompt",
 ]
+
+
+log = logging.getLogger("sluice.rag")
+
+
+class RetrievalRefused(Exception):
+    """The question's embedding could not be had and RAG_EMBEDDING_UNAVAILABLE is "refuse":
+    the question is not sent (the message says to try again)."""
+
+    message = (
+        "Sluice cannot search its documents right now (the retrieval model is not answering), "
+        "so your question was not sent. Please try again in a minute."
+    )
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(self.message)
+        self.reason = reason
 
 
 def retrieve_for_prompt(
@@ -49,16 +68,29 @@ def retrieve_for_prompt(
     may use (optionally narrowed to `corpora`: ids, names or Corpus objects), cut to
     `budget_tokens` (default settings.RAG_PROMPT_TOKENS). Empty when nothing passes the
     corpora's relevance gates. `corpora_read`: the user's corpora as the caller read them
-    from the cache already (see searchable_corpora_for_user)."""
-    passages = _retrieve(
-        user=user,
-        query=query,
-        k=k,
-        corpora=corpora,
-        metadata_filter=metadata_filter,
-        boost=boost,
-        corpora_read=corpora_read,
-    )
+    from the cache already (see searchable_corpora_for_user).
+
+    When the question's embedding cannot be had (the workers serving the model are down or
+    late: apps/rag/fleet.py), RAG_EMBEDDING_UNAVAILABLE decides: "answer" returns no passages
+    (the answer goes on without them), "refuse" raises RetrievalRefused."""
+    try:
+        passages = _retrieve(
+            user=user,
+            query=query,
+            k=k,
+            corpora=corpora,
+            metadata_filter=metadata_filter,
+            boost=boost,
+            corpora_read=corpora_read,
+        )
+    except fleet.EmbeddingUnavailable as exc:
+        if settings.RAG_EMBEDDING_UNAVAILABLE == "refuse":
+            fleet.UNAVAILABLE.labels("refused").inc()
+            log.warning("retrieval unavailable, question refused: %s", exc)
+            raise RetrievalRefused(str(exc)) from exc
+        fleet.UNAVAILABLE.labels("answered_without_passages").inc()
+        log.warning("retrieval unavailable, answering without passages: %s", exc)
+        return []
     budget = settings.RAG_PROMPT_TOKENS if budget_tokens is None else budget_tokens
     return passages_within(passages, budget_tokens=budget)
 
@@ -95,7 +127,7 @@ def _retrieve(
     passages = retrieval.search(
         corpora=searchable,
         query=query,
-        embedding=caches.query_embedding(query),
+        embedding=caches.query_embeddings(query, searchable),
         k=k,
         metadata_filter=metadata_filter,
         boost=boost,

@@ -237,6 +237,27 @@ SERVESTATIC_USE_FINDERS = True
 
 # Retrieval (apps/rag; docs/retrieval.md describes each setting)
 RAG_EMBEDDING_MODEL_PATH = env.str("RAG_EMBEDDING_MODEL_PATH", default="")
+# Retrieval models (apps/rag/embeddings.py, docs/retrieval.md): the model new corpora are
+# embedded with; where all-MiniLM-L6-v2 runs ("local": in each web process, "fleet": on
+# `python -m worker embed` workers, and no web process imports torch); other models this
+# process may run itself (name=folder,...); every other model is served by workers.
+RAG_EMBEDDING_MODEL = env.str("RAG_EMBEDDING_MODEL", default="all-MiniLM-L6-v2")
+RAG_EMBEDDING_SERVING = env.str("RAG_EMBEDDING_SERVING", default="local")
+RAG_LOCAL_EMBEDDING_MODELS = env.dict("RAG_LOCAL_EMBEDDING_MODELS", default={})
+# A question's embedding (or reranking) on the fleet waits this long; ingestion's, longer. With
+# no answer: "answer" goes on without passages (and says so in the log and metrics), "refuse"
+# turns the question away with a message to try again.
+RAG_EMBED_TIMEOUT_SECONDS = env.float("RAG_EMBED_TIMEOUT_SECONDS", default=2.0)
+RAG_EMBED_BULK_TIMEOUT_SECONDS = env.float("RAG_EMBED_BULK_TIMEOUT_SECONDS", default=120.0)
+RAG_EMBEDDING_UNAVAILABLE = env.str("RAG_EMBEDDING_UNAVAILABLE", default="answer")
+# A model whose workers have not beaten for this long is taken as served by none (3 beats).
+RAG_FLEET_STALE_SECONDS = env.float("RAG_FLEET_STALE_SECONDS", default=6.0)
+# A corpus gets its own HNSW index from this many passages; a smaller one is scanned exactly.
+RAG_HNSW_MIN_CHUNKS = env.int("RAG_HNSW_MIN_CHUNKS", default=1000)
+# Changing a corpus's model re-embeds it in batches of this many passages; the old vectors are
+# cleared this long after the swap (searches that read the corpus before it finish first).
+RAG_REEMBED_BATCH = env.int("RAG_REEMBED_BATCH", default=256)
+RAG_REEMBED_GRACE_SECONDS = env.float("RAG_REEMBED_GRACE_SECONDS", default=30.0)
 # 100 word pieces: MiniLM matches a question to a short passage better than to a long one, and
 # several fit the prompt's share (bench/rag.py's labelled questions; 64 matched worse again).
 RAG_CHUNK_TOKENS = env.int("RAG_CHUNK_TOKENS", default=100)

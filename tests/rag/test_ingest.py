@@ -85,10 +85,10 @@ def test_a_failed_write_leaves_the_old_version_whole(db, embedding_model, folder
 
     real = ingestion.chunks_write
 
-    def failing(*, document, chunks, vectors):
+    def failing(*, document, chunks, vectors, **options):
         if document.source.endswith("deploy.md"):
             raise RuntimeError("disk full")
-        return real(document=document, chunks=chunks, vectors=vectors)
+        return real(document=document, chunks=chunks, vectors=vectors, **options)
 
     monkeypatch.setattr(ingestion, "chunks_write", failing)
     out = ingest("handbook", str(folder))

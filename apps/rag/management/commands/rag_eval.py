@@ -89,7 +89,7 @@ class Command(BaseCommand):
             passages = retrieval.search(
                 corpora=[target],
                 query=question,
-                embedding=caches.query_embedding(question),
+                embedding=caches.query_embedding(question, model=target.embedding_model),
                 k=depth,
                 fusion=options["fusion"],
                 min_similarity=-1.0,
