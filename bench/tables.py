@@ -37,7 +37,7 @@ COMPARES = {
     "time",
     "memory": "facts in five placements kept by the user's statements (their own words) vs a "
     "sliding window, on 40 frozen conversations written by people who never read the rules "
-    "(the headline) and on the two sets it was tuned on; old values shown as current, "
+    "(the headline) and on the sets it was tuned on; old values shown as current, "
     "instruction text, others' statements shown as the user's",
     "rag": "hit@5 and MRR on 80 questions over `docs/` written by a reader who never saw the "
     "retrieval rules (the headline) and on the 162 it was tuned on; answer among the passages "
