@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return prepare_model_main(argv[1:])
     if argv[:1] == ["embed"]:  # a retrieval model: worker/embedding.py
-        from worker.embedding import main as embed_main
+        from worker.embed_main import main as embed_main
 
         return embed_main(argv[1:])
     args = build_parser().parse_args(argv)

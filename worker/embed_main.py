@@ -1,0 +1,147 @@
+"""`python -m worker embed`: its command line, and the process that runs an EmbedWorker
+(worker/embedding.py) until SIGTERM or SIGINT. Each option also reads the environment variable
+named in brackets in its help."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+
+import uvloop
+
+from worker import metrics, redis_connection
+from worker.embedding import EmbedWorker
+from worker.engines.embedders import EMBEDDERS, KINDS, create_embedder
+from worker.protocol import Keys
+from worker.runner import default_worker_id
+
+
+def build_parser() -> argparse.ArgumentParser:
+    env = os.environ.get
+    parser = argparse.ArgumentParser(prog="python -m worker embed", description=__doc__)
+    add = parser.add_argument
+    add(
+        "--engine",
+        choices=sorted(EMBEDDERS),
+        default=env("EMBED_ENGINE", "sentence-transformers"),
+        help="[EMBED_ENGINE] what runs the model (default sentence-transformers)",
+    )
+    add(
+        "--kind",
+        choices=KINDS,
+        default=env("EMBED_KIND", "embed"),
+        help="[EMBED_KIND] embed (an embedding model) or score (a reranker)",
+    )
+    add(
+        "--model",
+        default=env("EMBED_MODEL"),
+        help="[EMBED_MODEL] a model folder or hub id (default: the bundled all-MiniLM-L6-v2); "
+        "with --engine openai, the upstream's model name",
+    )
+    add(
+        "--served-model-name",
+        default=env("EMBED_SERVED_MODEL_NAME"),
+        help="[EMBED_SERVED_MODEL_NAME] the name corpora use for it (default: all-MiniLM-L6-v2 "
+        "for the bundled model, else the folder's or id's last part)",
+    )
+    add(
+        "--device",
+        default=env("EMBED_DEVICE", "cpu"),
+        help="[EMBED_DEVICE] sentence-transformers: cpu or cuda",
+    )
+    add(
+        "--max-batch",
+        type=int,
+        default=int(env("EMBED_MAX_BATCH", 256)),
+        help="[EMBED_MAX_BATCH] texts per model call",
+    )
+    add(
+        "--max-entries",
+        type=int,
+        default=int(env("EMBED_MAX_ENTRIES", 128)),
+        help="[EMBED_MAX_ENTRIES] requests read at once",
+    )
+    add("--redis-url", default=env("REDIS_URL", "redis://127.0.0.1:6379/0"), help="[REDIS_URL]")
+    add("--prefix", default=env("SLUICE_REDIS_PREFIX", "sluice"), help="[SLUICE_REDIS_PREFIX]")
+    add("--worker-id", default=env("WORKER_ID"), help="[WORKER_ID] default host-pid")
+    add(
+        "--heartbeat-interval",
+        type=float,
+        default=float(env("WORKER_HEARTBEAT_SECONDS", 2.0)),
+        help="[WORKER_HEARTBEAT_SECONDS]",
+    )
+    add(
+        "--claim-idle-ms",
+        type=int,
+        default=int(env("WORKER_CLAIM_IDLE_MS", 10_000)),
+        help="[WORKER_CLAIM_IDLE_MS] take over a dead worker's requests after this",
+    )
+    add(
+        "--metrics-port",
+        type=int,
+        default=int(env("WORKER_METRICS_PORT", 0)),
+        help="[WORKER_METRICS_PORT] Prometheus metrics on this port (0: off)",
+    )
+    vllm = parser.add_argument_group("vllm")
+    vllm.add_argument(
+        "--max-model-len", type=int, default=int(env("EMBED_MAX_MODEL_LEN", 0)) or None
+    )
+    vllm.add_argument("--dtype", default=env("EMBED_DTYPE", "auto"))
+    vllm.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=float(env("EMBED_GPU_MEMORY_UTILIZATION", 0.2)),
+        help="[EMBED_GPU_MEMORY_UTILIZATION] share of the GPU it takes (beside a "
+        "chat model: default 0.2)",
+    )
+    vllm.add_argument("--enforce-eager", action="store_true")
+    upstream = parser.add_argument_group("openai")
+    upstream.add_argument("--base-url", default=env("OPENAI_BASE_URL"))
+    upstream.add_argument("--api-key", default=env("OPENAI_API_KEY", ""))
+    return parser
+
+
+def served_name(args: argparse.Namespace) -> str:
+    if args.served_model_name:
+        return args.served_model_name.strip()
+    if not args.model:
+        return "all-MiniLM-L6-v2"  # the bundled folder: the name corpora use by default
+    return args.model.rstrip("/").rsplit("/", 1)[-1]
+
+
+async def serve(args: argparse.Namespace) -> None:
+    if args.engine == "openai" and not (args.base_url and args.model):
+        raise SystemExit("--engine openai needs --base-url and --model")
+    embedder = create_embedder(
+        args.engine, **{k: v for k, v in vars(args).items() if v is not None}
+    )
+    client = redis_connection.connect(args.redis_url, decode_responses=True)
+    await embedder.start()
+    try:
+        worker = EmbedWorker(
+            redis_client=client,
+            embedder=embedder,
+            keys=Keys(prefix=args.prefix),
+            model=served_name(args),
+            worker_id=args.worker_id or default_worker_id(),
+            max_entries=args.max_entries,
+            max_batch=args.max_batch,
+            heartbeat_interval=args.heartbeat_interval,
+            claim_idle_ms=args.claim_idle_ms,
+        )
+        if args.metrics_port:
+            metrics.serve(args.metrics_port, lambda: None)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, worker.stop)
+        await worker.run()
+    finally:
+        await embedder.stop()
+        await client.aclose()
+
+
+def main(argv: list[str]) -> int:
+    uvloop.run(serve(build_parser().parse_args(argv)))
+    return 0
