@@ -15,13 +15,11 @@ The clock `FleetView` reads (its heartbeat reread interval) is the simulation's.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable
 
 from django.conf import settings
 
-from apps.admission import release as release_module
 from apps.admission.estimates import Estimator, Sample, question_of
 from apps.admission.kinds import BACKGROUND, RAG, kind_decide
 from apps.admission.line import Line, QueuedRequest
@@ -133,15 +131,6 @@ class SimClock:
         return self.now()
 
 
-@contextlib.contextmanager
-def sim_clock(now: Callable[[], float]):
-    real, release_module.time = release_module.time, SimClock(now)
-    try:
-        yield
-    finally:
-        release_module.time = real
-
-
 class Dispatch:
     """One dispatcher's line, running counts, plans, fleet view and release pass."""
 
@@ -165,7 +154,7 @@ class Dispatch:
         self.plans = PlanBook()
         self.plans.default = plan
         self.plans.plans = {plan.id: plan}
-        self.view = FleetView(self.redis, keys, interval=read_s)
+        self.view = FleetView(self.redis, keys, interval=read_s, clock=SimClock(now))
         self.view.router = Router(keys, self.view.affinity, policy=policy, max_load=max_load)
         self.estimator = Estimator(keys)
         self.release = Release(

@@ -33,7 +33,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from fleet_balancers import BASELINES, Balancer
-from fleet_dispatch import Dispatch, model_plan, sim_clock
+from fleet_dispatch import Dispatch, model_plan
 from fleet_prompts import Ask, Workload, open_conversations
 
 from apps.admission.routing import AFFINITY, PULL
@@ -176,8 +176,7 @@ class Simulation:
         heapq.heappush(self.events, (when, next(self.seq), kind, item))
 
     def run(self) -> dict:
-        with sim_clock(lambda: self.now):
-            return self._run()
+        return self._run()
 
     def _run(self) -> dict:
         self.at(self.rng.expovariate(self.rate), "arrive")

@@ -61,7 +61,7 @@ def test_a_ratio_whose_interval_holds_one_is_no_measurable_difference():
 
 @pytest.mark.django_db
 def test_the_models_dispatcher_holds_a_user_to_the_plans_max_concurrent():
-    from fleet_dispatch import Dispatch, model_plan, sim_clock
+    from fleet_dispatch import Dispatch, model_plan
     from fleet_model import Fleet, Worker
 
     workers = [Worker(i, Fleet()) for i in range(2)]
@@ -79,14 +79,13 @@ def test_the_models_dispatcher_holds_a_user_to_the_plans_max_concurrent():
         dispatched=lambda stream, fields: sent.append((stream, fields["id"])),
     )
     messages = [SYSTEM, {"role": "user", "content": "How full is the reservoir?"}]
-    with sim_clock(lambda: 100.0):
-        for n, user in enumerate(("7", "7", "8")):
-            dispatch.submit(
-                job_id=f"r{n}", kind="chat", user=user, conversation=f"c{n}", messages=messages
-            )
-        assert dispatch.run(shared_waiting=0) == 2
-        assert sorted(i for _, i in sent) == ["r0", "r2"]  # user 7's second waits its turn
-        dispatch.settled("r0", worker_id="fw0", tokens=40, duration_s=2.0)
-        assert dispatch.run(shared_waiting=0) == 1
+    for n, user in enumerate(("7", "7", "8")):
+        dispatch.submit(
+            job_id=f"r{n}", kind="chat", user=user, conversation=f"c{n}", messages=messages
+        )
+    assert dispatch.run(shared_waiting=0) == 2
+    assert sorted(i for _, i in sent) == ["r0", "r2"]  # user 7's second waits its turn
+    dispatch.settled("r0", worker_id="fw0", tokens=40, duration_s=2.0)
+    assert dispatch.run(shared_waiting=0) == 1
     assert sent[-1][1] == "r1"
     assert json.loads(workers[0].heartbeat())["slots"] == 4

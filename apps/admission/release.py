@@ -87,8 +87,11 @@ class Fleet:
 
 
 class FleetView:
-    def __init__(self, client: redis.Redis, keys: Keys, *, interval: float) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, *, interval: float, clock=time) -> None:
+        """`clock`: what tells the time (`monotonic()`, `time()`): the time module, or a
+        simulation's clock (bench/fleet_model.py drives this class in simulated time)."""
         self.client = client
+        self.clock = clock
         self.keys = keys
         self.interval = interval
         self.fleet = Fleet()
@@ -143,7 +146,7 @@ class FleetView:
 
     def _queue(self, pipe, candidates: Sequence[QueuedRequest]) -> Callable[[list], Fleet]:
         fleet = self.fleet
-        now = time.monotonic()
+        now = self.clock.monotonic()
         reread = now >= self._read_at or not fleet.workers
         known = self._ids if reread else []  # their heartbeats are read in the same trip
         start = len(pipe)
@@ -151,7 +154,7 @@ class FleetView:
         flushed = len(pipe) - start
         if reread:
             self._read_at = now + self.interval
-            pipe.zrangebyscore(self.keys.workers, time.time() - LIVE_SECONDS, "+inf")
+            pipe.zrangebyscore(self.keys.workers, self.clock.time() - LIVE_SECONDS, "+inf")
             if known:
                 pipe.mget([self.keys.heartbeat(w) for w in known])
         reads = len(pipe) - start - flushed
