@@ -16,12 +16,11 @@ for RAG_USER_FILE_STALE_SECONDS) is taken over and resumes where it stopped.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, connection, connections, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -30,6 +29,7 @@ from apps.rag.chunk_writes import vector_literal
 from apps.rag.embeddings import dimensions_of, embed_texts
 from apps.rag.ingestion import embedding_input
 from apps.rag.models import Chunk, Corpus, Reembedding
+from core.drainers import Drainer
 
 log = logging.getLogger("sluice.rag.reembed")
 
@@ -196,35 +196,9 @@ def _fill(job: Reembedding) -> None:
 
 # -- the background runner: one thread per process, like users' files' --------------------------
 
-_lock = threading.Lock()
-_wanted = False
-_thread: threading.Thread | None = None
+_drainer = Drainer("sluice-reembed", reembed_pending, what="re-embedding")
 
 
 def reembed_soon() -> None:
     """Makes sure this process's re-embedding thread runs (it finds the job in the table)."""
-    global _thread, _wanted
-    with _lock:
-        _wanted = True
-        if _thread is None:
-            _thread = threading.Thread(target=_drain, name="sluice-reembed", daemon=True)
-            _thread.start()
-
-
-def _drain() -> None:
-    global _thread, _wanted
-    try:
-        while True:
-            with _lock:
-                if not _wanted:
-                    return
-                _wanted = False
-            try:
-                reembed_pending()
-            except Exception:  # the database away, say: the next nudge tries again
-                log.exception("re-embedding failed")
-    finally:
-        with _lock:
-            if _thread is threading.current_thread():
-                _thread = None
-        connections.close_all()
+    _drainer.soon()

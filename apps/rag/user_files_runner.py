@@ -8,44 +8,12 @@ wants ingestion off the web machines.
 
 from __future__ import annotations
 
-import logging
-import threading
-
-from django.db import connections
-
 from apps.rag.user_files import user_files_ingest_pending
+from core.drainers import Drainer
 
-log = logging.getLogger("sluice.rag.user_files")
-
-_lock = threading.Lock()
-_wanted = False  # set by every nudge; the thread drains once more before it ends
-_thread: threading.Thread | None = None
+_drainer = Drainer("sluice-user-files", user_files_ingest_pending, what="ingesting users' files")
 
 
 def ingest_soon() -> None:
     """Makes sure this process's ingestion thread runs (it finds the new file in the table)."""
-    global _thread, _wanted
-    with _lock:
-        _wanted = True
-        if _thread is None:
-            _thread = threading.Thread(target=_drain, name="sluice-user-files", daemon=True)
-            _thread.start()
-
-
-def _drain() -> None:
-    global _thread, _wanted
-    try:
-        while True:
-            with _lock:
-                if not _wanted:
-                    return
-                _wanted = False
-            try:
-                user_files_ingest_pending()
-            except Exception:  # the database away, say: the next nudge tries again
-                log.exception("ingesting users' files failed")
-    finally:
-        with _lock:
-            if _thread is threading.current_thread():
-                _thread = None
-        connections.close_all()  # this thread's connection goes back to the pool
+    _drainer.soon()
