@@ -184,8 +184,11 @@ def _after_answer(answer: Answer) -> None:
     every = settings.SLUICE_TAG_PROPOSAL_EVERY
     model = Conversation.objects.filter(id=conversation_id).values_list("model", flat=True)
     model = model.first() or ""
-    if memory_writer.writes_memory(model):
-        memory_schedule(answer=answer, model=model)
+    try:  # memory is asked apart: a failure here must not cost the follow-ups
+        if memory_writer.writes_memory(model):
+            memory_schedule(answer=answer, model=model)
+    except Exception:
+        log.exception("memory of %s not asked", answer.id)
     if not followups and every <= 0:
         return
     if followups:
