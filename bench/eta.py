@@ -207,11 +207,13 @@ def prepare():
 
 def ask(user, watcher: Watcher, text: str, *, long: bool) -> Asked:
     from apps.chat.services import conversation_create
-    from apps.chat.submission import request_submit
+    from apps.chat.submission import Question, request_submit
 
     conversation = conversation_create(owner=user, title="eta")
     sent = time.time()
-    request_id = request_submit(user=user, conversation=conversation, text=text).request_id
+    request_id = request_submit(
+        Question(user=user, conversation=conversation, text=text)
+    ).request_id
     asked = Asked(request_id, long, sent)
     watcher.add(asked)
     return asked

@@ -111,7 +111,9 @@ def run(count: int) -> None:
         active = keys().conversation_active(conversation.id)
 
         def submit() -> None:
-            submission.request_submit(user=user, conversation=conversation, text=question)
+            submission.request_submit(
+                submission.Question(user=user, conversation=conversation, text=question)
+            )
             client.delete(active)
 
         label = "on " if hot_tier else "off"

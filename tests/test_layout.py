@@ -162,3 +162,38 @@ def test_the_worker_needs_nothing_of_django():
             assert not [n for n in names if n.split(".")[0] in ("django", "apps", "chatsite")], (
                 module
             )
+
+
+def callers_of(function: str) -> set[str]:
+    """Project modules (tests and benches aside) that call `function` by its last name, e.g.
+    `transitions.submitted(...)` or `submitted(...)` imported by name."""
+    name = function.rpartition(".")[2]
+    found = set()
+    for module, path in project_modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                called = node.func
+                if isinstance(called, ast.Attribute) and called.attr == name:
+                    found.add(module)
+                elif isinstance(called, ast.Name) and called.id == name:
+                    found.add(module)
+    return found - {function.rpartition(".")[0]}
+
+
+def test_every_request_enters_redis_through_one_publish():
+    """A request of any kind (a person's, the OpenAI API's, Sluice's background work) is
+    published by apps.chat.publish alone, and a person's question is submitted by
+    apps.chat.submission.request_submit alone: the kind, the prompt and the tabs' event are
+    decided in one place."""
+    assert callers_of("worker.transitions.submitted") == {"apps.chat.publish"}
+    assert callers_of("apps.chat.publish.request_publish") == {
+        "apps.chat.submission",
+        "apps.chat.background",
+        "apps.api.openai_views",
+    }
+    assert callers_of("apps.chat.submission.request_submit") == {
+        "apps.chat.turns",
+        "apps.chat.consumers",
+        "apps.chat.views",
+        "apps.api.rest",
+    }

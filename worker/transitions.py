@@ -18,8 +18,8 @@ The scripts (worker/transition_scripts.py) touch only one request's keys (its ha
 one conversation's, so they stay valid on a Redis Cluster; the answer record for the done
 stream is a separate step, written only by the call that ended the request (see
 `finish_result`). A conversation's active key is written here too: taken by `submitted`,
-released by the recorder's `conversation_released` once the answer is stored (the recorder
-is the only writer of answers).
+released by the recorder's `conversation_released` once the answer is stored, or taken by
+the next question's `submitted`.
 """
 
 from __future__ import annotations

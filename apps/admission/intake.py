@@ -77,8 +77,8 @@ class Intake:
         self._unwritten = None  # its MULTI failed: the entries are read again
 
     def read(self, *, block_ms: int) -> Entries:
-        """New admission entries, waiting up to `block_ms` for one, or for an answer record (a
-        question sent right after its answer waits for the recorder: Dispatcher.step). Those
+        """New admission entries, waiting up to `block_ms` for one, or for an answer record (an
+        answer is stored as soon as it ends: Dispatcher.step). Those
         records are only a wake-up here; the recorder reads them through its own group."""
         if self.backlog_first:
             entries = self._read({self.keys.admit: "0"}, block_ms=None)

@@ -38,7 +38,8 @@ from apps.api.openai_relay import (
     final_logprobs,
     final_usage,
 )
-from apps.chat import services, submission
+from apps.chat import services
+from apps.chat.publish import request_publish
 from apps.streams.hub_base import Entry
 from apps.streams.offload import db_call
 from worker import capabilities, protocol
@@ -166,7 +167,7 @@ def completion_submit(caller: Caller, asked: shapes.ChatRequest, *, raw_key: str
     ]
     # The key's hash goes with the request, so its usage is filed under the key (apps/usage).
     first_events = [
-        submission.request_publish(item=item, citations=[], api_key=api_key_hash(raw_key or ""))
+        request_publish(item=item, citations=[], api_key=api_key_hash(raw_key or ""))
         for item in items
     ]
     return Started([item.id for item in items], model, int(time.time()), first_events)

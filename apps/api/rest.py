@@ -92,26 +92,21 @@ def request_create(request: HttpRequest) -> JsonResponse:
     else:
         conversation = selectors.conversation_get_for_user(user=user, id=conversation_id)
     raw_key = _bearer(request)
+    question = submission.Question(
+        user=user,
+        conversation=conversation,
+        text=text,
+        model=model,
+        # Its usage is filed under the key as well as the user, as on the OpenAI API.
+        api_key=api_key_hash(raw_key) if raw_key else "",
+    )
     try:
-        submitted = submission.request_submit(
-            user=user,
-            conversation=conversation,
-            text=text,
-            model=model,
-            # Its usage is filed under the key as well as the user, as on the OpenAI API.
-            api_key=api_key_hash(raw_key) if raw_key else "",
-        )
-    except ValidationError as exc:
-        return _error(400, " ".join(exc.messages))
-    except submission.ModelUnavailable as exc:
-        response = _error(503, str(exc))
-        response["Retry-After"] = "30"
-        return response
-    except submission.ConversationBusy as exc:
-        return _error(409, str(exc))
-    except submission.QueueUnavailable as exc:
-        response = _error(503, str(exc))
-        response["Retry-After"] = "60"
+        submitted = submission.request_submit(question)
+    except submission.REFUSALS as exc:
+        refusal = submission.refusal_of(exc)
+        response = _error(refusal.status, refusal.message)
+        if refusal.retry_after:
+            response["Retry-After"] = str(refusal.retry_after)
         return response
     events_url = reverse("api:request_events", args=[submitted.request_id])
     response = JsonResponse(

@@ -33,11 +33,12 @@ from apps.chat import suggestions
 from apps.chat.models import Conversation
 from apps.chat.prompt import memory, memory_summary, memory_writer
 from apps.chat.prompt.prompting import Prompt
+from apps.chat.publish import request_publish
 from apps.inbox import services as inbox
 from apps.inbox.models import InboxMessage
 from apps.inbox.services import inbox_post
 from core.redis_client import get_redis, keys
-from worker import protocol, transitions
+from worker import protocol
 from worker.protocol import Answer, State, WorkItem
 
 log = logging.getLogger("sluice.chat.background")
@@ -75,7 +76,6 @@ def background_submit(
 ) -> str:
     """Hands a background request to admission; returns its id. Raises RedisError.
     `response_format`: OpenAI's, for an answer the engine holds to a JSON schema."""
-    k = keys()
     item = WorkItem(
         id=protocol.new_request_id(),
         user_id=str(user_id),
@@ -89,11 +89,7 @@ def background_submit(
         purpose=purpose,
         response_format=response_format or {},
     )
-    stream = k.admit if settings.SLUICE_ADMISSION else k.work_for_model(model)
-    submit_by_ms = protocol.now_ms() + int(settings.REDIS_SOCKET_TIMEOUT * 1000)
-    pipe = get_redis().pipeline(transaction=False)
-    transitions.submitted(pipe, k, item, citations=[], stream=stream, submit_by_ms=submit_by_ms)
-    pipe.execute()
+    request_publish(item=item)
     log.info(
         "background request %s submitted: %s for user %s", item.id, purpose.get("task"), user_id
     )

@@ -24,7 +24,6 @@ import logging
 from urllib.parse import parse_qs
 
 import orjson
-from django.core.exceptions import ValidationError
 from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from django.utils.html import escape, linebreaks
@@ -150,31 +149,23 @@ class ChatConsumer(PooledConsumer):
         if not isinstance(text, str):
             await self._refuse("Type a message first.")
             return
-        request_id, previous = protocol.new_request_id(), self.following
         # Followed before the question is published to the user's tabs, so that this socket
         # takes the event as its own whenever it arrives.
-        self.following = request_id
+        self.following = request_id = protocol.new_request_id()
         try:
-            submitted = await self._submit(text, request_id, previous)
-        except ValidationError as exc:
-            await self._error(" ".join(exc.messages))
+            submitted = await self._submit(text, request_id)
+        except submission.REFUSALS as exc:
+            await self._refused(exc, draft=text)
             return
-        except submission.ConversationBusy as exc:
-            await self._error(str(exc))
-            return
-        except submission.QueueUnavailable as exc:
-            await self._send({"type": "error", "message": str(exc), "draft": text})
-            return
-        except Http404:
-            await self._error("This conversation no longer exists.")
-            return
-        await self._asked(submitted, published=True)
+        await self._asked(submitted)
 
     async def _on_edit(self, frame: dict) -> None:
         text, message_id = frame.get("text"), frame.get("message_id")
         if not isinstance(text, str) or not isinstance(message_id, int):
             await self._refuse("That edit could not be read.")
             return
+        previous, self.following = self.following, protocol.new_request_id()
+        request_id = self.following
         try:
             submitted, removed = await db_call(self._in_session)(
                 turns.message_edit,
@@ -182,44 +173,47 @@ class ChatConsumer(PooledConsumer):
                 conversation=self.conversation,
                 message_id=message_id,
                 text=text,
+                request_id=request_id,
             )
-        except turns.EDIT_REFUSALS as exc:
-            await self._error(turns.refusal_message(exc))
+        except submission.REFUSALS as exc:
+            self.following = previous
+            await self._refused(exc)
             return
         await self._send({"type": "truncate", "from_message_id": removed})
-        await self._asked(submitted, replaces=removed)
+        await self._asked(submitted)
 
-    async def _asked(self, submitted: submission.Submitted, published=False, **extra) -> None:
-        """Shows the question, follows its answer, then tells the user's other tabs (once
-        this socket follows the answer, so that it knows the event as its own), unless the
-        submit told them already."""
+    async def _asked(self, submitted: submission.Submitted) -> None:
+        """Shows the question and follows its answer (the submit told the user's other tabs)."""
         message = submitted.user_message
         await self._send(
             {"type": "user_message", "id": message.id, "html": linebreaks(escape(message.text))}
         )
         await self._started(submitted.request_id, written=submitted.first_event)
-        if published:
-            return
-        await db_call(tab_sync.question_published)(
-            conversation=self.conversation,
-            message=submitted.user_message,
-            request_id=submitted.request_id,
-            **extra,
-        )
 
     async def _on_regenerate(self, frame: dict) -> None:
         again = frame["type"] == "regenerate"
-        service = submission.answer_regenerate if again else turns.answer_continue
+        service = turns.answer_regenerate if again else turns.answer_continue
+        previous, self.following = self.following, protocol.new_request_id()
         try:
             submitted = await db_call(self._in_session)(
-                service, user=self.user, conversation=self.conversation
+                service, user=self.user, conversation=self.conversation, request_id=self.following
             )
-        except (submission.ConversationBusy, submission.QueueUnavailable) as exc:
-            await self._error(str(exc))
+        except submission.REFUSALS as exc:
+            self.following = previous
+            await self._refused(exc)
             return
         if again:
             await self._send({"type": "regenerating"})
         await self._started(submitted.request_id, written=submitted.first_event)
+
+    async def _refused(self, exc: Exception, *, draft: str | None = None) -> None:
+        """A refused submit, told as every way in tells it; the composer gets its text back
+        when nothing was stored."""
+        refusal = submission.refusal_of(exc)
+        if refusal.draft_kept and draft is not None:
+            await self._send({"type": "error", "message": refusal.message, "draft": draft})
+        else:
+            await self._error(refusal.message)
 
     async def _on_stop(self, frame: dict) -> None:
         try:
@@ -355,20 +349,14 @@ class ChatConsumer(PooledConsumer):
         return conversation, active
 
     @db_call
-    def _submit(self, text: str, request_id: str, previous: str | None) -> submission.Submitted:
-        """Sends the question and tells the user's other tabs, in one trip through the pool,
-        the session checked by the question's own insert. `previous`: the answer this socket
-        followed last, whose end the submit reads first (waiting for the recorder to store it)."""
+    def _submit(self, text: str, request_id: str) -> submission.Submitted:
+        """Sends the question, in one trip through the pool, the session checked by the
+        question's own insert."""
+        question = submission.Question(
+            user=self.user, conversation=self.conversation, text=text, request_id=request_id
+        )
         return self.session.guarded(
-            lambda condition: submission.request_submit(
-                user=self.user,
-                conversation=self.conversation,
-                text=text,
-                request_id=request_id,
-                expected=previous,
-                announce=True,
-                only_if=condition,
-            )
+            lambda condition: submission.request_submit(question, only_if=condition)
         )
 
     @db_call

@@ -1,5 +1,7 @@
 """Publishing a request: its state, the conversation's active request, its first event and
-its admission entry, in one round trip to Redis (the web's last step of a submit)."""
+its admission entry, in one round trip to Redis. The one place a request of any kind enters
+Redis (a person's question through submission.request_submit, the OpenAI API, Sluice's
+background work): the caller built the work item and set its kind."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from typing import Any
 from django.conf import settings
 from redis.exceptions import RedisError
 
-from apps.admission.kinds import web_kind
 from apps.chat.prompt.read_ahead import WritesAhead
 from apps.streams.hub_base import Entry
 from core.redis_client import get_redis, keys
@@ -37,8 +38,6 @@ def request_publish(
     for the hot tier), queued before the request's own; a failure of it drops the
     conversation's hot entries. `api_key`: the SHA-256 of the API key the request came with."""
     k = keys()
-    # Set by Sluice from what the request is (the dispatcher adds "long" by the plan's size).
-    item.kind = web_kind(requested=item.kind)
     submit_by_ms = protocol.now_ms() + int(settings.REDIS_SOCKET_TIMEOUT * 1000)
     pipe = get_redis().pipeline(transaction=False)
     if first is not None:

@@ -6,10 +6,10 @@ its own consumer group, so answers are kept even when no browser is watching. Th
 message's unique request id makes a record delivered twice a no-op. A record that cannot be
 read or stored goes to the dead-letter stream with its reason: the loop never dies on data.
 
-The recorder is the only writer of answers. It releases a conversation (its active key) only
-once the answer is stored and its turn pushed onto the hot tier, so a question sent after an
-answer ended waits for that (submission.ensure_conversation_free) and its prompt holds the
-answer, in order.
+It releases a conversation (its active key) once the answer is stored. A question sent after
+an answer ended but before the recorder stored it stores the answer itself from the final event
+(submission.ensure_conversation_free, through answer_store): the same record, so whichever
+stores second stores nothing.
 """
 
 from __future__ import annotations

@@ -1,21 +1,19 @@
-"""Services that submit, stop and look up requests: the web's half of the request path.
+"""The one way a person's request is submitted: the page's websocket and form, the REST API,
+regenerate, continue and edit all call `request_submit` with a `Question`; the OpenAI API and
+Sluice's background work hand their own prompts to publish.request_publish, the one place a
+request enters Redis.
 
 A request's live state is the Redis hash `req:{id}` (see worker.protocol), written only through
-worker.transitions; its answer is stored in PostgreSQL by the answer recorder, exactly once,
-keyed by the request id.
+worker.transitions; its answer is stored in PostgreSQL keyed by the request id, exactly once.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
-from time import monotonic, sleep
-from typing import Any
+from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.http import Http404
 from redis.exceptions import RedisError
 
@@ -23,7 +21,7 @@ from apps.accounts.models import User
 from apps.accounts.sessions import SqlCondition
 from apps.admission.kinds import web_kind
 from apps.admission.selectors import model_fleet
-from apps.chat import background, services, tab_sync
+from apps.chat import background, recorder, services, tab_sync
 from apps.chat.models import Conversation, Message
 from apps.chat.prompt import hot, read_ahead
 from apps.chat.prompt.prompting import HISTORY_TURNS_MAX, prompt_build
@@ -38,6 +36,27 @@ from worker import protocol
 from worker.protocol import EventType, WorkItem
 
 log = logging.getLogger("sluice.chat.submission")
+
+
+@dataclass
+class Question:
+    """What a person's request is: who asks, in which conversation, and what."""
+
+    user: User
+    conversation: Conversation
+    # The new question; None to answer the conversation as it stands (regenerate, continue).
+    text: str | None = None
+    # A last user turn for this request only, never stored (continue's instruction).
+    instruction: str = ""
+    # The model to answer with, remembered as the conversation's (None: the conversation's own).
+    model: str | None = None
+    # The SHA-256 of the API key it came with, under which its usage is filed (apps/usage).
+    api_key: str = ""
+    # Known before the request exists, so the websocket that sends it follows it from the start.
+    request_id: str = field(default_factory=protocol.new_request_id)
+    # For the user's other tabs: an edit's first replaced message; a new conversation's first.
+    replaces: int | None = None
+    new: bool = False
 
 
 @dataclass
@@ -74,29 +93,51 @@ class QueueUnavailable(Exception):
         super().__init__(message or self.message)
 
 
+# What a submit may be refused with; every caller tells it through `refusal_of`.
+REFUSALS = (ValidationError, Http404, ConversationBusy, QueueUnavailable)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A refused submit as every way in tells it."""
+
+    message: str
+    status: int  # for the HTTP callers
+    retry_after: int | None = None  # seconds, for a 503's Retry-After
+    draft_kept: bool = False  # nothing was stored: the composer gets the text back
+
+
+def refusal_of(exc: Exception) -> Refusal:
+    """How a refused submit is told, the same on every way in."""
+    if isinstance(exc, ValidationError):
+        return Refusal(" ".join(exc.messages), 400)
+    if isinstance(exc, Http404):
+        return Refusal(str(exc) or "This conversation no longer exists.", 404)
+    if isinstance(exc, ModelUnavailable):
+        return Refusal(str(exc), 503, retry_after=30, draft_kept=True)
+    if isinstance(exc, ConversationBusy):
+        return Refusal(str(exc), 409)
+    if isinstance(exc, QueueUnavailable):
+        return Refusal(str(exc), 503, retry_after=60, draft_kept=True)
+    raise TypeError(f"not a submit refusal: {exc!r}")
+
+
 def active_request_id(*, conversation: Conversation) -> str | None:
     return get_redis().get(keys().conversation_active(conversation.id))
 
 
-def ensure_conversation_free(
-    *, conversation: Conversation, expected: str | None = None, reads: Sequence[Any] = ()
-) -> bool:
+def ensure_conversation_free(*, conversation: Conversation, reads=()) -> bool:
     """Raises ConversationBusy while an answer is generating, QueueUnavailable when Redis
-    cannot say. An answer that has ended is stored by the recorder alone, which releases the
-    conversation once it has (apps/chat/recorder.py): a question sent before that waits for
-    it, so its prompt holds that answer, and is told to try again only when the recorder takes
-    longer than ANSWER_STORE_WAIT_SECONDS (it runs in the dispatcher, which may be failing
-    over). Returns whether it waited. `expected`: the request the caller last followed in
-    this conversation (a websocket's previous question), whose end is then read in the same
-    round trip as the conversation's active request. `reads`: more reads for the same round
-    trip, each queued by its `queue(pipe)` and given the replies from its commands on by
-    `received` (the user's corpora, corpora_cache.Read; the prompt's sources, PromptRead)."""
+    cannot say. An answer that has ended but is not stored yet (the recorder stores it within
+    a dispatcher pass) is stored here from its final event, the record the recorder would store
+    (a second store of one request id is a no-op): the next question's prompt holds it, and
+    nothing waits on another process. `reads`: more reads for the same round trip, each queued
+    by its `queue(pipe)` and given the replies from its commands on by `received` (the user's
+    corpora, corpora_cache.Read; the prompt's sources, PromptRead). Returns whether it stored an
+    answer (so what `reads` read of the conversation is older than it)."""
     try:
         pipe = get_redis().pipeline(transaction=False)
         pipe.get(keys().conversation_active(conversation.id))
-        if expected:
-            _end_read(pipe, expected)
-        own = len(pipe)
         starts = []
         for read in reads:
             starts.append(len(pipe))
@@ -104,77 +145,29 @@ def ensure_conversation_free(
         replies = pipe.execute(raise_on_error=False)
         for read, start in zip(reads, starts, strict=True):
             read.received(replies[start:])
-        for reply in replies[:own]:
-            if isinstance(reply, Exception):
-                raise reply
-        active, *end = replies[:own]
+        active = replies[0]
+        if isinstance(active, Exception):
+            raise active
         if not active:
             return False
-        if active != expected:
-            pipe = get_redis().pipeline(transaction=False)
-            _end_read(pipe, active)
-            end = pipe.execute()
-        entries, known = end
-        if not known:
-            return False  # forgotten (its state expired): the next request takes its place
-        if not entries or entries[0][1].get("type") != EventType.FINAL:
-            raise ConversationBusy("Wait for the current answer to finish, or stop it.")
-        _wait_until_stored(conversation, active)
-        return True
+        pipe = get_redis().pipeline(transaction=False)
+        pipe.xrevrange(keys().output(active), count=1)
+        pipe.exists(keys().request(active))
+        entries, known = pipe.execute()
     except RedisError as exc:
         raise QueueUnavailable from exc
-
-
-def _end_read(pipe, request_id: str) -> None:
-    """Queues the reads that tell whether a request has ended: its last event, and whether
-    its state is still known."""
-    pipe.xrevrange(keys().output(request_id), count=1)
-    pipe.exists(keys().request(request_id))
-
-
-def _wait_until_stored(conversation: Conversation, request_id: str) -> None:
-    """Until the recorder releases the conversation from `request_id` (it has stored the
-    answer): usually a few milliseconds, so polled every millisecond at first (a GET each),
-    then at growing intervals (a dispatcher failing over takes seconds). A wait past the first
-    LONG_WAIT_SECONDS holds one of `_long_waits()`' places, or is told at once to send again when
-    none is free."""
-    key = keys().conversation_active(conversation.id)
-    start = monotonic()
-    pause = 0.001
-    place = None
-    try:
-        while get_redis().get(key) == request_id:
-            waited = monotonic() - start
-            if waited > settings.ANSWER_STORE_WAIT_SECONDS:
-                raise ConversationBusy(STILL_BEING_SAVED)
-            if waited > LONG_WAIT_SECONDS and place is None:
-                place = _long_waits()
-                if not place.acquire(blocking=False):
-                    place = None
-                    raise ConversationBusy(STILL_BEING_SAVED)
-            sleep(pause)
-            if waited > 0.02:
-                pause = min(pause * 2, 0.05)
-    finally:
-        if place is not None:
-            place.release()
-
-
-# The recorder stores an answer within one dispatcher pass (tens of milliseconds even with a
-# hundred streams asking again the moment their answers end): a wait past a second means the
-# dispatcher is away, failing over.
-LONG_WAIT_SECONDS = 1.0
-STILL_BEING_SAVED = (
-    "Your last answer is still being saved. Please send your message again in a moment."
-)
-
-
-@functools.cache
-def _long_waits() -> threading.BoundedSemaphore:
-    """The waits for the recorder that outlast its usual milliseconds (a dispatcher failing
-    over) each hold a thread of this process, the websocket's among WEB_DB_THREADS: at most
-    half of those may wait at once, so other chats' database work always has threads."""
-    return threading.BoundedSemaphore(max(1, settings.WEB_DB_THREADS // 2))
+    if not known:
+        return False  # forgotten (its state expired): the next request takes its place
+    if not entries or entries[0][1].get("type") != EventType.FINAL:
+        raise ConversationBusy("Wait for the current answer to finish, or stop it.")
+    answer = protocol.answer_from_final(
+        active,
+        entries[0][1],
+        user_id=str(conversation.owner_id),
+        conversation_id=str(conversation.id),
+    )
+    recorder.answer_store(answer=answer)
+    return True
 
 
 def ensure_model_served(*, model: str) -> None:
@@ -194,37 +187,20 @@ def ensure_model_served(*, model: str) -> None:
         )
 
 
-def request_submit(
-    *,
-    user: User,
-    conversation: Conversation,
-    text: str | None,
-    kind: str = "chat",
-    model: str | None = None,
-    instruction: str = "",
-    request_id: str | None = None,
-    expected: str | None = None,
-    announce: bool = False,
-    only_if: SqlCondition | None = None,
-    api_key: str = "",
-) -> Submitted:
-    """Stores the user's message (unless regenerating: text None), builds the prompt and hands
-    the request to admission. `model`: the model to answer with, remembered as the
-    conversation's (None: the conversation's own). `instruction`: a last user turn for this
-    request only, never stored (turns.py's "continue"). Raises ValidationError for bad text,
-    ConversationBusy when the conversation is still answering, QueueUnavailable when Redis
-    cannot be reached. `request_id`: the id to give the request (None: a new one), for a
-    caller that must know it before the request exists. `expected`: see
-    ensure_conversation_free. `announce`: the question is published to the user's other tabs
-    too (tab_sync.question_published), in the request's own round trip. `only_if`: a condition the
-    question's insert checks in the same statement (the sender's login session,
-    SessionCheck.condition); QuestionNotStored when it fails. Before that insert, only reads
-    are made, and an answer that has ended is stored (as the recorder would store it anyway);
-    so a question with `only_if` cannot change the conversation's model. `api_key`: the SHA-256
-    of the API key the question came with, under which its usage is filed (apps/usage)."""
+def request_submit(question: Question, *, only_if: SqlCondition | None = None) -> Submitted:
+    """Stores the question (unless it is None: regenerate, continue), builds the prompt, hands
+    the request to admission and tells the user's other tabs, in the request's own round trip
+    (after the question is committed). Raises one of REFUSALS (refusal_of says how to tell it):
+    ValidationError for bad text, ConversationBusy while the conversation is still answering,
+    ModelUnavailable, QueueUnavailable when Redis cannot be reached, Http404 for another user's
+    conversation. `only_if`: a condition the question's insert checks in the same statement
+    (the sender's login session, SessionCheck.condition); QuestionNotStored when it fails.
+    Before that insert only reads are made (and an ended answer stored, as the recorder would
+    store it anyway), so a question with `only_if` cannot change the conversation's model."""
+    user, conversation, text = question.user, question.conversation, question.text
     if conversation.owner_id != user.id:
         raise Http404
-    if only_if is not None and (text is None or model is not None):
+    if only_if is not None and (text is None or question.model is not None):
         raise ValueError("only_if guards a new question's insert, with the conversation's model")
     # In the conversation's first round trip: the user's corpora, for the retrieval, and the
     # prompt's sources (prompt/read_ahead.py).
@@ -235,47 +211,42 @@ def request_submit(
         else None
     )
     reads = [read for read in (corpora_read, prompt_read) if read is not None]
-    if ensure_conversation_free(conversation=conversation, expected=expected, reads=reads):
-        prompt_read = None  # read before the answer it waited for was stored
-    prompt, passages, question, user_message, writes = _question_and_prompt(
-        user=user,
-        conversation=conversation,
-        text=text,
-        model=model,
-        instruction=instruction,
-        only_if=only_if,
-        corpora_read=corpora_read,
-        prompt_read=prompt_read,
+    if ensure_conversation_free(conversation=conversation, reads=reads):
+        prompt_read = None  # read before the answer stored just now
+    prompt, passages, asked, user_message, writes = _question_and_prompt(
+        question, only_if=only_if, corpora_read=corpora_read, prompt_read=prompt_read
     )
-    request_id = request_id or protocol.new_request_id()
     item = WorkItem(
-        id=request_id,
+        id=question.request_id,
         user_id=str(user.id),
         conversation_id=str(conversation.id),
         messages=prompt.messages,
         max_tokens=prompt.max_tokens,
         temperature=settings.MODEL_TEMPERATURE,
         prompt_tokens_estimate=prompt.prompt_tokens_estimate,
-        kind=web_kind(requested=kind, passages=len(passages)),
+        kind=web_kind(requested="chat", passages=len(passages)),
         model=conversation.model,
     )
-    # Published after the question is committed, so a worker never answers a question that was
-    # rolled back; if Redis is down the question is taken back, so nothing half-sent remains.
-    announcement = None
-    if announce:
-        announcement = functools.partial(
-            tab_sync.question_event,
+
+    def tell_tabs(pipe) -> None:
+        tab_sync.question_event(
+            pipe,
             conversation=conversation,
             message=user_message,
-            request_id=request_id,
+            request_id=item.id,
+            replaces=question.replaces,
+            new=question.new,
         )
+
+    # Published after the question is committed, so a worker never answers a question that was
+    # rolled back; if Redis is down the question is taken back, so nothing half-sent remains.
     try:
         first_event = request_publish(
             item=item,
-            also=announcement,
+            also=tell_tabs,
             first=writes,
-            citations=citations_from(passages, question=question),
-            api_key=api_key,
+            citations=citations_from(passages, question=asked),
+            api_key=question.api_key,
         )
     except RedisError as exc:
         if user_message is not None:
@@ -283,17 +254,16 @@ def request_submit(
         raise QueueUnavailable from exc
     # After the person's request, so the summary it asks for queues behind it.
     background.summary_schedule(conversation=conversation, prompt=prompt)
-    return Submitted(request_id, conversation.id, user_message, first_event)
+    return Submitted(item.id, conversation.id, user_message, first_event)
 
 
-def _question_and_prompt(
-    *, user, conversation, text, model, instruction, only_if, corpora_read, prompt_read
-):
+def _question_and_prompt(question: Question, *, only_if, corpora_read, prompt_read):
     """request_submit's middle part: the model, the question stored, the passages, the prompt,
     and the writes left for the publication when the prompt was read ahead
     (prompt/read_ahead.py)."""
-    if model is not None and model != conversation.model:
-        services.conversation_set_model(conversation=conversation, model=model)
+    user, conversation, text = question.user, question.conversation, question.text
+    if question.model is not None and question.model != conversation.model:
+        services.conversation_set_model(conversation=conversation, model=question.model)
     ensure_model_served(model=conversation.model)
     user_message = pushed = None
     # Committed at once (no caller's transaction): the question's push onto the hot tier then
@@ -314,8 +284,8 @@ def _question_and_prompt(
     # Outside a transaction: plain reads need no BEGIN and COMMIT round trips, and the
     # question is committed already (it is taken back below if the request cannot be sent).
     try:
-        question = text if text is not None else last_question(conversation=conversation)
-        passages = passages_for(user=user, question=question, corpora_read=corpora_read)
+        asked = text if text is not None else last_question(conversation=conversation)
+        passages = passages_for(user=user, question=asked, corpora_read=corpora_read)
         sources, writes = read_ahead.sources_for(prompt_read, question=pushed)
         prompt = prompt_build(
             conversation=conversation,
@@ -323,13 +293,13 @@ def _question_and_prompt(
             pushed=None if writes else pushed,
             sources=sources,
         )
-        if instruction:  # after the history, so the cached prefix of the turns still holds
-            prompt.messages.append({"role": "user", "content": instruction})
+        if question.instruction:  # after the history, so the cached prefix of the turns holds
+            prompt.messages.append({"role": "user", "content": question.instruction})
     except Exception:
         if user_message is not None:
             user_message.delete()
         raise
-    return prompt, passages, question, user_message, writes
+    return prompt, passages, asked, user_message, writes
 
 
 def last_question(*, conversation: Conversation) -> str:
@@ -349,14 +319,3 @@ def passages_for(
     except Exception:
         log.exception("retrieval failed; answering without passages")
         return []
-
-
-def answer_regenerate(*, user: User, conversation: Conversation) -> Submitted:
-    """Drops the last answer and asks again from the same history."""
-    ensure_conversation_free(conversation=conversation)
-    last = conversation.messages.order_by("-created", "-id").first()
-    if last is None:
-        raise ConversationBusy("There is nothing to regenerate yet.")
-    if last.role == Message.Role.ASSISTANT:
-        last.delete()
-    return request_submit(user=user, conversation=conversation, text=None)

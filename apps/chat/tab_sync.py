@@ -51,7 +51,8 @@ def _event(client, user_id: int, action: str, conversation_id: int, **fields) ->
     account_event_add(client, event)
 
 
-def question_published(
+def question_event(
+    pipe,
     *,
     conversation: Conversation,
     message: Message | None,
@@ -59,25 +60,14 @@ def question_published(
     replaces: int | None = None,
     new: bool = False,
 ) -> None:
-    _publish(
-        conversation.owner_id,
-        Action.QUESTION,
-        conversation.id,
-        **_question_fields(conversation, message, request_id, replaces=replaces, new=new),
-    )
-
-
-def question_event(
-    pipe, *, conversation: Conversation, message: Message | None, request_id: str
-) -> None:
-    """`question_published` queued on a pipeline: sent in the same round trip as the request
-    (submission.request_submit's `announce`)."""
+    """A question sent (or, `message` None, a new answer asked for), queued on the pipeline that
+    publishes its request (submission.request_submit): every way in tells the user's tabs."""
     _event(
         pipe,
         conversation.owner_id,
         Action.QUESTION,
         conversation.id,
-        **_question_fields(conversation, message, request_id),
+        **_question_fields(conversation, message, request_id, replaces=replaces, new=new),
     )
 
 

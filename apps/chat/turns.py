@@ -1,5 +1,7 @@
 """Questions that change a conversation's shape: the first one, which creates the conversation
-(so no empty "New chat" is ever stored), and an edited one.
+(so no empty "New chat" is ever stored), an edited one, and the requests that answer the
+conversation as it stands: regenerate and continue. Each submits through
+submission.request_submit.
 
 Editing a sent question discards the old branch: the question and every message after it are
 deleted, and the conversation continues from the edited text, as if it had been asked so the
@@ -22,18 +24,18 @@ import logging
 import re
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
 from django.http import Http404
 from redis.exceptions import RedisError
 
 from apps.accounts.models import User
-from apps.chat import background, services, submission, suggestions, tab_sync
+from apps.chat import background, services, suggestions
 from apps.chat.models import Conversation, Message
 from apps.chat.prompt import memory_summary
 from apps.chat.submission import (
     ConversationBusy,
+    Question,
     Submitted,
     ensure_conversation_free,
     request_submit,
@@ -57,22 +59,18 @@ def title_from_question(text: str) -> str:
     return title[0].upper() + title[1:]
 
 
-def conversation_start(*, user: User, text: str) -> submission.Submitted:
+def conversation_start(*, user: User, text: str) -> Submitted:
     """A new conversation with its first question, answered. Nothing is kept when the question
     is refused (ValidationError, QueueUnavailable): the conversation goes with it."""
     services.clean_message_text(text)  # refused before anything is stored
     conversation = services.conversation_create(owner=user, title=title_from_question(text))
     try:
-        submitted = submission.request_submit(user=user, conversation=conversation, text=text)
+        submitted = request_submit(
+            Question(user=user, conversation=conversation, text=text, new=True)
+        )
     except Exception:
         conversation.delete()
         raise
-    tab_sync.question_published(
-        conversation=conversation,
-        message=submitted.user_message,
-        request_id=submitted.request_id,
-        new=True,
-    )
     if settings.SLUICE_TITLES:
         title_schedule(conversation=conversation, question=text)
     return submitted
@@ -94,32 +92,20 @@ def title_schedule(*, conversation: Conversation, question: str) -> str | None:
         return None
 
 
-# What an edit may meet, each said to the user as `refusal_message` words it.
-EDIT_REFUSALS = (Http404, ValidationError, submission.ConversationBusy, submission.QueueUnavailable)
-
-
-def refusal_message(exc: Exception) -> str:
-    if isinstance(exc, Http404):
-        return "That message was not found."
-    if isinstance(exc, ValidationError):
-        return " ".join(exc.messages)
-    return str(exc)
-
-
 def message_edit(
-    *, user: User, conversation: Conversation, message_id: int, text: str
-) -> tuple[submission.Submitted, int]:
+    *, user: User, conversation: Conversation, message_id: int, text: str, request_id: str = ""
+) -> tuple[Submitted, int]:
     """Replaces a sent question and what followed it with `text`, and answers it. Returns the
     submission and the id of the first message removed. Http404 for a message that is not a
-    question of this conversation."""
+    question of this conversation. `request_id`: see _with_id."""
     if conversation.owner_id != user.id:
         raise Http404
     services.clean_message_text(text)
-    submission.ensure_conversation_free(conversation=conversation)
+    ensure_conversation_free(conversation=conversation)
     try:
         edited = conversation.messages.get(id=message_id, role=Message.Role.USER)
     except (Message.DoesNotExist, ValueError, TypeError):
-        raise Http404 from None
+        raise Http404("That message was not found.") from None
     with transaction.atomic():
         # A summary that covers the discarded turns speaks for them no more (memory.py
         # asks for a new one when the conversation grows long again).
@@ -127,8 +113,16 @@ def message_edit(
         conversation.messages.filter(
             Q(created__gt=edited.created) | Q(created=edited.created, id__gte=edited.id)
         ).delete()
-    submitted = submission.request_submit(user=user, conversation=conversation, text=text)
-    return submitted, edited.id
+    question = Question(user=user, conversation=conversation, text=text, replaces=edited.id)
+    return request_submit(_with_id(question, request_id)), edited.id
+
+
+def _with_id(question: Question, request_id: str) -> Question:
+    """`request_id`: the answer's id when the caller follows it before it exists (a websocket:
+    its own event to the user's tabs is then known as its own); "" for a new one."""
+    if request_id:
+        question.request_id = request_id
+    return question
 
 
 CONTINUE_INSTRUCTION = (
@@ -137,7 +131,7 @@ CONTINUE_INSTRUCTION = (
 )
 
 
-def answer_continue(*, user: User, conversation: Conversation) -> Submitted:
+def answer_continue(*, user: User, conversation: Conversation, request_id: str = "") -> Submitted:
     """A new request that continues the conversation's last answer. Raises ConversationBusy
     when an answer is still generating or there is no answer to continue."""
     ensure_conversation_free(conversation=conversation)
@@ -146,6 +140,16 @@ def answer_continue(*, user: User, conversation: Conversation) -> Submitted:
         raise ConversationBusy("There is no answer to continue.")
     if last.status != Message.Status.DONE:  # only finished turns are in the prompt's history
         raise ConversationBusy("Only an answer that ended can be continued; regenerate it.")
-    return request_submit(
-        user=user, conversation=conversation, text=None, instruction=CONTINUE_INSTRUCTION
-    )
+    question = Question(user=user, conversation=conversation, instruction=CONTINUE_INSTRUCTION)
+    return request_submit(_with_id(question, request_id))
+
+
+def answer_regenerate(*, user: User, conversation: Conversation, request_id: str = "") -> Submitted:
+    """Drops the last answer and asks again from the same history."""
+    ensure_conversation_free(conversation=conversation)
+    last = conversation.messages.order_by("-created", "-id").first()
+    if last is None:
+        raise ConversationBusy("There is nothing to regenerate yet.")
+    if last.role == Message.Role.ASSISTANT:
+        last.delete()
+    return request_submit(_with_id(Question(user=user, conversation=conversation), request_id))

@@ -94,10 +94,8 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
     text = request.POST["text"]
     try:
         submitted = turns.conversation_start(user=request.user, text=text)
-    except ValidationError as exc:
-        error = " ".join(exc.messages)
-    except (submission.ConversationBusy, submission.QueueUnavailable) as exc:
-        error = str(exc)
+    except submission.REFUSALS as exc:
+        error = submission.refusal_of(exc).message
     else:
         return redirect("chat:conversation", id=submitted.conversation_id)
     return render(
@@ -154,13 +152,11 @@ def message_send(request: HttpRequest, id: int) -> HttpResponse:
     error = None
     try:
         submission.request_submit(
-            user=request.user, conversation=conversation, text=text, announce=True
+            submission.Question(user=request.user, conversation=conversation, text=text)
         )
         text = ""
-    except ValidationError as exc:
-        error = " ".join(exc.messages)
-    except (submission.ConversationBusy, submission.QueueUnavailable) as exc:
-        error = str(exc)
+    except submission.REFUSALS as exc:
+        error = submission.refusal_of(exc).message
     if request.htmx:
         context = _page_context(request, conversation, composer_error=error, draft=text)
         return render(request, "chat/page.html#conversation-pane", context)

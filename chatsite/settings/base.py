@@ -332,11 +332,6 @@ SLUICE_TITLES = env.bool("SLUICE_TITLES", default=True)
 
 # Admission control (apps/admission; docs/admission.md describes each setting)
 SLUICE_DISPATCHER_LEASE_MS = env.int("SLUICE_DISPATCHER_LEASE_MS", default=5000)
-# Seconds a question sent right after an answer ended waits for the recorder (in the dispatcher)
-# to store that answer, the answers' only writer; past it the sender is asked to send again.
-# Longer than a dispatcher's takeover, so a failover delays such a question rather than refuse it
-# (while at most half of WEB_DB_THREADS wait so long at once: each holds a thread).
-ANSWER_STORE_WAIT_SECONDS = env.float("ANSWER_STORE_WAIT_SECONDS", default=10.0)
 SLUICE_ADMISSION_BATCH = env.int("SLUICE_ADMISSION_BATCH", default=500)
 SLUICE_ADMISSION_PREFETCH = env.int("SLUICE_ADMISSION_PREFETCH", default=0)
 SLUICE_ADMISSION_QUANTUM = env.int("SLUICE_ADMISSION_QUANTUM", default=256)

@@ -13,7 +13,7 @@ from apps.admission.models import DegradationSettings
 from apps.admission.selectors import degradation_get
 from apps.chat import background
 from apps.chat.services import conversation_create
-from apps.chat.submission import request_submit
+from apps.chat.submission import Question, request_submit
 from core.redis_client import get_redis, keys
 from tests.chat.test_openai_api import roomy
 from tests.conftest import wait_until
@@ -41,7 +41,7 @@ def test_two_workers_on_one_box_under_real_load_degrade_from_the_backlog(
     people = [user, user_create(username="bob", password="correct-horse-battery")]
     asked = [
         request_submit(
-            user=person, conversation=conversation_create(owner=person), text=question
+            Question(user=person, conversation=conversation_create(owner=person), text=question)
         ).request_id
         # Eight for two slots: the backlog outlasts the dispatcher's two-second publishing
         # even when the workers answer each in a second.

@@ -175,11 +175,13 @@ def test_the_page_sets_rag_when_passages_are_attached_and_chat_otherwise(
     user,
 ):
     from apps.chat.services import conversation_create
-    from apps.chat.submission import request_submit
+    from apps.chat.submission import Question, request_submit
 
     def submitted_kind(text: str) -> str:
         conversation = conversation_create(owner=user)
-        request_id = request_submit(user=user, conversation=conversation, text=text).request_id
+        request_id = request_submit(
+            Question(user=user, conversation=conversation, text=text)
+        ).request_id
         entry = next(f for _, f in get_redis().xrange(keys().admit) if f["id"] == request_id)
         return entry["kind"]
 

@@ -100,9 +100,9 @@ def test_a_pass_that_admitted_requests_and_saw_no_answer_skips_the_recorder(make
 def test_an_answer_record_ends_the_wait_for_new_requests_and_is_stored_in_that_pass(
     make_dispatcher, user
 ):
-    """A question sent right after an answer ended waits for the recorder to store it
-    (apps/chat/submission.py), so an answer record ends a pass's wait for new requests, and
-    that pass stores it even while requests keep arriving (the recorder not due by time)."""
+    """An answer is stored as soon as it ends (pages and the inbox read it from PostgreSQL), so
+    an answer record ends a pass's wait for new requests, and that pass stores it even while
+    requests keep arriving (the recorder not due by time)."""
     from tests.admission.conftest import give_the_fleet_slots, publish
 
     dispatcher = make_dispatcher(block_ms=600_000, record_interval=3600)

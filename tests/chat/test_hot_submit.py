@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from apps.admission.models import Plan
 from apps.admission.services import plan_assign, plan_make_default
 from apps.chat.services import conversation_create
-from apps.chat.submission import request_submit
+from apps.chat.submission import Question, request_submit
 from apps.rag import corpora_cache, services
 from apps.rag.embeddings import DIMENSIONS
 from apps.rag.ingestion import corpus_refresh_counts
@@ -92,7 +92,7 @@ def assert_only_the_question_stored(statements: list[str]) -> None:
 def submit(world, person, searched) -> set[str]:
     """One question through the real submit path; the corpora it searched."""
     conversation = world["chats"][person.pk]
-    request_submit(user=person, conversation=conversation, text=QUESTION)
+    request_submit(Question(user=person, conversation=conversation, text=QUESTION))
     get_redis().delete(keys().conversation_active(conversation.id))  # as if it was answered
     return searched[-1]
 

@@ -16,7 +16,7 @@ from apps.chat.prompt import memory_summary
 from apps.chat.prompt.prompting import prompt_build
 from apps.chat.recorder import ensure_group, record_pending
 from apps.chat.services import conversation_create, message_create
-from apps.chat.submission import request_submit
+from apps.chat.submission import Question, request_submit
 from core.redis_client import get_redis, keys
 from worker.protocol import Answer, State, WorkItem
 
@@ -159,7 +159,7 @@ def test_sending_a_question_asks_for_the_summary_and_its_answer_becomes_the_summ
     settings.SLUICE_ADMISSION = True
     conversation = long_chat(user)
     conversation.messages.filter(text="What is my locker code?").delete()
-    request_submit(user=user, conversation=conversation, text="What is my locker code?")
+    request_submit(Question(user=user, conversation=conversation, text="What is my locker code?"))
     request_submit_again = admitted("background")
     assert len(request_submit_again) == 1
     item = request_submit_again[0]

@@ -9,7 +9,7 @@ import pytest
 
 from apps.chat.models import ConversationSummary, Message
 from apps.chat.prompt.prompting import prompt_build
-from apps.chat.submission import request_submit
+from apps.chat.submission import Question, request_submit
 from core.redis_client import get_redis, keys
 from tests.chat.test_memory import long_chat
 from tests.conftest import wait_until
@@ -25,7 +25,9 @@ def test_a_long_chat_gets_its_summary_from_the_model_after_the_persons_answer(
     conversation = long_chat(user)
     conversation.messages.filter(text="What is my locker code?").delete()
     start_worker("memory-w1")
-    submitted = request_submit(user=user, conversation=conversation, text="What is my locker code?")
+    submitted = request_submit(
+        Question(user=user, conversation=conversation, text="What is my locker code?")
+    )
     [own] = [
         fields["id"]
         for _, fields in get_redis().xrange(keys().admit)

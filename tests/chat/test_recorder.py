@@ -184,115 +184,41 @@ def fleet_cached(monkeypatch):
     monkeypatch.setattr(selectors, "FLEET_CACHE_SECONDS", 300.0)
 
 
-@pytest.fixture
-def recorder_while_waiting(monkeypatch):
-    """The recorder runs (as the dispatcher would, meanwhile) when the web first pauses to wait
-    for it: in this thread, so it sees the test's transaction. Returns the web's pauses."""
-    pauses = []
-
-    def pause(seconds):
-        if not pauses:
-            recorder.record_pending(consumer="c1", block_ms=None)
-        pauses.append(seconds)
-
-    monkeypatch.setattr(submission, "sleep", pause)
-    return pauses
-
-
-@pytest.mark.parametrize("expected", ["r5", "another", None])
-def test_a_question_after_an_ended_answer_waits_for_the_recorder_to_store_it(
-    user, expected, recorder_while_waiting
+def test_a_question_after_an_ended_answer_stores_it_from_its_final_event_without_polling(
+    user, redis_round_trips
 ):
-    """The recorder is the only writer of answers: the web waits for it to store the answer
-    and release the conversation, reading the answer's end along with the conversation's
-    active request when it names the request it followed (or not, or a wrong one: then in a
-    second round trip)."""
+    """The answer has ended but the recorder has not stored it yet: the web stores it from the
+    final event it read (the record the recorder would store), in three round trips and no
+    polling; the recorder's own store of it later is a no-op, and it still acknowledges it."""
     conversation = conversation_create(owner=user)
     answer = ended_request(conversation, "r5")
     recorder.ensure_group()
     get_redis().xadd(keys().done, answer.to_fields())
 
+    redis_round_trips.clear()
     with CaptureQueriesContext(connection) as queries:
-        waited = submission.ensure_conversation_free(conversation=conversation, expected=expected)
-    assert waited and recorder_while_waiting
-    assert len(inserts(queries)) == 1  # the recorder's, and nobody else's
+        stored_now = submission.ensure_conversation_free(conversation=conversation)
+    assert stored_now
+    assert len(inserts(queries)) == 1
+    # the active request; its last event and state; its citations (recorder.answer_store)
+    assert len(redis_round_trips) == 3, redis_round_trips
     stored = Message.objects.get(request_id="r5")
     assert (stored.role, stored.text) == ("assistant", "Blue.")
-    assert submission.active_request_id(conversation=conversation) is None
+
+    assert recorder.record_pending(consumer="c1", block_ms=None) == 1
+    assert Message.objects.filter(request_id="r5").count() == 1
     assert get_redis().xpending(keys().done, protocol.RECORDER_GROUP)["pending"] == 0
 
 
-def test_a_question_the_recorder_keeps_waiting_too_long_is_asked_again_and_nothing_is_stored(
-    user, settings
-):
-    settings.ANSWER_STORE_WAIT_SECONDS = 0.05
-    conversation = conversation_create(owner=user)
-    ended_request(conversation, "r13")
-    with pytest.raises(submission.ConversationBusy, match="still being saved"):
-        submission.request_submit(
-            user=user, conversation=conversation, text="And at night?", expected="r13"
-        )
-    assert not conversation.messages.exists()
-    assert submission.active_request_id(conversation=conversation) == "r13"
-
-
-@pytest.fixture
-def pretend_clock(monkeypatch):
-    """The wait's clock and pauses, pretended: returns the pauses the web made."""
-    now, pauses = [0.0], []
-
-    def pause(seconds):
-        pauses.append(seconds)
-        now[0] += seconds
-
-    monkeypatch.setattr(submission, "sleep", pause)
-    monkeypatch.setattr(submission, "monotonic", lambda: now[0])
-    return pauses
-
-
-@pytest.mark.parametrize("places_free", [True, False])
-def test_a_long_wait_for_the_recorder_holds_a_thread_only_while_half_the_threads_are_free(
-    user, settings, pretend_clock, places_free
-):
-    """A dispatcher failing over keeps a question waiting; such waits each hold a thread of the
-    web, so at most half of WEB_DB_THREADS wait at once past the recorder's usual time, and the
-    next is asked then to send again, leaving the other threads to other chats."""
-    settings.ANSWER_STORE_WAIT_SECONDS = 10
-    conversation = conversation_create(owner=user)
-    ended_request(conversation, "r15")
-    places = submission._long_waits()
-    taken = 0
-    while not places_free and places.acquire(blocking=False):
-        taken += 1
-    try:
-        with pytest.raises(submission.ConversationBusy, match="still being saved"):
-            submission.request_submit(
-                user=user, conversation=conversation, text="And at night?", expected="r15"
-            )
-    finally:
-        for _ in range(taken):
-            places.release()
-    waited = sum(pretend_clock)
-    if places_free:
-        assert waited > settings.ANSWER_STORE_WAIT_SECONDS
-    else:
-        assert submission.LONG_WAIT_SECONDS < waited < submission.LONG_WAIT_SECONDS + 0.1
-    free = 0
-    while places.acquire(blocking=False):
-        free += 1
-    for _ in range(free):
-        places.release()
-    assert free == max(1, settings.WEB_DB_THREADS // 2)  # the wait gave its place back
-    assert not conversation.messages.exists()
-
-
-def test_a_forgotten_request_does_not_hold_its_conversation(user, recorder_while_waiting):
+def test_a_forgotten_request_does_not_hold_its_conversation(user):
     """Its state expired (Redis kept the conversation's key longer): nothing runs it any more,
     and nothing will release it, so the next question takes its place without waiting."""
     conversation = conversation_create(owner=user)
     get_redis().set(keys().conversation_active(conversation.id), "gone", ex=60)
-    submitted = submission.request_submit(user=user, conversation=conversation, text="Hello?")
-    assert not recorder_while_waiting
+    submitted = submission.request_submit(
+        submission.Question(user=user, conversation=conversation, text="Hello?")
+    )
+    assert not conversation.messages.filter(role=Message.Role.ASSISTANT).exists()
     assert submission.active_request_id(conversation=conversation) == submitted.request_id
 
 
@@ -310,7 +236,7 @@ def test_an_answer_still_generating_keeps_the_conversation_busy(user):
     )
     pipe.execute()
     with pytest.raises(submission.ConversationBusy):
-        submission.ensure_conversation_free(conversation=conversation, expected="r6")
+        submission.ensure_conversation_free(conversation=conversation)
     assert not Message.objects.filter(request_id="r6").exists()
 
 
@@ -334,17 +260,14 @@ def redis_round_trips(monkeypatch):
 
 # committed for real: the caches hear a change once its transaction commits
 @pytest.mark.django_db(transaction=True)
-def test_the_next_question_waits_for_the_recorder_and_its_prompt_holds_the_answer_once(
-    user, recorder_while_waiting, fleet_cached
-):
-    """The prompt read ahead before the wait cannot hold the answer the recorder stored during
-    it: the prompt is read again, after the question's insert, and holds every turn once, in
-    order."""
+def test_the_next_question_stores_the_ended_answer_and_its_prompt_holds_it_once(user, fleet_cached):
+    """The prompt read ahead before the ended answer was stored cannot hold it: the prompt is
+    read again, after the question's insert, and holds every turn once, in order."""
     from apps.chat.prompt import hot
 
     conversation = warm_chat_with_an_ended_answer(user, "r7")
     submitted = submission.request_submit(
-        user=user, conversation=conversation, text="And at night?", expected="r7"
+        submission.Question(user=user, conversation=conversation, text="And at night?")
     )
     sent = turns_sent(submitted.request_id)
     assert sent[-2:] == [("assistant", "Blue."), ("user", "And at night?")]
@@ -378,7 +301,7 @@ def test_a_prompt_read_ahead_holds_the_turns_the_recorder_stored_before(
     assert recorder.record_pending(consumer="c1", block_ms=10) == 1
     redis_round_trips.clear()
     submitted = submission.request_submit(
-        user=user, conversation=conversation, text="And at night?"
+        submission.Question(user=user, conversation=conversation, text="And at night?")
     )
     assert len(redis_round_trips) == 2, redis_round_trips
     sent = turns_sent(submitted.request_id)
@@ -393,19 +316,20 @@ def inserts(queries) -> list[str]:
     return [q["sql"] for q in queries.captured_queries if "INSERT INTO chat_message" in q["sql"]]
 
 
-def test_an_answer_that_cannot_be_stored_does_not_keep_its_next_question_out(
-    user, caplog, recorder_while_waiting
-):
-    """The answer fails its insert (text PostgreSQL refuses): the recorder dead-letters it
-    with the reason and still releases the conversation, so the question is stored and sent."""
+def test_an_answer_that_cannot_be_stored_does_not_keep_its_next_question_out(user, caplog):
+    """The answer fails its insert (text PostgreSQL refuses): the question is stored and sent
+    all the same, and the recorder dead-letters the answer's record with the reason."""
     conversation = conversation_create(owner=user)
     answer = ended_request(conversation, "r11", text="Blue\x00.")
     recorder.ensure_group()
     get_redis().xadd(keys().done, answer.to_fields())
 
     submitted = submission.request_submit(
-        user=user, conversation=conversation, text="And at night?", expected="r11"
+        submission.Question(user=user, conversation=conversation, text="And at night?")
     )
     assert [m.text for m in conversation.messages.all()] == ["And at night?"]
     assert submission.active_request_id(conversation=conversation) == submitted.request_id
+    assert "cannot be stored" in caplog.text
+    recorder.record_pending(consumer="c1", block_ms=None)
     assert "dead-lettering answer record" in caplog.text
+    assert submission.active_request_id(conversation=conversation) == submitted.request_id

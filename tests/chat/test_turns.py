@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.http import Http404
 from django.urls import reverse
 
-from apps.chat import suggestions, turns
+from apps.chat import submission, suggestions, turns
 from apps.chat.models import Conversation, ConversationSummary
 from apps.chat.services import conversation_create, message_create
 from apps.chat.submission import ConversationBusy
@@ -274,3 +274,38 @@ async def test_bad_edits_get_clear_errors(user, other_user):
             await ws.send_to(text_data=json.dumps(frame))
             assert (await _next(ws, "error"))["message"] == error
     assert await sync_to_async(lambda: theirs.messages.get().text)() == "x"
+
+
+@pytest.mark.django_db
+def test_a_question_from_the_rest_api_reaches_the_users_tabs_and_refusals_read_alike(
+    user, client_for
+):
+    """Every way in tells the user's other tabs of a question (here the REST API, which once
+    told them nothing), and a refused question reads the same on every way in."""
+    conversation = conversation_create(owner=user)
+    response = client_for(user).post(
+        "/api/v1/requests",
+        {"text": "Why is the sky blue?", "conversation": conversation.id},
+        content_type="application/json",
+    )
+    assert response.status_code == 202, response.content
+    [event] = _chat_events("question")
+    assert event["request_id"] == response.json()["request_id"]
+    assert event["text"] == "Why is the sky blue?"
+    assert event["conversation"] == str(conversation.id)
+
+    busy = client_for(user).post(
+        "/api/v1/requests",
+        {"text": "And at night?", "conversation": conversation.id},
+        content_type="application/json",
+    )
+    assert busy.status_code == 409
+    assert (
+        busy.json()["error"]
+        == submission.refusal_of(
+            ConversationBusy("Wait for the current answer to finish, or stop it.")
+        ).message
+    )
+    assert submission.refusal_of(submission.QueueUnavailable()).draft_kept
+    assert submission.refusal_of(ValidationError("Too long.")).status == 400
+    assert len(_chat_events("question")) == 1  # the refused question told nobody

@@ -13,7 +13,7 @@ from channels.testing import WebsocketCommunicator
 
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
-from apps.chat.submission import request_submit
+from apps.chat.submission import Question, request_submit
 from tests.chat.conftest import chat_socket, session_cookie
 
 pytestmark = [
@@ -72,7 +72,7 @@ async def test_bad_frames_get_clear_errors_and_the_socket_stays_open(user):
 async def test_another_users_request_cannot_be_resumed_or_stopped(user, other_user):
     theirs = await sync_to_async(conversation_create)(owner=other_user)
     submitted = await sync_to_async(request_submit)(
-        user=other_user, conversation=theirs, text="secret"
+        Question(user=other_user, conversation=theirs, text="secret")
     )
     mine = await sync_to_async(conversation_create)(owner=user)
     async with chat_socket(user, mine.id) as (ws, _, _):

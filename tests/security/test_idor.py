@@ -78,7 +78,9 @@ def owned_by_a(user):
         category="other",
     )
     key, _ = api_key_create(user=user, name="A's key")
-    submitted = submission.request_submit(user=user, conversation=conversation, text="A asks")
+    submitted = submission.request_submit(
+        submission.Question(user=user, conversation=conversation, text="A asks")
+    )
     corpus = Corpus.objects.create(name="a-only", access=Corpus.Access.RESTRICTED)
     group = Group.objects.create(name="a-group")
     corpus.groups.add(group)
