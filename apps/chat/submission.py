@@ -31,7 +31,7 @@ from apps.chat.prompt.read_ahead import PromptRead
 from apps.chat.publish import request_publish
 from apps.rag import corpora_cache
 from apps.rag.prompting import citations_from, passages_block
-from apps.rag.services import RetrievalRefused, retrieve_for_prompt
+from apps.rag.services import Retrieval, RetrievalRefused, retrieval_for_prompt
 from apps.streams.hub_base import Entry
 from core.redis_client import get_redis, keys
 from worker import protocol
@@ -46,6 +46,7 @@ class Submitted:
     conversation_id: int
     user_message: Message | None
     first_event: Entry | None = None  # the output stream's first entry, as published
+    notice: str = ""  # what the person is told beside the answer (retrieval unavailable)
 
 
 class ConversationBusy(Exception):
@@ -237,7 +238,7 @@ def request_submit(
     reads = [read for read in (corpora_read, prompt_read) if read is not None]
     if ensure_conversation_free(conversation=conversation, expected=expected, reads=reads):
         prompt_read = None  # read before the answer it waited for was stored
-    prompt, passages, question, user_message, writes = _question_and_prompt(
+    prompt, retrieved, question, user_message, writes = _question_and_prompt(
         user=user,
         conversation=conversation,
         text=text,
@@ -256,7 +257,7 @@ def request_submit(
         max_tokens=prompt.max_tokens,
         temperature=settings.MODEL_TEMPERATURE,
         prompt_tokens_estimate=prompt.prompt_tokens_estimate,
-        kind=web_kind(requested=kind, passages=len(passages)),
+        kind=web_kind(requested=kind, passages=len(retrieved.passages)),
         model=conversation.model,
     )
     # Published after the question is committed, so a worker never answers a question that was
@@ -274,7 +275,8 @@ def request_submit(
             item=item,
             also=announcement,
             first=writes,
-            citations=citations_from(passages, question=question),
+            citations=citations_from(retrieved.passages, question=question),
+            notice=retrieved.notice,
             api_key=api_key,
         )
     except RedisError as exc:
@@ -283,13 +285,13 @@ def request_submit(
         raise QueueUnavailable from exc
     # After the person's request, so the summary it asks for queues behind it.
     background.summary_schedule(conversation=conversation, prompt=prompt)
-    return Submitted(request_id, conversation.id, user_message, first_event)
+    return Submitted(request_id, conversation.id, user_message, first_event, retrieved.notice)
 
 
 def _question_and_prompt(
     *, user, conversation, text, model, instruction, only_if, corpora_read, prompt_read
 ):
-    """request_submit's middle part: the model, the question stored, the passages, the prompt,
+    """request_submit's middle part: the model, the question stored, the retrieval, the prompt,
     and the writes left for the publication when the prompt was read ahead
     (prompt/read_ahead.py)."""
     if model is not None and model != conversation.model:
@@ -315,11 +317,11 @@ def _question_and_prompt(
     # question is committed already (it is taken back below if the request cannot be sent).
     try:
         question = text if text is not None else last_question(conversation=conversation)
-        passages = passages_for(user=user, question=question, corpora_read=corpora_read)
+        retrieved = passages_for(user=user, question=question, corpora_read=corpora_read)
         sources, writes = read_ahead.sources_for(prompt_read, question=pushed)
         prompt = prompt_build(
             conversation=conversation,
-            passages=passages_block(passages),
+            passages=passages_block(retrieved.passages),
             pushed=None if writes else pushed,
             sources=sources,
         )
@@ -329,7 +331,7 @@ def _question_and_prompt(
         if user_message is not None:
             user_message.delete()
         raise
-    return prompt, passages, question, user_message, writes
+    return prompt, retrieved, question, user_message, writes
 
 
 def last_question(*, conversation: Conversation) -> str:
@@ -339,16 +341,17 @@ def last_question(*, conversation: Conversation) -> str:
 
 def passages_for(
     *, user: User, question: str, corpora_read: corpora_cache.Read | None = None
-) -> list:
-    """Retrieved passages for the question; none (and the answer goes on without them) when
-    retrieval fails, since a chat without sources beats no chat."""
+) -> Retrieval:
+    """Retrieved passages for the question; none, marked unavailable (the answer goes on
+    without them, and the person is told), when retrieval fails, since a chat without sources
+    beats no chat."""
     try:
-        return retrieve_for_prompt(user=user, query=question, corpora_read=corpora_read)
+        return retrieval_for_prompt(user=user, query=question, corpora_read=corpora_read)
     except RetrievalRefused as exc:  # RAG_EMBEDDING_UNAVAILABLE=refuse: nothing is sent
         raise QueueUnavailable(str(exc)) from exc
     except Exception:
         log.exception("retrieval failed; answering without passages")
-        return []
+        return Retrieval(unavailable=True)
 
 
 def answer_regenerate(*, user: User, conversation: Conversation) -> Submitted:
