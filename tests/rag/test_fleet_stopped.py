@@ -6,6 +6,7 @@ search is told nothing."""
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -18,7 +19,9 @@ from tests.conftest import read_sse
 
 __all__ = ["close_thread_connections"]  # a fixture the websocket tests use
 
-QUESTION = "How many days of paid vacation do I get?"
+# Never asked before in this process: a question embedded already would be answered from the
+# web process's own query cache, with passages, fleet or no fleet.
+QUESTION = f"How many days of paid vacation do I get? (ticket {uuid.uuid4().hex[:8]})"
 
 
 @pytest.fixture
