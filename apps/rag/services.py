@@ -150,6 +150,7 @@ def _retrieve(
         settings.RAG_MEAN_REMOVAL,
         settings.RAG_RERANK_MODEL,
         settings.RAG_RERANK_CANDIDATES,
+        [c.rerank_model or "" for c in searchable],  # each corpus's own reranker
     )
     cache_key = caches.results_key(
         corpora=[(c.pk, c.version) for c in searchable], query=query, options=options
