@@ -247,7 +247,7 @@ def rebuilt_prompts(user, phases: Phases) -> list[tuple[Asked, list[dict]]]:
         if asked.error:
             continue
         conversation = Conversation.objects.get(pk=asked.conversation_id)
-        block = passages_block(passages_for(user=user, question=asked.question))
+        block = passages_block(passages_for(user=user, question=asked.question).passages)
         messages = prompt_build(conversation=conversation, passages=block).messages
         last = max(
             i

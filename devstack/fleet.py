@@ -4,8 +4,10 @@ A Redis Cluster (three masters, a replica each, from the bundled redis-server), 
 `make run` has it (embedded, under var/fleet/, unless DATABASE_URL is set), three web processes on
 ports of their own behind a small round-robin proxy, two dispatchers (one holds the lease, one
 stands by) and workers on two "machines": environments that name only Redis, never PostgreSQL
-or Django. Each process logs to var/fleet/logs/<name>.log. Ctrl-C (or SIGTERM) stops every
-process, then the cluster (its data goes with it) and PostgreSQL.
+or Django. With RAG_EMBEDDING_SERVING=fleet (environment or .env) each machine also runs an
+embedding worker (`python -m worker embed`, MiniLM in-process). Each process logs to
+var/fleet/logs/<name>.log. Ctrl-C (or SIGTERM) stops every process, then the cluster (its data
+goes with it) and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ from devstack.stack import (
     VAR_DIR,
     Supervisor,
     embedded_postgres,
+    embedding_on_fleet,
     free_port,
     manage,
     say,
+    settings_env,
     web_command,
 )
 from worker import cluster
@@ -143,9 +147,10 @@ def prepare_database(env: dict[str, str], *, corpus: bool = True) -> None:
     say("applying migrations")
     manage(env, "migrate", "--no-input", "-v", "1")
     manage(env, "seed_demo")
-    if corpus:
-        manage(env, "ingest", "sluice-docs", "docs/", "--access", "everyone")
-        manage(env, "rag_eval", "sluice-docs", "bench/sluice_docs_questions.jsonl", "--calibrate")
+    if corpus:  # before the embedding workers run: MiniLM in these commands' own process
+        local = dict(env, RAG_EMBEDDING_SERVING="local")
+        manage(local, "ingest", "sluice-docs", "docs/", "--access", "everyone")
+        manage(local, "rag_eval", "sluice-docs", "bench/sluice_docs_questions.jsonl", "--calibrate")
 
 
 def machine_env(env: dict[str, str]) -> dict[str, str]:
@@ -184,6 +189,7 @@ class Fleet:
         self.supervisor = FleetSupervisor(env=env)  # from here on Ctrl-C asks for an orderly stop
         self.web_ports: list[int] = []
         self.workers: list[str] = []
+        self.embedders: list[str] = []
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         with open(self.logs / f"{name}.log", "wb") as log:  # the child keeps its own copy
@@ -219,6 +225,11 @@ class Fleet:
                     worker_id,
                 ]
                 self.start(worker_id, argv, env=machine_env(self.env))
+            if embedding_on_fleet(self.env):  # the bundled MiniLM, as the web would run it
+                embedder = f"{machine}-embed"
+                self.embedders.append(embedder)
+                argv = [sys.executable, "-m", "worker", "embed", "--worker-id", embedder]
+                self.start(embedder, argv, env=machine_env(self.env))
         to = ",".join(map(str, self.web_ports))
         self.start(
             "proxy",
@@ -245,7 +256,8 @@ class Fleet:
                 for web_port in self.web_ports:
                     _wait_for(lambda p=web_port: _answers(f"http://127.0.0.1:{p}/health/"))
                 _wait_for(lambda: _answers(f"http://{host}:{port}/health/"))
-                _wait_for(lambda: _all_beating(self.env, self.workers), timeout=300)
+                beating = lambda: _all_beating(self.env, self.workers, self.embedders)  # noqa: E731
+                _wait_for(beating, timeout=300)
             except TimeoutError as exc:
                 say(f"not ready: {exc} (see the logs in {self.logs})")
                 return
@@ -301,7 +313,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _all_beating(env: dict[str, str], workers: list[str]) -> bool:
+def _all_beating(env: dict[str, str], workers: list[str], embedders: list[str]) -> bool:
     import redis
 
     url = env["REDIS_URL"]
@@ -311,7 +323,8 @@ def _all_beating(env: dict[str, str], workers: list[str]) -> bool:
         client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=1)
     keys = Keys(prefix=env.get("SLUICE_REDIS_PREFIX", "sluice"))
     try:
-        return all(client.exists(keys.heartbeat(w)) for w in workers)
+        beats = [keys.heartbeat(w) for w in workers] + [keys.embedder(e) for e in embedders]
+        return all(client.exists(key) for key in beats)
     except redis.RedisError:
         return False
     finally:
@@ -327,8 +340,16 @@ def command_run(args: argparse.Namespace) -> int:
     engine = args.engine or default_engine()
     logs = FLEET_DIR / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = settings_env(dict(os.environ, PYTHONUNBUFFERED="1"))
     env.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
+    if embedding_on_fleet(env):
+        say(
+            "retrieval on the fleet (RAG_EMBEDDING_SERVING=fleet): an embedding worker "
+            "(python -m worker embed, all-MiniLM-L6-v2) on each machine; the web processes "
+            "never load the model"
+        )
+    else:
+        say("retrieval: all-MiniLM-L6-v2 in each web process (RAG_EMBEDDING_SERVING=local)")
     with postgres_for_fleet() as database_url, redis_for_fleet(FLEET_DIR / "redis") as redis_url:
         env.update(DATABASE_URL=database_url, REDIS_URL=redis_url)
         prepare_database(env, corpus=not args.no_corpus)

@@ -32,6 +32,26 @@ def say(message: str) -> None:
     print(f"[sluice] {message}", flush=True)
 
 
+def settings_env(environment: dict[str, str], dotenv: Path = BASE_DIR / ".env") -> dict[str, str]:
+    """`environment` over the variables of the project's .env file: what every process's
+    settings see (chatsite/settings/environment.py reads .env without overwriting), so the
+    processes started follow the same settings."""
+    import environ
+
+    class DotEnv(environ.Env):
+        ENVIRON: dict[str, str] = {}  # read_env fills this instead of os.environ
+
+    if dotenv.exists():
+        DotEnv.read_env(dotenv)
+    return {**DotEnv.ENVIRON, **environment}
+
+
+def embedding_on_fleet(env: dict[str, str]) -> bool:
+    """RAG_EMBEDDING_SERVING=fleet: MiniLM runs on `python -m worker embed` processes, which
+    `make run` and `make run-fleet` then start; the web processes never load it."""
+    return env.get("RAG_EMBEDDING_SERVING", "local").strip() == "fleet"
+
+
 def free_port(preferred: int | None = None) -> int:
     """`preferred` when nothing listens on it, else any free port."""
     if preferred is not None:
@@ -270,9 +290,7 @@ def app_processes(env: dict[str, str]) -> list[tuple[str, list[str]]]:
     if env.get("SLUICE_START_WORKER", "1") == "1":
         engine = ["--engine", env.get("WORKER_ENGINE", "llamacpp")]
         processes.append(("worker", [python, "-m", "worker", *engine]))
-        # RAG_EMBEDDING_SERVING=fleet: the embedding model runs on a worker of its own
-        # (worker/embedding.py), and the web processes never load it.
-        if env.get("RAG_EMBEDDING_SERVING", "local") == "fleet":
+        if embedding_on_fleet(env):
             processes.append(("embedder", [python, "-m", "worker", "embed"]))
         # A second model, to show a fleet on one machine: another served name (the same model
         # file unless SLUICE_SECOND_MODEL_FILE names one), picked in the page or by the API.
@@ -297,7 +315,7 @@ def app_processes(env: dict[str, str]) -> list[tuple[str, list[str]]]:
 
 
 def command_run(args: argparse.Namespace) -> int:
-    env = dict(os.environ)
+    env = settings_env(dict(os.environ))
     env.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings.dev")
     with backing_services(VAR_DIR) as urls:
         env.update(urls)

@@ -13,7 +13,7 @@ import uvloop
 
 from worker import metrics, redis_connection
 from worker.embedding import EmbedWorker
-from worker.engines.embedders import EMBEDDERS, KINDS, create_embedder
+from worker.engines.embedders import EMBEDDERS, KINDS, POOLINGS, create_embedder
 from worker.protocol import Keys
 from worker.runner import default_worker_id
 
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         default=env("EMBED_MODEL"),
         help="[EMBED_MODEL] a model folder or hub id (default: the bundled all-MiniLM-L6-v2); "
-        "with --engine openai, the upstream's model name",
+        "with --engine llamacpp, a GGUF file; with --engine openai, the upstream's model name",
     )
     add(
         "--served-model-name",
@@ -84,10 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=int(env("WORKER_METRICS_PORT", 0)),
         help="[WORKER_METRICS_PORT] Prometheus metrics on this port (0: off)",
     )
-    vllm = parser.add_argument_group("vllm")
-    vllm.add_argument(
-        "--max-model-len", type=int, default=int(env("EMBED_MAX_MODEL_LEN", 0)) or None
+    add(
+        "--max-model-len",
+        type=int,
+        default=int(env("EMBED_MAX_MODEL_LEN", 0)) or None,
+        help="[EMBED_MAX_MODEL_LEN] vllm and llamacpp: tokens read of a text (llamacpp: "
+        "default 512)",
     )
+    vllm = parser.add_argument_group("vllm")
     vllm.add_argument("--dtype", default=env("EMBED_DTYPE", "auto"))
     vllm.add_argument(
         "--gpu-memory-utilization",
@@ -97,6 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
         "chat model: default 0.2)",
     )
     vllm.add_argument("--enforce-eager", action="store_true")
+    llamacpp = parser.add_argument_group("llamacpp")
+    llamacpp.add_argument(
+        "--pooling",
+        choices=POOLINGS,
+        default=env("EMBED_POOLING", "model"),
+        help="[EMBED_POOLING] token vectors to one: as the GGUF says (model; mean when it "
+        "says none), mean, cls or last",
+    )
+    llamacpp.add_argument(
+        "--threads",
+        type=int,
+        default=int(env("EMBED_THREADS", 0)) or None,
+        help="[EMBED_THREADS] CPU threads (default: half the cores)",
+    )
     upstream = parser.add_argument_group("openai")
     upstream.add_argument("--base-url", default=env("OPENAI_BASE_URL"))
     upstream.add_argument("--api-key", default=env("OPENAI_API_KEY", ""))
@@ -108,7 +126,7 @@ def served_name(args: argparse.Namespace) -> str:
         return args.served_model_name.strip()
     if not args.model:
         return "all-MiniLM-L6-v2"  # the bundled folder: the name corpora use by default
-    return args.model.rstrip("/").rsplit("/", 1)[-1]
+    return args.model.rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf")
 
 
 async def serve(args: argparse.Namespace) -> None:

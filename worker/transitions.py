@@ -73,12 +73,14 @@ def submitted(
     stream: str,
     submit_by_ms: int,
     api_key: str = "",
+    notice: str = "",
 ) -> FirstEvent:
     """A new request: its state, the conversation's active request, the first event for
     readers, and the admission entry. `submit_by_ms`: the web gives up waiting for Redis by
     then, so an entry Redis only runs later (it was frozen) is withdrawn by the dispatcher.
     `api_key`: the SHA-256 of the API key it came with, which the recorder files its usage
-    under (the hash PostgreSQL stores, never the key)."""
+    under (the hash PostgreSQL stores, never the key). `notice`: what the person is told beside
+    the answer (retrieval was unavailable), in the first event and the state."""
     cited = json.dumps(citations)
     now = protocol.now_ms()
     request_key, out_key = keys.request(item.id), keys.output(item.id)
@@ -94,15 +96,18 @@ def submitted(
     }
     if api_key:
         mapping["api_key"] = api_key
+    if notice:
+        mapping["notice"] = notice
     pipe.hset(request_key, mapping=mapping)
     pipe.expire(request_key, protocol.REQUEST_TTL_SECONDS)
     if item.conversation_id:  # a stateless API request belongs to no conversation
         pipe.set(
             keys.conversation_active(item.conversation_id), item.id, ex=protocol.REQUEST_TTL_SECONDS
         )
-    first = FirstEvent(
-        len(pipe), {"type": EventType.STATUS, "state": State.QUEUED, "citations": cited}
-    )
+    fields = {"type": EventType.STATUS, "state": State.QUEUED, "citations": cited}
+    if notice:
+        fields["notice"] = notice
+    first = FirstEvent(len(pipe), fields)
     _event(pipe, out_key, first.fields)
     pipe.expire(out_key, protocol.OUTPUT_TTL_SECONDS)
     pipe.xadd(stream, {**item.to_fields(), "submit_by_ms": str(submit_by_ms)})

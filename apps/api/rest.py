@@ -109,15 +109,15 @@ def request_create(request: HttpRequest) -> JsonResponse:
             response["Retry-After"] = str(refusal.retry_after)
         return response
     events_url = reverse("api:request_events", args=[submitted.request_id])
-    response = JsonResponse(
-        {
-            "request_id": submitted.request_id,
-            "conversation": submitted.conversation_id,
-            "state": "queued",
-            "events_url": events_url,
-        },
-        status=202,
-    )
+    accepted = {
+        "request_id": submitted.request_id,
+        "conversation": submitted.conversation_id,
+        "state": "queued",
+        "events_url": events_url,
+    }
+    if submitted.notice:  # the answer goes on without the documents' passages
+        accepted["notice"] = submitted.notice
+    response = JsonResponse(accepted, status=202)
     response["Location"] = events_url
     return response
 
@@ -144,9 +144,10 @@ def request_detail(request: HttpRequest, request_id: str) -> JsonResponse:
     if user is None:
         return _unauthenticated()
     info = selectors.request_get_for_user(user=user, request_id=request_id)
-    return JsonResponse(
-        {"request_id": info.id, "conversation": info.conversation_id, "state": info.state}
-    )
+    detail = {"request_id": info.id, "conversation": info.conversation_id, "state": info.state}
+    if info.notice:
+        detail["notice"] = info.notice
+    return JsonResponse(detail)
 
 
 @csrf_exempt

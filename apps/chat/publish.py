@@ -25,6 +25,7 @@ def request_publish(
     *,
     item: WorkItem,
     citations: list | None = None,
+    notice: str = "",
     also: Callable[[Any], None] | None = None,
     first: WritesAhead | None = None,
     api_key: str = "",
@@ -36,7 +37,9 @@ def request_publish(
     more commands on the same pipeline (the tabs' event): their failure is not the request's,
     so it is not raised. `first`: the write a prompt read ahead left (the question's turn
     for the hot tier), queued before the request's own; a failure of it drops the
-    conversation's hot entries. `api_key`: the SHA-256 of the API key the request came with."""
+    conversation's hot entries. `api_key`: the SHA-256 of the API key the request came with.
+    `notice`: what the person is told beside the answer (retrieval unavailable), in its first
+    event."""
     k = keys()
     submit_by_ms = protocol.now_ms() + int(settings.REDIS_SOCKET_TIMEOUT * 1000)
     pipe = get_redis().pipeline(transaction=False)
@@ -48,6 +51,7 @@ def request_publish(
         k,
         item,
         citations=citations or [],
+        notice=notice,
         stream=submit_stream(k, model=item.model),
         submit_by_ms=submit_by_ms,
         api_key=api_key,

@@ -165,6 +165,7 @@ class RequestInfo:
     user_id: int
     conversation_id: int | None  # None: a stateless API request (/v1/chat/completions)
     state: str
+    notice: str = ""  # told beside the answer: retrieval was unavailable
 
 
 def request_get_for_user(*, user: User, request_id: str) -> RequestInfo:
@@ -180,4 +181,5 @@ def request_get_for_user(*, user: User, request_id: str) -> RequestInfo:
         int(data["user_id"]),
         int(conversation_id) if conversation_id else None,
         data.get("state", ""),
+        data.get("notice", ""),
     )

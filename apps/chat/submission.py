@@ -29,7 +29,7 @@ from apps.chat.prompt.read_ahead import PromptRead
 from apps.chat.publish import request_publish
 from apps.rag import corpora_cache
 from apps.rag.prompting import citations_from, passages_block
-from apps.rag.services import RetrievalRefused, retrieve_for_prompt
+from apps.rag.services import Retrieval, RetrievalRefused, retrieval_for_prompt
 from apps.streams.hub_base import Entry
 from core.redis_client import get_redis, keys
 from worker import protocol
@@ -65,6 +65,7 @@ class Submitted:
     conversation_id: int
     user_message: Message | None
     first_event: Entry | None = None  # the output stream's first entry, as published
+    notice: str = ""  # what the person is told beside the answer (retrieval unavailable)
 
 
 class ConversationBusy(Exception):
@@ -213,7 +214,7 @@ def request_submit(question: Question, *, only_if: SqlCondition | None = None) -
     reads = [read for read in (corpora_read, prompt_read) if read is not None]
     if ensure_conversation_free(conversation=conversation, reads=reads):
         prompt_read = None  # read before the answer stored just now
-    prompt, passages, asked, user_message, writes = _question_and_prompt(
+    prompt, retrieved, asked, user_message, writes = _question_and_prompt(
         question, only_if=only_if, corpora_read=corpora_read, prompt_read=prompt_read
     )
     item = WorkItem(
@@ -224,7 +225,7 @@ def request_submit(question: Question, *, only_if: SqlCondition | None = None) -
         max_tokens=prompt.max_tokens,
         temperature=settings.MODEL_TEMPERATURE,
         prompt_tokens_estimate=prompt.prompt_tokens_estimate,
-        kind=web_kind(requested="chat", passages=len(passages)),
+        kind=web_kind(requested="chat", passages=len(retrieved.passages)),
         model=conversation.model,
     )
 
@@ -245,7 +246,8 @@ def request_submit(question: Question, *, only_if: SqlCondition | None = None) -
             item=item,
             also=tell_tabs,
             first=writes,
-            citations=citations_from(passages, question=asked),
+            citations=citations_from(retrieved.passages, question=asked),
+            notice=retrieved.notice,
             api_key=question.api_key,
         )
     except RedisError as exc:
@@ -254,11 +256,11 @@ def request_submit(question: Question, *, only_if: SqlCondition | None = None) -
         raise QueueUnavailable from exc
     # After the person's request, so the summary it asks for queues behind it.
     background.summary_schedule(conversation=conversation, prompt=prompt)
-    return Submitted(item.id, conversation.id, user_message, first_event)
+    return Submitted(item.id, conversation.id, user_message, first_event, retrieved.notice)
 
 
 def _question_and_prompt(question: Question, *, only_if, corpora_read, prompt_read):
-    """request_submit's middle part: the model, the question stored, the passages, the prompt,
+    """request_submit's middle part: the model, the question stored, the retrieval, the prompt,
     and the writes left for the publication when the prompt was read ahead
     (prompt/read_ahead.py)."""
     user, conversation, text = question.user, question.conversation, question.text
@@ -285,11 +287,11 @@ def _question_and_prompt(question: Question, *, only_if, corpora_read, prompt_re
     # question is committed already (it is taken back below if the request cannot be sent).
     try:
         asked = text if text is not None else last_question(conversation=conversation)
-        passages = passages_for(user=user, question=asked, corpora_read=corpora_read)
+        retrieved = passages_for(user=user, question=asked, corpora_read=corpora_read)
         sources, writes = read_ahead.sources_for(prompt_read, question=pushed)
         prompt = prompt_build(
             conversation=conversation,
-            passages=passages_block(passages),
+            passages=passages_block(retrieved.passages),
             pushed=None if writes else pushed,
             sources=sources,
         )
@@ -299,7 +301,7 @@ def _question_and_prompt(question: Question, *, only_if, corpora_read, prompt_re
         if user_message is not None:
             user_message.delete()
         raise
-    return prompt, passages, asked, user_message, writes
+    return prompt, retrieved, asked, user_message, writes
 
 
 def last_question(*, conversation: Conversation) -> str:
@@ -309,13 +311,14 @@ def last_question(*, conversation: Conversation) -> str:
 
 def passages_for(
     *, user: User, question: str, corpora_read: corpora_cache.Read | None = None
-) -> list:
-    """Retrieved passages for the question; none (and the answer goes on without them) when
-    retrieval fails, since a chat without sources beats no chat."""
+) -> Retrieval:
+    """Retrieved passages for the question; none, marked unavailable (the answer goes on
+    without them, and the person is told), when retrieval fails, since a chat without sources
+    beats no chat."""
     try:
-        return retrieve_for_prompt(user=user, query=question, corpora_read=corpora_read)
+        return retrieval_for_prompt(user=user, query=question, corpora_read=corpora_read)
     except RetrievalRefused as exc:  # RAG_EMBEDDING_UNAVAILABLE=refuse: nothing is sent
         raise QueueUnavailable(str(exc)) from exc
     except Exception:
         log.exception("retrieval failed; answering without passages")
-        return []
+        return Retrieval(unavailable=True)

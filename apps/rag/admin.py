@@ -81,6 +81,7 @@ class CorpusAdmin(_DeletesChunks, admin.ModelAdmin):
                     "text_weight",
                     "metadata_weight",
                     "relevance_floor",
+                    "rerank_model",
                 ),
                 "description": "Weighted: score = vector weight * cosine similarity + text "
                 "weight * full-text rank (relative to the best) + metadata weight * "

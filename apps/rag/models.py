@@ -7,6 +7,8 @@ is one `@>` on one column.
 
 from __future__ import annotations
 
+import os
+
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.contrib.postgres.fields import ArrayField
@@ -20,6 +22,20 @@ from pgvector.django import VectorField
 
 from apps.rag.embeddings import DIMENSIONS, MODEL_NAME, default_model_name
 from core.querysets import NotifyingManager
+
+
+def validate_reranker(value: str | None) -> None:
+    """A corpus's reranker names one this web machine can use: "off", `fleet:NAME`, a folder
+    (a CrossEncoder) or a .gguf file."""
+    value = (value or "").strip()
+    if not value or value == "off" or (value.startswith("fleet:") and value[6:].strip()):
+        return
+    if os.path.isdir(value) or (value.endswith(".gguf") and os.path.isfile(value)):
+        return
+    raise ValidationError(
+        f"No reranker at {value!r} on this machine: a cross-encoder folder, a .gguf file, "
+        "fleet:NAME or off."
+    )
 
 
 class Corpus(models.Model):
@@ -63,6 +79,17 @@ class Corpus(models.Model):
         blank=True,
         help_text="Least cosine similarity of a passage given to the model; set by "
         "`manage.py rag_eval <corpus> <questions> --calibrate`.",
+    )
+    # Its second stage (apps/rag/rerank.py), for this corpus's passages: a CrossEncoder folder,
+    # `fleet:NAME` (a reranker on the workers), a GGUF, or "off"; empty: RAG_RERANK_MODEL.
+    rerank_model = models.CharField(  # noqa: DJ001 (null: the service's default, not a name)
+        max_length=300,
+        null=True,
+        blank=True,
+        validators=[validate_reranker],
+        help_text="Reorders this corpus's best passages: a cross-encoder folder, fleet:NAME "
+        "(python -m worker embed --kind score), a .gguf file, or off. Empty: the service's "
+        "RAG_RERANK_MODEL.",
     )
     # A user's own files: searched for that user only (selectors decide it in SQL), whatever
     # its groups or plans say.

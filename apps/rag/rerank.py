@@ -19,6 +19,9 @@ settings.RAG_RERANK_MODEL names either
   0.45 s a pair on two CPU cores).
 Empty, the stage is off, as it is by default: no installed package ships cross-encoder weights,
 and the bundled model on the demo's two cores would take seconds from every first token.
+
+A corpus may name its own (Corpus.rerank_model, one of the above or "off"), used for its
+passages instead of the setting.
 """
 
 from __future__ import annotations
@@ -85,6 +88,30 @@ def get_reranker(path: str):
 def passage_input(row: dict) -> str:
     # The section heading says what a passage is about when its own words do not repeat it.
     return f"{row['heading']}\n{row['text']}" if row.get("heading") else row["text"]
+
+
+def reranker_for(corpus) -> str:
+    """The reranker of `corpus`'s passages: its own, none for "off", else RAG_RERANK_MODEL."""
+    own = (corpus.rerank_model or "").strip()
+    return "" if own == "off" else own or settings.RAG_RERANK_MODEL
+
+
+def reorder_by_corpus(query: str, ranked: list, *, by_corpus: dict, pool: int | None = None):
+    """`ranked` with its first `pool` entries reordered, each by its corpus's reranker. One
+    reranker for all: one call, as `reorder`. Several: scores of different models do not
+    compare, so each reranker's passages are reordered among the places they held, and the
+    first stage's interleaving of corpora stands."""
+    pool = settings.RAG_RERANK_CANDIDATES if pool is None else pool
+    head = list(ranked[:pool])
+    paths = [reranker_for(by_corpus[s.row["corpus_id"]]) for s in head]
+    if len(set(paths)) <= 1:
+        return reorder(query, ranked, model_path=paths[0] if paths else "", pool=pool)
+    for path in set(paths) - {""}:
+        places = [i for i, p in enumerate(paths) if p == path]
+        group = reorder(query, [head[i] for i in places], model_path=path, pool=len(places))
+        for i, s in zip(places, group, strict=True):
+            head[i] = s
+    return head + ranked[pool:]
 
 
 def reorder(query: str, ranked: list, *, model_path: str | None = None, pool: int | None = None):

@@ -83,7 +83,8 @@ def search(
     `fusion` and `weights` override the corpora's own (the admin's "try a query" page does).
     `exact`: both candidate lists without approximation (an exact vector scan, every passage
     sharing a word ranked): what the service's search is measured against. `rerank`: the
-    cross-encoder stage, when settings.RAG_RERANK_MODEL names one (apps.rag.rerank).
+    second stage, for the passages of corpora that have a reranker (their own, else
+    settings.RAG_RERANK_MODEL: apps.rag.rerank).
     """
     if not corpora or not query.strip() or k < 1:
         return []
@@ -126,7 +127,7 @@ def search(
         if relevant(s, by_corpus[s.row["corpus_id"]], min_similarity, best[s.row["corpus_id"]])
     ]
     if rerank:
-        ranked = reranking.reorder(query, ranked)
+        ranked = reranking.reorder_by_corpus(query, ranked, by_corpus=by_corpus)
     return [s.passage(number, query) for number, s in enumerate(ranked[:k], start=1)]
 
 

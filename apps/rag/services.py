@@ -1,7 +1,8 @@
 """Writes and the retrieval entry point the chat's prompt building calls.
 
-`retrieve_for_prompt` is the contract with the request path: the passages a user may see for a
-question, numbered for citation, cached, ACL-filtered in SQL.
+`retrieval_for_prompt` is the contract with the request path: the passages a user may see for a
+question, numbered for citation, cached, ACL-filtered in SQL, and whether retrieval was
+unavailable (`retrieve_for_prompt`: the passages alone).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import transaction
@@ -22,7 +24,9 @@ from apps.rag.retrieval import Passage
 from apps.rag.selectors import searchable_corpora_for_user
 
 __all__ = [
+    "RETRIEVAL_UNAVAILABLE_NOTICE",
     "Passage",
+    "Retrieval",
     "RetrievalRefused",
     "corpus_bump_version",
     "corpus_get_or_create",
@@ -32,6 +36,7 @@ __all__ = [
     "corpus_set_relevance_floor",
     "document_delete",
     "documents_reindex",
+    "retrieval_for_prompt",
     "retrieve_for_prompt",
 ]
 
@@ -53,7 +58,33 @@ class RetrievalRefused(Exception):
         self.reason = reason
 
 
-def retrieve_for_prompt(
+# What the person is told (on the page, and in the REST API's response and events) when their
+# question goes on without passages because retrieval could not run.
+RETRIEVAL_UNAVAILABLE_NOTICE = (
+    "Retrieval is unavailable right now; answering without your documents' passages."
+)
+
+
+@dataclass
+class Retrieval:
+    """The passages for a question, and whether corpora would have been searched but could
+    not be (then the answer goes on without them, and the person is told: `notice`)."""
+
+    passages: list[Passage] = field(default_factory=list)
+    unavailable: bool = False
+
+    @property
+    def notice(self) -> str:
+        return RETRIEVAL_UNAVAILABLE_NOTICE if self.unavailable else ""
+
+
+def retrieve_for_prompt(**options) -> list[Passage]:
+    """The passages of `retrieval_for_prompt` (same arguments), for callers that need not
+    know why there are none."""
+    return retrieval_for_prompt(**options).passages
+
+
+def retrieval_for_prompt(
     *,
     user,
     query: str,
@@ -63,7 +94,7 @@ def retrieve_for_prompt(
     boost: dict | None = None,
     budget_tokens: int | None = None,
     corpora_read: corpora_cache.Read | None = None,
-) -> list[Passage]:
+) -> Retrieval:
     """The best `k` (default settings.RAG_TOP_K) passages for `query` from the corpora `user`
     may use (optionally narrowed to `corpora`: ids, names or Corpus objects), cut to
     `budget_tokens` (default settings.RAG_PROMPT_TOKENS). Empty when nothing passes the
@@ -71,8 +102,10 @@ def retrieve_for_prompt(
     from the cache already (see searchable_corpora_for_user).
 
     When the question's embedding cannot be had (the workers serving the model are down or
-    late: apps/rag/fleet.py), RAG_EMBEDDING_UNAVAILABLE decides: "answer" returns no passages
-    (the answer goes on without them), "refuse" raises RetrievalRefused."""
+    late: apps/rag/fleet.py), RAG_EMBEDDING_UNAVAILABLE decides: "answer" returns no passages,
+    marked `unavailable` (the answer goes on without them, and says so), "refuse" raises
+    RetrievalRefused. A user with no corpora to search never asks for an embedding, so is
+    never told."""
     try:
         passages = _retrieve(
             user=user,
@@ -90,9 +123,9 @@ def retrieve_for_prompt(
             raise RetrievalRefused(str(exc)) from exc
         fleet.UNAVAILABLE.labels("answered_without_passages").inc()
         log.warning("retrieval unavailable, answering without passages: %s", exc)
-        return []
+        return Retrieval(unavailable=True)
     budget = settings.RAG_PROMPT_TOKENS if budget_tokens is None else budget_tokens
-    return passages_within(passages, budget_tokens=budget)
+    return Retrieval(passages_within(passages, budget_tokens=budget))
 
 
 def _retrieve(
@@ -117,6 +150,7 @@ def _retrieve(
         settings.RAG_MEAN_REMOVAL,
         settings.RAG_RERANK_MODEL,
         settings.RAG_RERANK_CANDIDATES,
+        [c.rerank_model or "" for c in searchable],  # each corpus's own reranker
     )
     cache_key = caches.results_key(
         corpora=[(c.pk, c.version) for c in searchable], query=query, options=options

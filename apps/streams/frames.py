@@ -9,7 +9,8 @@ import re
 from core.markdown import render_markdown
 from worker.protocol import EventType
 
-STATUS_FIELDS = ("position", "eta_seconds", "reason", "retry_after")
+# notice: what the person is told beside the answer (retrieval unavailable: the first status).
+STATUS_FIELDS = ("position", "eta_seconds", "reason", "retry_after", "notice")
 # An output-stream entry id, as a reader that resumes names the last one it saw.
 EVENT_ID = re.compile(r"\d{1,20}(-\d{1,20})?")
 

@@ -119,6 +119,19 @@
     return aside;
   }
 
+  // A note above the answer that stays after it ends: retrieval was unavailable, so the answer
+  // goes on without the documents' passages. Text only.
+  function showNotice(li, text) {
+    let note = li.querySelector(".answer-notice");
+    if (!note) {
+      note = document.createElement("p");
+      note.className = "answer-notice muted";
+      note.setAttribute("role", "status");
+      li.insertBefore(note, li.querySelector(".text"));
+    }
+    note.textContent = text;
+  }
+
   const handlers = {
     user_message(frame) {
       dropEmptyPlaceholder();
@@ -141,6 +154,7 @@
     status(frame) {
       const c = current && current.requestId === frame.request_id ? current : assistantBubble(frame.request_id);
       if (frame.citations) c.citations = frame.citations;
+      if (frame.notice) showNotice(c.li, frame.notice);
       c.statusEl.textContent = statusText(frame);
     },
     start(frame) {

@@ -1,6 +1,7 @@
 """`make run-fleet` (devstack/fleet.py): its proxy passes streams unbuffered and skips a web
-process that is gone; the whole fleet starts, answers through the proxy, keeps the workers'
-"machines" free of the database, and stops every process on Ctrl-C."""
+process that is gone; the whole fleet starts (with an embedding worker on each machine when
+retrieval is on the fleet), answers through the proxy, keeps the workers' "machines" free of the
+database, and stops every process on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from apps.chat.models import Message
+from apps.rag import fleet as embedding_fleet
 from devstack.fleet import serve_proxy
 from devstack.stack import free_port
 from tests.conftest import BASE_DIR, process_env, read_sse, wait_until
@@ -80,7 +82,10 @@ def test_the_fleet_starts_answers_through_its_proxy_and_stops_on_ctrl_c(
 ):
     # The session's cluster and test database, a var/ of its own; the simulated engine and no
     # demo corpus keep it quick (make run-fleet itself runs llama.cpp and ingests the docs).
-    env = dict(process_env(redis_prefix), SLUICE_VAR_DIR=str(tmp_path))
+    # Retrieval on the fleet: each machine runs an embedding worker too.
+    env = dict(
+        process_env(redis_prefix), SLUICE_VAR_DIR=str(tmp_path), RAG_EMBEDDING_SERVING="fleet"
+    )
     port = free_port()
     output = tmp_path / "fleet.out"
     with open(output, "wb") as out:
@@ -112,12 +117,17 @@ def test_the_fleet_starts_answers_through_its_proxy_and_stops_on_ctrl_c(
         )
         assert fleet.poll() is None, text()[-3000:]
         pids = {n: int(p) for n, p in re.findall(r"\]\s+(\S+)\s+pid (\d+)", text())}
+        machines = ["box1-w1", "box2-w1", "box1-embed", "box2-embed"]
         assert sorted(pids) == sorted(
-            ["web1", "web2", "web3", "dispatcher-a", "dispatcher-b", "box1-w1", "box2-w1", "proxy"]
+            ["web1", "web2", "web3", "dispatcher-a", "dispatcher-b", "proxy", *machines]
         )
-        for worker in ("box1-w1", "box2-w1"):  # a GPU machine knows Redis, not the database
+        assert "retrieval on the fleet" in text()
+        for worker in machines:  # a GPU machine knows Redis, not the database
             assert "DATABASE_URL" not in _environ(pids[worker])
             assert _environ(pids[worker])["REDIS_URL"] == env["REDIS_URL"]
+        # The embedding workers serve the web's model over the cluster.
+        embedded = embedding_fleet.request(model="all-MiniLM-L6-v2", texts=["a gate"], timeout=60)
+        assert embedded.vectors.shape == (1, 384)
 
         base = f"http://127.0.0.1:{port}"
         with httpx.Client(base_url=base, timeout=30) as demo:  # the demo login it seeded

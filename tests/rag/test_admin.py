@@ -99,3 +99,25 @@ def test_changing_weights_invalidates_cached_results(handbook, admin_client):
     data.update(vector_weight="0", text_weight="0")
     page = admin_client.post(url, data).content.decode()
     assert "At least one retrieval weight must be above zero." in page
+
+
+def test_a_corpus_names_its_own_reranker(handbook, admin_client, tmp_path):
+    url = reverse("admin:rag_corpus_change", args=[handbook.pk])
+    data = {
+        "name": "handbook",
+        "access": "everyone",
+        "is_active": "on",
+        "fusion": "weighted",
+        "vector_weight": "0.7",
+        "text_weight": "0.07",
+        "metadata_weight": "0.03",
+        "rerank_model": str(tmp_path / "absent"),
+    }
+    page = admin_client.post(url, data).content.decode()
+    assert "No reranker at" in page  # not on this machine: refused, nothing saved
+    assert Corpus.objects.get(pk=handbook.pk).rerank_model is None
+    response = admin_client.post(url, {**data, "rerank_model": "fleet:bge-reranker-v2-m3"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert Corpus.objects.get(pk=handbook.pk).rerank_model == "fleet:bge-reranker-v2-m3"
+    admin_client.post(url, {**data, "rerank_model": ""})
+    assert Corpus.objects.get(pk=handbook.pk).rerank_model is None  # empty: the default

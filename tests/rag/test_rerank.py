@@ -1,7 +1,8 @@
-"""The second stage. No installed package ships a trained cross-encoder, so the cross-encoder
-here is one the test builds: MiniLM's tokenizer in front of a tiny BERT with random weights. Its
-scores mean nothing; what is tested is that the configured model scores each passage, that its
-scores decide the order, and that the stage stays off when none is set. The language-model
+"""The second stage, the service's or a corpus's own. No installed package ships a trained
+cross-encoder, so the cross-encoder here is one the test builds: MiniLM's tokenizer in front of
+a tiny BERT with random weights. Its scores mean nothing; what is tested is that the configured
+model scores each passage, that its scores decide the order (among a corpus's own places when
+corpora differ in reranker), and that the stage stays off when none is set. The language-model
 scorer runs the demo's real SmolLM2 GGUF, so its tests check what it decides too. The stage's
 quality on the labelled questions is measured by `bench/rag.py --rerank-model`."""
 
@@ -11,11 +12,13 @@ import math
 
 import pytest
 import torch
+from django.core.exceptions import ValidationError
 from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from apps.rag import rerank
 from apps.rag.embeddings import model_path
 from apps.rag.services import retrieve_for_prompt
+from tests.rag.conftest import FIXTURES
 from worker.prepare_model import bundled_gguf
 
 QUERY = "How do I roll back billing?"
@@ -123,3 +126,49 @@ def test_a_missing_gguf_file_fails_loudly(handbook, user, settings, tmp_path):
     settings.RAG_RERANK_MODEL = str(tmp_path / "absent.gguf")
     with pytest.raises(FileNotFoundError, match="RAG_RERANK_MODEL"):
         retrieve_for_prompt(user=user, query=QUERY)
+
+
+def _set_reranker(corpus, value: str | None) -> None:
+    corpus.rerank_model = value
+    corpus.full_clean()
+    corpus.save()
+
+
+def test_a_corpus_reranks_its_passages_with_its_own_model(
+    handbook, make_corpus, user, settings, cross_encoder_dir
+):
+    settings.RAG_RERANK_MODEL = ""
+    settings.RAG_RERANK_CANDIDATES = 20
+    copy = make_corpus("copy", paths=[FIXTURES / "handbook"])
+    first = retrieve_for_prompt(user=user, query=QUERY, k=10, budget_tokens=10_000)
+    assert {p.corpus_id for p in first} == {handbook.pk, copy.pk}
+    _set_reranker(handbook, cross_encoder_dir)
+    passages = retrieve_for_prompt(user=user, query=QUERY, k=10, budget_tokens=10_000)
+    # The copy has no reranker: its passages keep their places and have no model score.
+    places = lambda ps, c: [(i, p.chunk_id) for i, p in enumerate(ps) if p.corpus_id == c]  # noqa: E731
+    assert places(passages, copy.pk) == places(first, copy.pk)
+    assert all(p.rerank_score is None for p in passages if p.corpus_id == copy.pk)
+    # The handbook's are scored by its model and ordered by it among the places they held.
+    own = [p for p in passages if p.corpus_id == handbook.pk]
+    expected = rerank.get_reranker(cross_encoder_dir).score(
+        QUERY, [f"{p.heading}\n{p.text}" if p.heading else p.text for p in own]
+    )
+    assert [p.rerank_score for p in own] == pytest.approx(expected)
+    assert [p.rerank_score for p in own] == sorted((p.rerank_score for p in own), reverse=True)
+    assert {p.chunk_id for p in own} == {p.chunk_id for p in first if p.corpus_id == handbook.pk}
+
+
+def test_a_corpus_may_turn_the_services_reranker_off(handbook, user, settings, cross_encoder_dir):
+    settings.RAG_RERANK_MODEL = cross_encoder_dir
+    assert all(p.rerank_score is not None for p in retrieve_for_prompt(user=user, query=QUERY))
+    _set_reranker(handbook, "off")
+    assert all(p.rerank_score is None for p in retrieve_for_prompt(user=user, query=QUERY))
+    _set_reranker(handbook, None)  # empty: the service's again
+    assert all(p.rerank_score is not None for p in retrieve_for_prompt(user=user, query=QUERY))
+
+
+def test_a_reranker_this_machine_does_not_have_is_refused_when_set(handbook, tmp_path):
+    for absent in (str(tmp_path / "absent"), str(tmp_path / "absent.gguf"), "fleet:"):
+        with pytest.raises(ValidationError, match="No reranker"):
+            _set_reranker(handbook, absent)
+    _set_reranker(handbook, "fleet:bge-reranker-v2-m3")  # served by workers: named only

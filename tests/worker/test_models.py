@@ -8,7 +8,7 @@ import json
 import time
 from argparse import Namespace
 
-from devstack.stack import app_processes
+from devstack.stack import app_processes, embedding_on_fleet, settings_env
 from tests.worker.conftest import eventually, final_of
 from worker import protocol, transitions
 from worker.__main__ import build_parser, engine_options, model_name_from, served_model_name
@@ -161,3 +161,18 @@ def test_make_run_can_start_a_second_worker_serving_another_name():
         app_processes({"SLUICE_SECOND_MODEL": "qwen", "SLUICE_SECOND_MODEL_FILE": "/m/q.gguf"})
     )
     assert other["worker-2"][-4:] == ["--served-model-name", "qwen", "--model", "/m/q.gguf"]
+
+
+def test_make_run_starts_an_embedding_worker_when_retrieval_is_on_the_fleet():
+    assert "embedder" not in dict(app_processes({"RAG_EMBEDDING_SERVING": "local"}))
+    processes = dict(app_processes({"RAG_EMBEDDING_SERVING": "fleet"}))
+    assert processes["embedder"][-3:] == ["-m", "worker", "embed"]
+
+
+def test_the_runners_read_the_settings_env_file_under_the_environment(tmp_path):
+    dotenv = tmp_path / ".env"
+    assert settings_env({"A": "1"}, dotenv) == {"A": "1"}  # no .env
+    dotenv.write_text("RAG_EMBEDDING_SERVING=fleet\nA=2\n")
+    env = settings_env({"A": "1"}, dotenv)
+    assert env == {"A": "1", "RAG_EMBEDDING_SERVING": "fleet"}  # the environment wins
+    assert embedding_on_fleet(env)

@@ -8,6 +8,9 @@ model (a cross-encoder reranker), each behind one small interface:
   --kind score).
 - `vllm` — vLLM's pooling runner (`LLM(..., runner="pooling")`, then `LLM.embed` / `LLM.score`),
   the way to serve bge, e5 or gte embedders and bge-reranker on GPUs next to the chat model.
+- `llamacpp` — llama.cpp's embedding mode through llama-cpp-python (`Llama(model_path,
+  embedding=True)`, then `Llama.embed`): an embedding GGUF (bge, nomic, e5 converted by
+  llama.cpp) on CPUs, pooled as its file says or as --pooling says.
 - `openai` — any OpenAI-compatible `/v1/embeddings` (and `/v1/rerank` for scoring) upstream:
   `vllm serve --runner pooling`, llama.cpp's server with `--embeddings`, a hosted API.
 
@@ -19,6 +22,7 @@ start(), so this module imports anywhere.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +32,8 @@ import numpy as np
 from worker.embed_protocol import unit_rows
 
 KINDS = ("embed", "score")
+
+log = logging.getLogger("sluice.worker.embed")
 
 
 def default_model_path() -> str:
@@ -163,6 +169,99 @@ class VllmEmbedder(_Threaded):
         await super().stop()
 
 
+POOLINGS = ("model", "mean", "cls", "last")
+
+
+class LlamaCppEmbedder(_Threaded):
+    """An embedding GGUF through llama.cpp. `pooling`: how a text's token vectors become one:
+    "model" (what the GGUF's metadata names: cls for bge, mean for nomic and e5) or one of
+    mean, cls, last. A GGUF that names none (a generative model) is mean-pooled: llama.cpp
+    would give a vector per token. Texts longer than `max_model_len` tokens (default 512)
+    are cut there."""
+
+    def __init__(
+        self,
+        *,
+        model: str | None = None,
+        kind: str = "embed",
+        pooling: str = "model",
+        max_model_len: int | None = None,
+        threads: int | None = None,
+        **_,
+    ) -> None:
+        super().__init__()
+        if kind != "embed":
+            raise SystemExit("--engine llamacpp serves embedding models only (--kind embed)")
+        if not model:
+            raise SystemExit("--engine llamacpp needs --model: the path of an embedding GGUF")
+        if pooling not in POOLINGS:
+            raise SystemExit(f"unknown pooling {pooling!r}: one of {POOLINGS}")
+        self.path = model
+        self.pooling = pooling
+        self.tokens = max_model_len or 512
+        self.threads = threads
+        self.model = None
+        self.dimensions = 0
+
+    async def start(self) -> None:
+        if not os.path.isfile(self.path):
+            raise SystemExit(f"no GGUF file at {self.path}")
+        self.model = await self._call(self._load)
+        self.dimensions = int(self.model.n_embd())
+        pooling = "the GGUF's own" if self.pooling == "model" else self.pooling
+        log.info(
+            "llama.cpp: %s, %s pooling, texts cut at %d tokens", self.path, pooling, self.tokens
+        )
+
+    def _load(self):
+        import llama_cpp
+
+        types = {
+            "model": llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED,
+            "mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN,
+            "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
+            "last": llama_cpp.LLAMA_POOLING_TYPE_LAST,
+        }
+        if self.pooling == "model" and not _names_pooling(self.path):
+            self.pooling = "mean"
+        # One batch holds a whole text: an encoder (bge) must see all its tokens at once.
+        return llama_cpp.Llama(
+            model_path=self.path,
+            embedding=True,
+            pooling_type=types[self.pooling],
+            n_ctx=self.tokens,
+            n_batch=self.tokens,
+            n_ubatch=self.tokens,
+            n_threads=self.threads,
+            verbose=False,
+        )
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        return unit_rows(await self._call(lambda: self.model.embed(texts, truncate=True)))
+
+    async def score(self, query: str, texts: list[str]) -> list[float]:
+        raise NotImplementedError("llama.cpp's engine serves embedding models only")
+
+    async def stop(self) -> None:
+        model, self.model = self.model, None
+        if model is not None:
+            await self._call(model.close)
+        await super().stop()
+
+
+def _names_pooling(path: str) -> bool:
+    """Whether the GGUF's metadata names a pooling (`<architecture>.pooling_type`, not none),
+    read without loading its weights."""
+    from llama_cpp import Llama
+
+    vocab = Llama(model_path=path, vocab_only=True, verbose=False)
+    try:
+        architecture = vocab.metadata.get("general.architecture", "")
+        return vocab.metadata.get(f"{architecture}.pooling_type", "0") != "0"
+    finally:
+        vocab.close()
+
+
 class OpenAIEmbedder:
     """An OpenAI-compatible upstream: `/embeddings` (OpenAI's shape) and `/rerank` (the Jina /
     Cohere shape that vLLM and others serve) under `base_url`."""
@@ -220,6 +319,7 @@ class OpenAIEmbedder:
 EMBEDDERS = {
     "sentence-transformers": SentenceTransformersEmbedder,
     "vllm": VllmEmbedder,
+    "llamacpp": LlamaCppEmbedder,
     "openai": OpenAIEmbedder,
 }
 
