@@ -8,10 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from redis.exceptions import RedisError
 
 from apps.admission.kinds import web_kind
-from apps.chat.prompt.read_ahead import WritesAhead
 from apps.streams.hub_base import Entry
 from core.redis_client import get_redis, keys
 from worker import protocol, transitions
@@ -25,7 +23,6 @@ def request_publish(
     item: WorkItem,
     citations: list | None = None,
     also: Callable[[Any], None] | None = None,
-    first: WritesAhead | None = None,
     api_key: str = "",
 ) -> Entry:
     """Hands the request to admission; returns the first event of its output stream (id and
@@ -33,17 +30,12 @@ def request_publish(
     caller reports a failure; Redis may still run the commands later (it was frozen), so the
     entry says by when it counts and the dispatcher withdraws it after that. `also` queues
     more commands on the same pipeline (the tabs' event): their failure is not the request's,
-    so it is not raised. `first`: the write a prompt read ahead left (the question's turn
-    for the hot tier), queued before the request's own; a failure of it drops the
-    conversation's hot entries. `api_key`: the SHA-256 of the API key the request came with."""
+    so it is not raised. `api_key`: the SHA-256 of the API key the request came with."""
     k = keys()
     # Set by Sluice from what the request is (the dispatcher adds "long" by the plan's size).
     item.kind = web_kind(requested=item.kind)
     submit_by_ms = protocol.now_ms() + int(settings.REDIS_SOCKET_TIMEOUT * 1000)
     pipe = get_redis().pipeline(transaction=False)
-    if first is not None:
-        first.queue(pipe)
-    start = len(pipe)
     event = transitions.submitted(
         pipe,
         k,
@@ -56,15 +48,8 @@ def request_publish(
     own = len(pipe)
     if also is not None:
         also(pipe)
-    try:
-        replies = pipe.execute(raise_on_error=False)
-    except RedisError:
-        if first is not None:
-            first.unwritten()
-        raise
-    if first is not None:
-        first.received(replies[:start])
-    failed = [reply for reply in replies[start:own] if isinstance(reply, Exception)]
+    replies = pipe.execute(raise_on_error=False)
+    failed = [reply for reply in replies[:own] if isinstance(reply, Exception)]
     if failed:
         raise failed[0]
     for reply in replies[own:]:

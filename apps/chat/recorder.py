@@ -7,9 +7,8 @@ message's unique request id makes a record delivered twice a no-op. A record tha
 read or stored goes to the dead-letter stream with its reason: the loop never dies on data.
 
 The recorder is the only writer of answers. It releases a conversation (its active key) only
-once the answer is stored and its turn pushed onto the hot tier, so a question sent after an
-answer ended waits for that (submission.ensure_conversation_free) and its prompt holds the
-answer, in order.
+once the answer is stored, so a question sent after an answer ended waits for that
+(submission.ensure_conversation_free) and its prompt holds the answer, in order.
 """
 
 from __future__ import annotations
@@ -191,8 +190,8 @@ def _record_batch(
             on_recorded(answers)
     pipe = get_redis().pipeline(transaction=False)
     # Even an answer that could not be kept ends its turn; the conversations are released in
-    # the acknowledgement's round trip, after their answers were stored and their turns pushed
-    # onto the hot tier, so the next question's prompt holds them.
+    # the acknowledgement's round trip, after their answers were stored, so the next
+    # question's prompt holds them.
     release_conversations(answers, pipe)
     fields_of = dict(entries)
     for entry_id, reason in rejected:

@@ -10,10 +10,8 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from time import monotonic, sleep
-from typing import Any
 
 from django.conf import settings
 from django.http import Http404
@@ -25,11 +23,8 @@ from apps.admission.kinds import web_kind
 from apps.admission.selectors import model_fleet
 from apps.chat import background, services, tab_sync
 from apps.chat.models import Conversation, Message
-from apps.chat.prompt import hot, read_ahead
-from apps.chat.prompt.prompting import HISTORY_TURNS_MAX, prompt_build
-from apps.chat.prompt.read_ahead import PromptRead
+from apps.chat.prompt.prompting import prompt_build
 from apps.chat.publish import request_publish
-from apps.rag import corpora_cache
 from apps.rag.prompting import citations_from, passages_block
 from apps.rag.services import RetrievalRefused, retrieve_for_prompt
 from apps.streams.hub_base import Entry
@@ -78,9 +73,7 @@ def active_request_id(*, conversation: Conversation) -> str | None:
     return get_redis().get(keys().conversation_active(conversation.id))
 
 
-def ensure_conversation_free(
-    *, conversation: Conversation, expected: str | None = None, reads: Sequence[Any] = ()
-) -> bool:
+def ensure_conversation_free(*, conversation: Conversation, expected: str | None = None) -> bool:
     """Raises ConversationBusy while an answer is generating, QueueUnavailable when Redis
     cannot say. An answer that has ended is stored by the recorder alone, which releases the
     conversation once it has (apps/chat/recorder.py): a question sent before that waits for
@@ -88,26 +81,13 @@ def ensure_conversation_free(
     longer than ANSWER_STORE_WAIT_SECONDS (it runs in the dispatcher, which may be failing
     over). Returns whether it waited. `expected`: the request the caller last followed in
     this conversation (a websocket's previous question), whose end is then read in the same
-    round trip as the conversation's active request. `reads`: more reads for the same round
-    trip, each queued by its `queue(pipe)` and given the replies from its commands on by
-    `received` (the user's corpora, corpora_cache.Read; the prompt's sources, PromptRead)."""
+    round trip as the conversation's active request."""
     try:
         pipe = get_redis().pipeline(transaction=False)
         pipe.get(keys().conversation_active(conversation.id))
         if expected:
             _end_read(pipe, expected)
-        own = len(pipe)
-        starts = []
-        for read in reads:
-            starts.append(len(pipe))
-            read.queue(pipe)
-        replies = pipe.execute(raise_on_error=False)
-        for read, start in zip(reads, starts, strict=True):
-            read.received(replies[start:])
-        for reply in replies[:own]:
-            if isinstance(reply, Exception):
-                raise reply
-        active, *end = replies[:own]
+        active, *end = pipe.execute()
         if not active:
             return False
         if active != expected:
@@ -226,26 +206,14 @@ def request_submit(
         raise Http404
     if only_if is not None and (text is None or model is not None):
         raise ValueError("only_if guards a new question's insert, with the conversation's model")
-    # In the conversation's first round trip: the user's corpora, for the retrieval, and the
-    # prompt's sources (prompt/read_ahead.py).
-    corpora_read = corpora_cache.Read(user.pk)
-    prompt_read = (
-        PromptRead(conversation, HISTORY_TURNS_MAX)
-        if text is not None and hot.pushes_now()
-        else None
-    )
-    reads = [read for read in (corpora_read, prompt_read) if read is not None]
-    if ensure_conversation_free(conversation=conversation, expected=expected, reads=reads):
-        prompt_read = None  # read before the answer it waited for was stored
-    prompt, passages, question, user_message, writes = _question_and_prompt(
+    ensure_conversation_free(conversation=conversation, expected=expected)
+    prompt, passages, question, user_message = _question_and_prompt(
         user=user,
         conversation=conversation,
         text=text,
         model=model,
         instruction=instruction,
         only_if=only_if,
-        corpora_read=corpora_read,
-        prompt_read=prompt_read,
     )
     request_id = request_id or protocol.new_request_id()
     item = WorkItem(
@@ -273,7 +241,6 @@ def request_submit(
         first_event = request_publish(
             item=item,
             also=announcement,
-            first=writes,
             citations=citations_from(passages, question=question),
             api_key=api_key,
         )
@@ -286,50 +253,32 @@ def request_submit(
     return Submitted(request_id, conversation.id, user_message, first_event)
 
 
-def _question_and_prompt(
-    *, user, conversation, text, model, instruction, only_if, corpora_read, prompt_read
-):
-    """request_submit's middle part: the model, the question stored, the passages, the prompt,
-    and the writes left for the publication when the prompt was read ahead
-    (prompt/read_ahead.py)."""
+def _question_and_prompt(*, user, conversation, text, model, instruction, only_if):
+    """request_submit's middle part: the model, the question stored, the passages and the
+    prompt."""
     if model is not None and model != conversation.model:
         services.conversation_set_model(conversation=conversation, model=model)
     ensure_model_served(model=conversation.model)
-    user_message = pushed = None
-    # Committed at once (no caller's transaction): the question's push onto the hot tier then
-    # rides with the prompt's read, one round trip for both.
-    push_with_read = hot.pushes_now()
+    user_message = None
     if text is not None:
         user_message = services.message_create(
-            conversation=conversation,
-            role=Message.Role.USER,
-            text=text,
-            hot_push=not push_with_read,
-            only_if=only_if,
+            conversation=conversation, role=Message.Role.USER, text=text, only_if=only_if
         )
         if user_message is None:
             raise QuestionNotStored
-        if push_with_read:
-            pushed = hot.turn_of(user_message)
     # Outside a transaction: plain reads need no BEGIN and COMMIT round trips, and the
     # question is committed already (it is taken back below if the request cannot be sent).
     try:
         question = text if text is not None else last_question(conversation=conversation)
-        passages = passages_for(user=user, question=question, corpora_read=corpora_read)
-        sources, writes = read_ahead.sources_for(prompt_read, question=pushed)
-        prompt = prompt_build(
-            conversation=conversation,
-            passages=passages_block(passages),
-            pushed=None if writes else pushed,
-            sources=sources,
-        )
+        passages = passages_for(user=user, question=question)
+        prompt = prompt_build(conversation=conversation, passages=passages_block(passages))
         if instruction:  # after the history, so the cached prefix of the turns still holds
             prompt.messages.append({"role": "user", "content": instruction})
     except Exception:
         if user_message is not None:
             user_message.delete()
         raise
-    return prompt, passages, question, user_message, writes
+    return prompt, passages, question, user_message
 
 
 def last_question(*, conversation: Conversation) -> str:
@@ -337,13 +286,11 @@ def last_question(*, conversation: Conversation) -> str:
     return last.text if last else ""
 
 
-def passages_for(
-    *, user: User, question: str, corpora_read: corpora_cache.Read | None = None
-) -> list:
+def passages_for(*, user: User, question: str) -> list:
     """Retrieved passages for the question; none (and the answer goes on without them) when
     retrieval fails, since a chat without sources beats no chat."""
     try:
-        return retrieve_for_prompt(user=user, query=question, corpora_read=corpora_read)
+        return retrieve_for_prompt(user=user, query=question)
     except RetrievalRefused as exc:  # RAG_EMBEDDING_UNAVAILABLE=refuse: nothing is sent
         raise QueueUnavailable(str(exc)) from exc
     except Exception:
