@@ -3,10 +3,9 @@
     .venv/bin/python bench/submit.py [--messages 300]
 
 `request_submit` (the websocket's and the API's entry point) against embedded PostgreSQL and
-Redis under var/bench/submit: wall time, this thread's CPU time and PostgreSQL statements per
-message, with the Redis hot tier off (HOT_TIER=false: history, profile and the corpora the
-user may search read from PostgreSQL) and on (warm: read from Redis; only the question's
-INSERT reaches PostgreSQL), side by side in one run. Nothing is generated (no
+Redis under var/bench/submit: wall time, this thread's CPU time, PostgreSQL statements and Redis
+round trips per message, for a conversation that grows by one question a pass; then its two
+reads alone, the corpora the user may search and the prompt. Nothing is generated (no
 dispatcher or worker runs). Prints figures; asserts nothing.
 """
 
@@ -74,20 +73,35 @@ class QueryCounter:
             setattr(psycopg.Cursor, name, counted)
 
 
+class RoundTripCounter:
+    """Counts packets sent to Redis: a command alone or a whole pipeline, one round trip each."""
+
+    def __init__(self) -> None:
+        import redis.connection
+
+        self.count = 0
+        real = redis.connection.AbstractConnection.send_packed_command
+
+        def counted(connection, command, check_health=True):
+            self.count += 1
+            return real(connection, command, check_health)
+
+        redis.connection.AbstractConnection.send_packed_command = counted
+
+
 def run(count: int) -> None:
-    from django.conf import settings
     from harness import make_sessions
 
     from apps.chat import submission
     from apps.chat.models import Conversation
     from apps.chat.prompt.prompting import prompt_build
     from apps.chat.services import message_create
-    from apps.rag.services import retrieve_for_prompt
+    from apps.rag.selectors import searchable_corpora_for_user
     from core.redis_client import get_redis, keys
 
     client = get_redis()
     question = "How do rivers form?"
-    queries = QueryCounter()
+    queries, round_trips = QueryCounter(), RoundTripCounter()
 
     def conversation_with_history() -> Conversation:
         _, conversation_id = make_sessions(1, prefix=f"sub{uuid.uuid4().hex[:6]}")[0]
@@ -102,47 +116,29 @@ def run(count: int) -> None:
             )
         return conversation
 
-    def measure(hot_tier: bool) -> tuple[float, float, float]:
-        """One conversation per mode; its history grows by one question a pass (the hot tier
-        is written through, so nothing is deleted to reset it)."""
-        settings.HOT_TIER = hot_tier
-        conversation = conversation_with_history()
-        user = conversation.owner
-        active = keys().conversation_active(conversation.id)
+    print(f"{count} messages, one thread, a conversation of 6+ turns growing by one a message:")
+    conversation = conversation_with_history()
+    user = conversation.owner
+    active = keys().conversation_active(conversation.id)
 
-        def submit() -> None:
-            submission.request_submit(
-                submission.Question(user=user, conversation=conversation, text=question)
-            )
-            client.delete(active)
-
-        label = "on " if hot_tier else "off"
-        before = queries.count
-        wall, cpu = timed(f"submit, hot tier {label}", submit, count)
-        per_message = (queries.count - before) / (count + 1)
-        print(f"{'':<34} {per_message:.1f} PostgreSQL statements per message")
-        timed(
-            f"  prompt only, hot tier {label}",
-            lambda: prompt_build(conversation=conversation),
-            count,
+    def submit() -> None:
+        submission.request_submit(
+            submission.Question(user=user, conversation=conversation, text=question)
         )
-        return wall, cpu, per_message
+        client.delete(active)  # as if it was answered (one round trip, left out below)
 
-    print(f"{count} messages per mode, one thread, growing conversations of 6+ turns:")
-    searcher = conversation_with_history().owner
-    timed(
-        "  corpora the user may search",
-        lambda: retrieve_for_prompt(user=searcher, query=question),
-        count,
-    )
-    off = measure(False)
-    on = measure(True)
+    statements, trips = queries.count, round_trips.count
+    wall, cpu = timed("submit", submit, count)
+    statements = (queries.count - statements) / (count + 1)
+    trips = (round_trips.count - trips) / (count + 1) - 1
+    print(f"{'':<34} {statements:.1f} PostgreSQL statements, {trips:.1f} Redis round trips")
+    timed("  corpora the user may search", lambda: searchable_corpora_for_user(user=user), count)
+    timed("  prompt only", lambda: prompt_build(conversation=conversation), count)
     for key in client.scan_iter(match=f"{keys().prefix}:*", count=1000):
         client.delete(key)
     print(
-        f"submit: cpu {off[1]:.2f} -> {on[1]:.2f} ms per message ({off[1] / on[1]:.2f}x), "
-        f"wall {off[0]:.2f} -> {on[0]:.2f} ms, PostgreSQL statements {off[2]:.1f} -> "
-        f"{on[2]:.1f} per message (hot tier off -> on)"
+        f"submit: cpu {cpu:.2f} ms per message, wall {wall:.2f} ms, PostgreSQL statements "
+        f"{statements:.1f} and Redis round trips {trips:.1f} per message"
     )
 
 

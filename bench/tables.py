@@ -22,7 +22,7 @@ UNRECORDED = " (not from a recorded run)"
 
 # What each benchmark compares, in `make bench`'s order.
 COMPARES = {
-    "submit": "the web's CPU, wall time and SQL per message, hot tier off vs on",
+    "submit": "the web's CPU, wall time, SQL statements and Redis round trips per message",
     "overhead": "the page's websocket path vs the engine's own server, 1-100 streams",
     "openai_overhead": "the OpenAI API vs the upstream driven directly",
     "pages": "a logged-in chat page through the whole middleware chain",

@@ -1,10 +1,10 @@
 """Work that follows a transaction's commit, collected once per transaction.
 
-The caches (the chat's hot tier, the corpora a user may search) must hear a change only once it
-has committed: before that, a reader would refill them from the old rows, and a rolled-back
-change must not reach them at all. A transaction that deletes a thousand rows should still cost
-one Redis round trip, so the changes of one transaction are gathered in a batch per name and
-applied together, once, after the commit.
+A cache (the API callers', apps/admission/callers.py) must hear a change only once it has
+committed: before that, a reader would refill it from the old rows, and a rolled-back change
+must not reach it at all. A transaction that deletes a thousand rows should still cost one
+Redis round trip (or one recount of a corpus), so the changes of one transaction are gathered
+in a batch per name and applied together, once, after the commit.
 
 Only Django's public transaction API is used (`on_commit`, `get_autocommit`): inside a test's
 never-committed transaction (Django's `TestCase`) the work waits like any other, and a test that
@@ -63,12 +63,6 @@ def after_commit(func: Callable[[], None]) -> None:
 def commit_pending() -> bool:
     """Whether a write made now waits for a transaction's commit."""
     return not transaction.get_autocommit()
-
-
-def batch_pending(name: str) -> bool:
-    """Whether the current transaction has collected changes under `name`."""
-    batches = _open_batches(transaction.get_connection())
-    return bool(batches and name in batches)
 
 
 def _open_batches(conn) -> dict | None:

@@ -2,8 +2,8 @@
 
 Django sends no model signal for `QuerySet.update()` (nor for `bulk_update()`, which is built on
 it) or `bulk_create()`, so a cache that follows `post_save` would keep what such a write changed
-until its TTL. Models whose rows feed a cache (the chat's hot tier, the corpora a user may
-search) use `NotifyingQuerySet` as their manager; it sends:
+until its TTL. Models whose rows feed a cache (plans and users' plans, which the API callers
+cache holds: apps/admission/callers.py) use `NotifyingQuerySet` as their manager; it sends:
 
 - `pre_update(sender=model, queryset=qs, values=kwargs)` before the UPDATE runs, so a receiver
   can read which rows it touches (afterwards the filter may match other rows, or none);

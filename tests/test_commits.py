@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from core.commits import after_commit, after_commit_collect, batch_pending, commit_pending
+from core.commits import after_commit, after_commit_collect, commit_pending
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,10 +35,8 @@ def test_a_transactions_changes_are_applied_once_together_after_its_commit():
         for value in range(3):
             collect(applied, "t", value)
         after_commit(lambda: done.append(1))
-        assert batch_pending("t") and not batch_pending("other")
         assert applied == [] and done == []
     assert applied == [[0, 1, 2]] and done == [1]
-    assert not batch_pending("t")
 
 
 def test_a_rolled_back_transactions_changes_are_never_applied():

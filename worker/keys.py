@@ -206,31 +206,7 @@ class Keys:
         """The dispatcher's learned state: answer lengths, leans, errors, service times."""
         return self._adm(f"est:{part}")
 
-    # -- the web's prompt cache (apps/chat/prompt/hot.py, apps/rag/corpora_cache.py): a
-    # conversation's keys share its tag, so the scripts touching both work in a Redis Cluster --
-
-    def hot_conversation(self, conversation_id: int | str) -> str:
-        """Hash: a conversation's summary, pinned turns, generation and whether it is filled."""
-        return f"{self.prefix}:hot:{{c{conversation_id}}}:conv"
-
-    def hot_turns(self, conversation_id: int | str) -> str:
-        """List: a conversation's latest finished turns, newest first, capped."""
-        return f"{self.prefix}:hot:{{c{conversation_id}}}:turns"
-
-    def hot_profile(self, user_id: int | str) -> str:
-        """Hash: a user's prompt profile and the system prompt made from it."""
-        return f"{self.prefix}:hot:{{u{user_id}}}:profile"
-
-    def hot_corpora(self, user_id: int | str) -> str:
-        """The corpora a user may read."""
-        return f"{self.prefix}:hot:{{u{user_id}}}:corpora"
-
-    @property
-    def hot_corpora_shared(self) -> str:
-        """The corpora everyone may read."""
-        return f"{self.prefix}:hot:{{corpora}}:shared"
-
-    # -- the web's other keys ---------------------------------------------------------------------
+    # -- the web's keys ---------------------------------------------------------------------------
 
     def background_in_flight(self, task: str, owner: int | str) -> str:
         """One background task of a kind in flight per conversation (or user)."""

@@ -6,8 +6,6 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-from core.querysets import NotifyingManager
-
 
 class User(AbstractUser):
     """Sluice's user; custom from the first migration so fields can be added later."""
@@ -26,8 +24,6 @@ class Tag(models.Model):
     slug = models.SlugField(max_length=50, unique=True)
     prompt_hint = models.CharField(max_length=300, blank=True)
     is_active = models.BooleanField(default=True)
-
-    objects = NotifyingManager()  # bulk writes reach the caches (querysets.py)
 
     class Meta:
         ordering = ["name"]
@@ -53,8 +49,6 @@ class Profile(models.Model):
     about = models.TextField("about me", max_length=500, blank=True)
     tags = models.ManyToManyField(Tag, blank=True, related_name="profiles")
     updated = models.DateTimeField(auto_now=True)
-
-    objects = NotifyingManager()  # bulk writes reach the caches (querysets.py)
 
     def __str__(self) -> str:
         return self.display_name or self.user.get_username()

@@ -84,7 +84,7 @@ class Plan(models.Model):
         "them, and all-MiniLM-L6-v2 for embeddings). Empty: every model.",
     )
 
-    objects = NotifyingManager()  # bulk writes reach the caches (querysets.py)
+    objects = NotifyingManager()  # bulk writes reach the API callers cache (callers.py)
 
     class Meta:
         ordering = ["-priority_weight", "slug"]
@@ -127,7 +127,7 @@ class UserPlan(models.Model):
     )
     plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="overrides")
 
-    objects = NotifyingManager()  # bulk writes reach the caches (querysets.py)
+    objects = NotifyingManager()  # bulk writes reach the API callers cache (callers.py)
 
     def __str__(self) -> str:
         return f"{self.user} → {self.plan}"

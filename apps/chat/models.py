@@ -3,8 +3,6 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from core.querysets import NotifyingManager
-
 
 class Conversation(models.Model):
     # No index of its own: the sidebar's index below leads with it (every question rewrites
@@ -75,8 +73,6 @@ class Message(models.Model):
     # page loaded later can still say that an answer was cut and offer to continue it.
     finish_reason = models.CharField(max_length=16, blank=True, default="", db_default="")
 
-    objects = NotifyingManager()  # bulk writes reach the caches (querysets.py)
-
     class Meta:
         ordering = ["created", "id"]
         indexes = [models.Index(fields=["conversation", "created"])]
@@ -108,8 +104,6 @@ class ConversationSummary(models.Model):
     # the corrections and deletions they made on the page: memory_facts.Entry dicts. A row
     # with upto 0 and no text holds only such edits, before any summary was written.
     facts = models.JSONField(default=list, blank=True, db_default=[])
-
-    objects = NotifyingManager()  # bulk writes reach the caches (querysets.py)
 
     def __str__(self) -> str:
         return f"summary of {self.conversation_id} up to {self.upto_message_id}"

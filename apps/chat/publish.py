@@ -10,9 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from redis.exceptions import RedisError
 
-from apps.chat.prompt.read_ahead import WritesAhead
 from apps.streams.hub_base import Entry
 from core.redis_client import get_redis, keys
 from worker import protocol, transitions
@@ -27,7 +25,6 @@ def request_publish(
     citations: list | None = None,
     notice: str = "",
     also: Callable[[Any], None] | None = None,
-    first: WritesAhead | None = None,
     api_key: str = "",
 ) -> Entry:
     """Hands the request to admission; returns the first event of its output stream (id and
@@ -35,17 +32,12 @@ def request_publish(
     caller reports a failure; Redis may still run the commands later (it was frozen), so the
     entry says by when it counts and the dispatcher withdraws it after that. `also` queues
     more commands on the same pipeline (the tabs' event): their failure is not the request's,
-    so it is not raised. `first`: the write a prompt read ahead left (the question's turn
-    for the hot tier), queued before the request's own; a failure of it drops the
-    conversation's hot entries. `api_key`: the SHA-256 of the API key the request came with.
+    so it is not raised. `api_key`: the SHA-256 of the API key the request came with.
     `notice`: what the person is told beside the answer (retrieval unavailable), in its first
     event."""
     k = keys()
     submit_by_ms = protocol.now_ms() + int(settings.REDIS_SOCKET_TIMEOUT * 1000)
     pipe = get_redis().pipeline(transaction=False)
-    if first is not None:
-        first.queue(pipe)
-    start = len(pipe)
     event = transitions.submitted(
         pipe,
         k,
@@ -59,15 +51,8 @@ def request_publish(
     own = len(pipe)
     if also is not None:
         also(pipe)
-    try:
-        replies = pipe.execute(raise_on_error=False)
-    except RedisError:
-        if first is not None:
-            first.unwritten()
-        raise
-    if first is not None:
-        first.received(replies[:start])
-    failed = [reply for reply in replies[start:own] if isinstance(reply, Exception)]
+    replies = pipe.execute(raise_on_error=False)
+    failed = [reply for reply in replies[:own] if isinstance(reply, Exception)]
     if failed:
         raise failed[0]
     for reply in replies[own:]:

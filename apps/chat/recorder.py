@@ -191,8 +191,8 @@ def _record_batch(
             on_recorded(answers)
     pipe = get_redis().pipeline(transaction=False)
     # Even an answer that could not be kept ends its turn; the conversations are released in
-    # the acknowledgement's round trip, after their answers were stored and their turns pushed
-    # onto the hot tier, so the next question's prompt holds them.
+    # the acknowledgement's round trip, after their answers were stored, so the next
+    # question's prompt holds them.
     release_conversations(answers, pipe)
     fields_of = dict(entries)
     for entry_id, reason in rejected:

@@ -30,9 +30,9 @@ def message_list_for_conversation(*, conversation: Conversation) -> QuerySet[Mes
     return conversation.messages.all()
 
 
-# The two reads behind every prompt run on each message sent, so they are plain SQL (the ORM
+# The reads behind every prompt run on each message sent, so they are plain SQL (the ORM
 # spends more CPU compiling these small queries than PostgreSQL spends answering them) sent
-# together in one round trip.
+# together in one round trip, each prepared on its connection (core/prepared.py says why).
 
 
 @cache
@@ -120,7 +120,8 @@ PINNED_MAX = 20  # pinned turns read per prompt
 
 def prompt_sources(*, conversation: Conversation, limit: int) -> PromptSources:
     """The latest finished user and assistant turns (at most `limit`), the owner's profile, the
-    conversation's summary and its pinned turns, in one round trip (a psycopg pipeline)."""
+    conversation's summary and its pinned turns, in one round trip (a psycopg pipeline of
+    statements bound server-side, so the connection prepares them: core/prepared.py)."""
     history_params = [
         conversation.pk,
         Message.Role.USER,
@@ -132,9 +133,9 @@ def prompt_sources(*, conversation: Conversation, limit: int) -> PromptSources:
         raw = connection.connection
     with (
         connection.wrap_database_errors,
-        psycopg.ClientCursor(raw) as history,
-        psycopg.ClientCursor(raw) as profile,
-        psycopg.ClientCursor(raw) as memory,
+        psycopg.Cursor(raw) as history,
+        psycopg.Cursor(raw) as profile,
+        psycopg.Cursor(raw) as memory,
     ):
         with raw.pipeline():
             history.execute(_history_sql(), history_params)

@@ -13,7 +13,6 @@ from apps.accounts.models import User
 from apps.accounts.sessions import SqlCondition
 from apps.chat.data import retention
 from apps.chat.models import Conversation, Message
-from apps.chat.prompt import hot
 from apps.chat.selectors import RequestInfo, request_get_for_user
 from core.prepared import prepared_cursor
 from core.redis_client import get_redis, keys
@@ -69,7 +68,7 @@ def conversation_set_model(*, conversation: Conversation, model: str) -> Convers
 
 
 def conversation_delete(*, conversation: Conversation) -> None:
-    """Gone from PostgreSQL, Redis and the hot tier (see data/retention.py)."""
+    """Gone from PostgreSQL and Redis (see data/retention.py)."""
     retention.conversation_erase(conversation=conversation)
 
 
@@ -155,15 +154,13 @@ def message_create(
     status: str = Message.Status.DONE,
     error: str = "",
     citations: list | None = None,
-    hot_push: bool = True,
     only_if: SqlCondition | None = None,
 ) -> Message | None:
     """Stores a message and touches its conversation (a new chat takes its title from its
     first question). None when a message with this request id exists already (an answer is
     stored once, however often its completion is delivered), the conversation is gone, or
     `only_if` (a condition the insert checks in the same statement, such as the sender's login
-    session: SessionCheck.condition) does not hold. `hot_push` False: the caller pushes the
-    turn onto the hot tier itself (hot.turn_of)."""
+    session: SessionCheck.condition) does not hold."""
     if role == Message.Role.USER:
         text = clean_message_text(text)
     return message_store(
@@ -178,14 +175,11 @@ def message_create(
             error=error,
             citations=citations or [],
         ),
-        hot_push=hot_push,
         only_if=only_if,
     )
 
 
-def message_store(
-    new: NewMessage, *, hot_push: bool = True, only_if: SqlCondition | None = None
-) -> Message | None:
+def message_store(new: NewMessage, *, only_if: SqlCondition | None = None) -> Message | None:
     """`message_create` without the text's validation: one SQL statement, as every question
     and every answer passes here (no transaction, no savepoint, no IntegrityError round trip,
     no ORM query building)."""
@@ -198,10 +192,7 @@ def message_store(
     if row is None:
         return None
     message_id, created, new_title = row
-    message = _stored(new, message_id, created, new_title)
-    if hot_push:
-        hot.message_stored(message)
-    return message
+    return _stored(new, message_id, created, new_title)
 
 
 def _stored(new: NewMessage, message_id: int, created, new_title: str | None) -> Message:
@@ -225,25 +216,11 @@ def _stored(new: NewMessage, message_id: int, created, new_title: str | None) ->
 
 def messages_store(messages: list[NewMessage]) -> None:
     """Several messages in one round trip (psycopg pipelines executemany): the recorder's
-    batches of answers. Each insert's RETURNING row gives the new message's id, so the hot
-    tier gets the finished turns without reading them back."""
+    batches of answers. One stored before, or whose conversation is gone, is skipped."""
     if not messages:
         return
-    # psycopg's own cursor: Django's wrapper has no way to ask executemany for the rows.
     with prepared_cursor() as raw:
-        raw.executemany(_message_insert_sql(), [new.params() for new in messages], returning=True)
-        ids = []
-        for _ in messages:
-            row = raw.fetchone()  # none: stored before, or its conversation is gone
-            ids.append(row[0] if row else None)
-            raw.nextset()
-    hot.messages_stored(
-        [
-            (new.conversation.pk, hot.Turn(message_id, new.role, new.text, False))
-            for new, message_id in zip(messages, ids, strict=True)
-            if message_id is not None and new.status == Message.Status.DONE
-        ]
-    )
+        raw.executemany(_message_insert_sql(), [new.params() for new in messages])
 
 
 def request_cancel(*, user: User, request_id: str) -> RequestInfo:

@@ -23,11 +23,8 @@ from apps.admission.kinds import web_kind
 from apps.admission.selectors import model_fleet
 from apps.chat import background, recorder, services, tab_sync
 from apps.chat.models import Conversation, Message
-from apps.chat.prompt import hot, read_ahead
-from apps.chat.prompt.prompting import HISTORY_TURNS_MAX, prompt_build
-from apps.chat.prompt.read_ahead import PromptRead
+from apps.chat.prompt.prompting import prompt_build
 from apps.chat.publish import request_publish
-from apps.rag import corpora_cache
 from apps.rag.prompting import citations_from, passages_block
 from apps.rag.services import Retrieval, RetrievalRefused, retrieval_for_prompt
 from apps.streams.hub_base import Entry
@@ -127,28 +124,14 @@ def active_request_id(*, conversation: Conversation) -> str | None:
     return get_redis().get(keys().conversation_active(conversation.id))
 
 
-def ensure_conversation_free(*, conversation: Conversation, reads=()) -> bool:
+def ensure_conversation_free(*, conversation: Conversation) -> bool:
     """Raises ConversationBusy while an answer is generating, QueueUnavailable when Redis
     cannot say. An answer that has ended but is not stored yet (the recorder stores it within
     a dispatcher pass) is stored here from its final event, the record the recorder would store
     (a second store of one request id is a no-op): the next question's prompt holds it, and
-    nothing waits on another process. `reads`: more reads for the same round trip, each queued
-    by its `queue(pipe)` and given the replies from its commands on by `received` (the user's
-    corpora, corpora_cache.Read; the prompt's sources, PromptRead). Returns whether it stored an
-    answer (so what `reads` read of the conversation is older than it)."""
+    nothing waits on another process. Returns whether it found an ended answer."""
     try:
-        pipe = get_redis().pipeline(transaction=False)
-        pipe.get(keys().conversation_active(conversation.id))
-        starts = []
-        for read in reads:
-            starts.append(len(pipe))
-            read.queue(pipe)
-        replies = pipe.execute(raise_on_error=False)
-        for read, start in zip(reads, starts, strict=True):
-            read.received(replies[start:])
-        active = replies[0]
-        if isinstance(active, Exception):
-            raise active
+        active = get_redis().get(keys().conversation_active(conversation.id))
         if not active:
             return False
         pipe = get_redis().pipeline(transaction=False)
@@ -203,20 +186,8 @@ def request_submit(question: Question, *, only_if: SqlCondition | None = None) -
         raise Http404
     if only_if is not None and (text is None or question.model is not None):
         raise ValueError("only_if guards a new question's insert, with the conversation's model")
-    # In the conversation's first round trip: the user's corpora, for the retrieval, and the
-    # prompt's sources (prompt/read_ahead.py).
-    corpora_read = corpora_cache.Read(user.pk)
-    prompt_read = (
-        PromptRead(conversation, HISTORY_TURNS_MAX)
-        if text is not None and hot.pushes_now()
-        else None
-    )
-    reads = [read for read in (corpora_read, prompt_read) if read is not None]
-    if ensure_conversation_free(conversation=conversation, reads=reads):
-        prompt_read = None  # read before the answer stored just now
-    prompt, retrieved, asked, user_message, writes = _question_and_prompt(
-        question, only_if=only_if, corpora_read=corpora_read, prompt_read=prompt_read
-    )
+    ensure_conversation_free(conversation=conversation)
+    prompt, retrieved, asked, user_message = _question_and_prompt(question, only_if=only_if)
     item = WorkItem(
         id=question.request_id,
         user_id=str(user.id),
@@ -245,7 +216,6 @@ def request_submit(question: Question, *, only_if: SqlCondition | None = None) -
         first_event = request_publish(
             item=item,
             also=tell_tabs,
-            first=writes,
             citations=citations_from(retrieved.passages, question=asked),
             notice=retrieved.notice,
             api_key=question.api_key,
@@ -259,41 +229,27 @@ def request_submit(question: Question, *, only_if: SqlCondition | None = None) -
     return Submitted(item.id, conversation.id, user_message, first_event, retrieved.notice)
 
 
-def _question_and_prompt(question: Question, *, only_if, corpora_read, prompt_read):
-    """request_submit's middle part: the model, the question stored, the retrieval, the prompt,
-    and the writes left for the publication when the prompt was read ahead
-    (prompt/read_ahead.py)."""
+def _question_and_prompt(question: Question, *, only_if):
+    """request_submit's middle part: the model, the question stored, the retrieval and the
+    prompt."""
     user, conversation, text = question.user, question.conversation, question.text
     if question.model is not None and question.model != conversation.model:
         services.conversation_set_model(conversation=conversation, model=question.model)
     ensure_model_served(model=conversation.model)
-    user_message = pushed = None
-    # Committed at once (no caller's transaction): the question's push onto the hot tier then
-    # rides with the prompt's read, one round trip for both.
-    push_with_read = hot.pushes_now()
+    user_message = None
     if text is not None:
         user_message = services.message_create(
-            conversation=conversation,
-            role=Message.Role.USER,
-            text=text,
-            hot_push=not push_with_read,
-            only_if=only_if,
+            conversation=conversation, role=Message.Role.USER, text=text, only_if=only_if
         )
         if user_message is None:
             raise QuestionNotStored
-        if push_with_read:
-            pushed = hot.turn_of(user_message)
     # Outside a transaction: plain reads need no BEGIN and COMMIT round trips, and the
     # question is committed already (it is taken back below if the request cannot be sent).
     try:
         asked = text if text is not None else last_question(conversation=conversation)
-        retrieved = passages_for(user=user, question=asked, corpora_read=corpora_read)
-        sources, writes = read_ahead.sources_for(prompt_read, question=pushed)
+        retrieved = passages_for(user=user, question=asked)
         prompt = prompt_build(
-            conversation=conversation,
-            passages=passages_block(retrieved.passages),
-            pushed=None if writes else pushed,
-            sources=sources,
+            conversation=conversation, passages=passages_block(retrieved.passages)
         )
         if question.instruction:  # after the history, so the cached prefix of the turns holds
             prompt.messages.append({"role": "user", "content": question.instruction})
@@ -301,7 +257,7 @@ def _question_and_prompt(question: Question, *, only_if, corpora_read, prompt_re
         if user_message is not None:
             user_message.delete()
         raise
-    return prompt, retrieved, asked, user_message, writes
+    return prompt, retrieved, asked, user_message
 
 
 def last_question(*, conversation: Conversation) -> str:
@@ -309,14 +265,12 @@ def last_question(*, conversation: Conversation) -> str:
     return last.text if last else ""
 
 
-def passages_for(
-    *, user: User, question: str, corpora_read: corpora_cache.Read | None = None
-) -> Retrieval:
+def passages_for(*, user: User, question: str) -> Retrieval:
     """Retrieved passages for the question; none, marked unavailable (the answer goes on
     without them, and the person is told), when retrieval fails, since a chat without sources
     beats no chat."""
     try:
-        return retrieval_for_prompt(user=user, query=question, corpora_read=corpora_read)
+        return retrieval_for_prompt(user=user, query=question)
     except RetrievalRefused as exc:  # RAG_EMBEDDING_UNAVAILABLE=refuse: nothing is sent
         raise QueueUnavailable(str(exc)) from exc
     except Exception:

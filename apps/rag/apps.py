@@ -10,4 +10,4 @@ class RagConfig(AppConfig):
     def ready(self) -> None:
         from apps.rag import signals
 
-        signals.connect()  # the searchable-corpora cache follows every write it depends on
+        signals.connect()  # a corpus is recounted when its documents are deleted

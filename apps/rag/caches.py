@@ -1,7 +1,9 @@
 """Caches on the retrieval path.
 
-- Query embeddings: an LRU in this process, then Redis (shared by every web process) with a TTL.
-  Embedding a query costs ~15 ms of CPU; a repeated question costs a dictionary lookup.
+- Query embeddings: an LRU in this process (functools.lru_cache, RAG_QUERY_CACHE_SIZE vectors),
+  then Redis (shared by every web process) with a TTL. Embedding a query costs ~15 ms of CPU; a
+  repeated question costs a dictionary lookup. A (model, question) pair always has the same
+  vector, so no process needs telling of another's: the least recently used leave when full.
 - Results: per (the searched corpora and their versions, the query, k, filters), in Redis with a
   TTL. Every change to a corpus bumps its version, so a re-ingest makes every cached result of
   that corpus unreachable at once (they then expire on their TTL).
@@ -11,11 +13,10 @@ A Redis outage degrades to no caching, never to no retrieval.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import logging
-import threading
-from collections import OrderedDict
 
 import numpy as np
 import redis
@@ -25,9 +26,6 @@ from apps.rag.embeddings import default_model_name, embed_texts
 from core.redis_client import get_redis, keys
 
 logger = logging.getLogger(__name__)
-
-_lru: OrderedDict[str, np.ndarray] = OrderedDict()
-_lru_lock = threading.Lock()
 
 
 def normalize_query(text: str) -> str:
@@ -42,39 +40,36 @@ def _digest(*parts: str) -> str:
 def query_embedding(text: str, *, model: str | None = None) -> np.ndarray:
     """The question's vector from `model` (default RAG_EMBEDDING_MODEL), wherever it runs
     (apps/rag/embeddings.py). Raises fleet.EmbeddingUnavailable when its workers do not
-    answer in time."""
-    model = model or default_model_name()
-    query = normalize_query(text)
-    digest = _digest(model, query)
-    with _lru_lock:
-        vector = _lru.get(digest)
-        if vector is not None:
-            _lru.move_to_end(digest)
-            return vector
-    redis_key = keys().rag_cache("qemb", digest)
-    vector = None
+    answer in time (nothing is cached then)."""
+    return _in_process()(model or default_model_name(), normalize_query(text))
+
+
+@functools.cache
+def _in_process():
+    """The process's LRU in front of `_shared_or_embedded`, sized when first used."""
+    return functools.lru_cache(maxsize=settings.RAG_QUERY_CACHE_SIZE)(_shared_or_embedded)
+
+
+def _shared_or_embedded(model: str, query: str) -> np.ndarray:
+    """The vector from Redis, else embedded now and kept there."""
+    redis_key = keys().rag_cache("qemb", _digest(model, query))
     try:
         stored = get_redis().get(redis_key)
         if stored:
             vector = np.frombuffer(base64.b64decode(stored), dtype=np.float32)
-            if vector.ndim != 1 or not vector.size:
-                vector = None
+            if vector.ndim == 1 and vector.size:
+                return vector
     except redis.RedisError as error:
         logger.warning("query-embedding cache unavailable: %s", error)
-    if vector is None:
-        vector = embed_texts([query], model=model)[0]
-        try:
-            get_redis().set(
-                redis_key,
-                base64.b64encode(vector.astype(np.float32).tobytes()).decode(),
-                ex=settings.RAG_QUERY_CACHE_TTL,
-            )
-        except redis.RedisError as error:
-            logger.warning("query-embedding cache unavailable: %s", error)
-    with _lru_lock:
-        _lru[digest] = vector
-        while len(_lru) > settings.RAG_QUERY_CACHE_SIZE:
-            _lru.popitem(last=False)
+    vector = embed_texts([query], model=model)[0]
+    try:
+        get_redis().set(
+            redis_key,
+            base64.b64encode(vector.astype(np.float32).tobytes()).decode(),
+            ex=settings.RAG_QUERY_CACHE_TTL,
+        )
+    except redis.RedisError as error:
+        logger.warning("query-embedding cache unavailable: %s", error)
     return vector
 
 
@@ -85,8 +80,8 @@ def query_embeddings(text: str, corpora) -> dict[str, np.ndarray]:
 
 
 def clear_local() -> None:
-    with _lru_lock:
-        _lru.clear()
+    """Forgets this process's vectors (a fresh process's view; Redis keeps its own)."""
+    _in_process.cache_clear()
 
 
 def results_key(*, corpora: list[tuple[int, int]], query: str, options: dict) -> str:

@@ -73,9 +73,7 @@ def corpus_refresh_counts(*, corpus_id: int, last_ingest: dict | None = None) ->
     }
     if last_ingest is not None:
         updates["last_ingest"] = last_ingest
-    # QuerySet.update() sends no post_save; Corpus's NotifyingManager tells the searchable-
-    # corpora cache instead (signals.py): a corpus whose count leaves or reaches 0 changes
-    # who may search it, and its cached row holds the counts and version.
+    # A corpus whose chunk count leaves or reaches 0 changes who may search it (selectors.py).
     Corpus.objects.filter(pk=corpus_id).update(**updates)
 
 

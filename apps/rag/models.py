@@ -21,7 +21,6 @@ from django.urls import reverse
 from pgvector.django import VectorField
 
 from apps.rag.embeddings import DIMENSIONS, MODEL_NAME, default_model_name
-from core.querysets import NotifyingManager
 
 
 def validate_reranker(value: str | None) -> None:
@@ -120,10 +119,6 @@ class Corpus(models.Model):
     last_ingest = models.JSONField(default=dict, blank=True, editable=False)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
-
-    # Its services write with QuerySet.update() (counts, versions): the searchable-corpora
-    # cache hears those through this manager (core/querysets.py).
-    objects = NotifyingManager()
 
     class Meta:
         ordering = ["name"]

@@ -2,7 +2,7 @@
 
 Access is decided here and nowhere else, always in SQL: a user never receives a chunk of a
 corpus that `corpora_for_user` does not return. The answer to "which corpora may I search",
-asked by every message, is then kept in Redis (corpora_cache.py; signals.py keeps it true).
+asked by every message, is one prepared statement (`searchable_corpora_for_user`).
 """
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ from __future__ import annotations
 from functools import cache
 
 from django.contrib.auth.models import Group
+from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import Http404
 
 from apps.admission.plans import FALLBACK_PLAN, plan_slug_sql
 from apps.admission.selectors import plan_for_user
-from apps.rag import corpora_cache
 from apps.rag.models import Chunk, Corpus, Document
+from core.prepared import prepared_cursor
 
 
 def user_plan_slugs(*, user) -> list[str]:
@@ -39,10 +40,17 @@ def corpora_for_user(*, user) -> QuerySet[Corpus]:
 
 
 @cache
+def _fields() -> tuple:
+    """The columns a Corpus is read with, in the model's order (what `Model.from_db` takes)."""
+    return tuple(Corpus._meta.concrete_fields)
+
+
+@cache
 def _searchable_sql() -> str:
     user_groups = Group.user_set.through._meta.db_table
+    columns = ", ".join(f"c.{connection.ops.quote_name(field.column)}" for field in _fields())
     return f"""
-        SELECT c.* FROM {Corpus._meta.db_table} c
+        SELECT {columns} FROM {Corpus._meta.db_table} c
         WHERE c.is_active AND c.chunk_count > 0 AND (c.owner_id IS NULL AND (
             c.access = %(everyone)s
             OR EXISTS (
@@ -58,23 +66,12 @@ def _searchable_sql() -> str:
     """
 
 
-def searchable_corpora_for_user(*, user, read: corpora_cache.Read | None = None) -> list[Corpus]:
+def searchable_corpora_for_user(*, user) -> list[Corpus]:
     """The corpora with passages that `user` may search: `corpora_for_user` narrowed to those
-    with chunks. Every message sent asks this: from the Redis cache (corpora_cache.py) when it
-    holds the user's answer, else `searchable_corpora_from_postgres`. `read`: the cache entry
-    as the caller read it already (corpora_cache.Read)."""
-    if user is None or not user.is_authenticated or not user.is_active:
-        return []
-    return corpora_cache.searchable(
-        user_id=user.pk, load=lambda: searchable_corpora_from_postgres(user=user), read=read
-    )
-
-
-def searchable_corpora_from_postgres(*, user) -> list[Corpus]:
-    """`searchable_corpora_for_user` read from PostgreSQL, in one plain SQL statement: the ORM
-    spends more CPU building the query than PostgreSQL spends answering it. The same rule as
-    `corpora_for_user` (the user's plan by admission's rule, in SQL); a test keeps the two in
-    step."""
+    with chunks, by the same rule (the user's plan by admission's rule, in SQL; a test keeps
+    the two in step). Every message sent asks this, so it is one plain statement, prepared on
+    its connection (core/prepared.py): the ORM would spend more CPU building the query, and
+    PostgreSQL more planning it, than answering it."""
     if user is None or not user.is_authenticated or not user.is_active:
         return []
     params = {
@@ -82,7 +79,20 @@ def searchable_corpora_from_postgres(*, user) -> list[Corpus]:
         "user": user.pk,
         "fallback_plan": FALLBACK_PLAN.slug,
     }
-    return list(Corpus.objects.raw(_searchable_sql(), params))
+    with prepared_cursor() as cursor:
+        cursor.execute(_searchable_sql(), params)
+        rows = cursor.fetchall()
+    return [_corpus(row) for row in rows]
+
+
+def _corpus(row: tuple) -> Corpus:
+    """A Corpus from one row of `_searchable_sql`, its values converted as the ORM would."""
+    fields = _fields()
+    values = [
+        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
+        for field, value in zip(fields, row, strict=True)
+    ]
+    return Corpus.from_db(connection.alias, [field.attname for field in fields], values)
 
 
 def _may_bypass(user) -> bool:

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
-from apps.rag import caches, corpora_cache, fleet, retrieval
+from apps.rag import caches, fleet, retrieval
 from apps.rag.ingestion import Ingestor, IngestReport, corpus_refresh_counts, extracted_from
 from apps.rag.models import Corpus, Document
 from apps.rag.prompting import passages_within
@@ -93,13 +93,11 @@ def retrieval_for_prompt(
     metadata_filter: dict | None = None,
     boost: dict | None = None,
     budget_tokens: int | None = None,
-    corpora_read: corpora_cache.Read | None = None,
 ) -> Retrieval:
     """The best `k` (default settings.RAG_TOP_K) passages for `query` from the corpora `user`
     may use (optionally narrowed to `corpora`: ids, names or Corpus objects), cut to
     `budget_tokens` (default settings.RAG_PROMPT_TOKENS). Empty when nothing passes the
-    corpora's relevance gates. `corpora_read`: the user's corpora as the caller read them
-    from the cache already (see searchable_corpora_for_user).
+    corpora's relevance gates.
 
     When the question's embedding cannot be had (the workers serving the model are down or
     late: apps/rag/fleet.py), RAG_EMBEDDING_UNAVAILABLE decides: "answer" returns no passages,
@@ -114,7 +112,6 @@ def retrieval_for_prompt(
             corpora=corpora,
             metadata_filter=metadata_filter,
             boost=boost,
-            corpora_read=corpora_read,
         )
     except fleet.EmbeddingUnavailable as exc:
         if settings.RAG_EMBEDDING_UNAVAILABLE == "refuse":
@@ -128,14 +125,12 @@ def retrieval_for_prompt(
     return Retrieval(passages_within(passages, budget_tokens=budget))
 
 
-def _retrieve(
-    *, user, query, k, corpora, metadata_filter, boost, corpora_read=None
-) -> list[Passage]:
+def _retrieve(*, user, query, k, corpora, metadata_filter, boost) -> list[Passage]:
     k = settings.RAG_TOP_K if k is None else k
     query = (query or "").strip()
     if not query or k < 1:
         return []
-    searchable = searchable_corpora_for_user(user=user, read=corpora_read)
+    searchable = searchable_corpora_for_user(user=user)
     if corpora is not None:
         corpora = list(corpora)
         ids = {c.pk if isinstance(c, Corpus) else c for c in corpora if not isinstance(c, str)}
@@ -190,9 +185,7 @@ def corpus_get_or_create(
 
 
 def corpus_set_relevance_floor(*, corpus: Corpus, floor: float | None) -> None:
-    """The corpus's relevance gate (None: the default); cached results made unreachable.
-    (These `update()`s send no post_save: Corpus's manager tells the corpora cache, whose rows
-    carry the floor and version; see signals.py.)"""
+    """The corpus's relevance gate (None: the default); cached results made unreachable."""
     Corpus.objects.filter(pk=corpus.pk).update(relevance_floor=floor, version=F("version") + 1)
     corpus.relevance_floor = floor
 

@@ -181,13 +181,9 @@ CHAT_MESSAGE_MAX_CHARS = env.int("CHAT_MESSAGE_MAX_CHARS", default=8000)
 USAGE_REQUEST_DAYS = env.int("USAGE_REQUEST_DAYS", default=90)
 USAGE_ROLLUP_DAYS = env.int("USAGE_ROLLUP_DAYS", default=730)
 CHAT_TITLE_MAX_CHARS = 120
-# Conversation data (apps/chat inbox, hot tier, retention).
+# Conversation data (apps/chat inbox, retention).
 # An answer that took this long (or a `long` request) leaves "your answer is ready" in the inbox.
 INBOX_ANSWER_READY_SECONDS = env.float("INBOX_ANSWER_READY_SECONDS", default=20.0)
-# The hot tier: profile, system prompt and recent turns of active conversations in Redis.
-HOT_TIER = env.bool("HOT_TIER", default=True)
-HOT_TIER_TTL_SECONDS = env.int("HOT_TIER_TTL_SECONDS", default=3600)
-HOT_TIER_TURNS = env.int("HOT_TIER_TURNS", default=100)  # capped list per conversation
 # Threads per web process for the websocket's database work (each keeps one connection, from the
 # pool in a web process), so messages from many chats are stored and submitted side by side.
 WEB_DB_THREADS = env.int("WEB_DB_THREADS", default=8)

@@ -83,7 +83,7 @@ def answer_text(frames: list[dict]) -> str:
 
 @pytest.fixture
 def chat(user):
-    """A conversation of four turns, its owner with a profile: what the hot-tier tests warm."""
+    """A conversation of four turns, its owner with a profile."""
     from apps.accounts.models import Profile
     from apps.chat.services import conversation_create, message_create
 

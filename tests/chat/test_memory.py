@@ -23,13 +23,6 @@ from worker.protocol import Answer, State, WorkItem
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def cold(settings):
-    # These tests run inside one transaction, where the hot tier's after-commit updates never
-    # run: prompts come from PostgreSQL here (the hot tier has its own tests).
-    settings.HOT_TIER = False
-
-
 @pytest.fixture
 def small_window(settings):
     # Room for about a dozen of the turns below: a 30-exchange chat overflows it.

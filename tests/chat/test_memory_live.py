@@ -20,7 +20,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 def test_a_long_chat_gets_its_summary_from_the_model_after_the_persons_answer(
     user, short_answers, settings, start_worker, dispatcher
 ):
-    settings.HOT_TIER = False  # this test process builds the prompts; PostgreSQL is the source
     settings.MODEL_CONTEXT_TOKENS = 900
     conversation = long_chat(user)
     conversation.messages.filter(text="What is my locker code?").delete()

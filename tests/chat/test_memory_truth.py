@@ -30,11 +30,6 @@ FILLER = "Tell me about river number {n} and how its banks are shaped."
 ANSWER = "River {n} runs past farms and mills; its banks are " + "mud " * 20
 
 
-@pytest.fixture(autouse=True)
-def cold(settings):
-    settings.HOT_TIER = False  # one transaction: the hot tier's after-commit writes never run
-
-
 @pytest.fixture
 def small_window(settings):
     settings.MODEL_CONTEXT_TOKENS, settings.MODEL_MAX_TOKENS = 900, 100

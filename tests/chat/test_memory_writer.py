@@ -76,8 +76,7 @@ def chat(user, lines: list[str]):
 
 
 @pytest.fixture(autouse=True)
-def cold(settings):
-    settings.HOT_TIER = False  # one transaction: the hot tier's after-commit writes never run
+def narrow_window(settings):
     settings.MODEL_CONTEXT_TOKENS, settings.MODEL_MAX_TOKENS = 900, 100  # the lines fall out
 
 

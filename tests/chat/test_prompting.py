@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 import redis.asyncio as aioredis
 from django.conf import settings as django_settings
 
@@ -17,8 +16,6 @@ from worker.heartbeat import WorkerStats, beat
 from worker.protocol import Keys
 
 
-# committed for real: the caches hear a change once its transaction commits
-@pytest.mark.django_db(transaction=True)
 def test_system_prompt_says_what_the_profile_and_active_tags_say(user):
     assert system_prompt_for(user.pk).startswith(BASE_SYSTEM_PROMPT)
     profile, _ = Profile.objects.get_or_create(user=user)
@@ -71,8 +68,6 @@ def test_prompt_keeps_the_latest_finished_turns_that_fit(user, settings):
     assert prompt.prompt_tokens_estimate <= 400 - 100
 
 
-# committed for real: the caches hear a change once its transaction commits
-@pytest.mark.django_db(transaction=True)
 def test_passages_sit_just_before_the_question_so_the_turns_keep_their_prefix(user):
     conversation = conversation_create(owner=user)
     message_create(conversation=conversation, role="user", text="first question")

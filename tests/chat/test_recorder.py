@@ -159,18 +159,13 @@ def ended_request(conversation, request_id: str, text: str = "Blue.") -> Answer:
 
 def warm_chat_with_an_ended_answer(user, request_id: str):
     """A conversation whose answer has ended (its record on the done stream, not yet read),
-    with the hot tier, the user's corpora and the models' fleet (their context windows) cached,
-    as a busy chat has them."""
+    with the models' fleet (their context windows) read already, as a busy chat has it."""
     from apps.admission.selectors import model_fleet
-    from apps.chat.prompt import hot
-    from apps.rag.selectors import searchable_corpora_for_user
 
     conversation = conversation_create(owner=user)
     answer = ended_request(conversation, request_id)
     recorder.ensure_group()
     get_redis().xadd(keys().done, answer.to_fields())
-    hot.prompt_sources(conversation=conversation, limit=10)
-    searchable_corpora_for_user(user=user)
     model_fleet(fresh=True)
     return conversation
 
@@ -258,12 +253,12 @@ def redis_round_trips(monkeypatch):
     return sent
 
 
-# committed for real: the caches hear a change once its transaction commits
+# committed for real, as the recorder and the web each commit their own
 @pytest.mark.django_db(transaction=True)
 def test_the_next_question_stores_the_ended_answer_and_its_prompt_holds_it_once(user, fleet_cached):
-    """The prompt read ahead before the ended answer was stored cannot hold it: the prompt is
-    read again, after the question's insert, and holds every turn once, in order."""
-    from apps.chat.prompt import hot
+    """The ended answer, stored from its final event, is in the prompt, which is read after
+    the question's insert and holds every turn once, in order."""
+    from apps.chat import selectors
 
     conversation = warm_chat_with_an_ended_answer(user, "r7")
     submitted = submission.request_submit(
@@ -272,7 +267,7 @@ def test_the_next_question_stores_the_ended_answer_and_its_prompt_holds_it_once(
     sent = turns_sent(submitted.request_id)
     assert sent[-2:] == [("assistant", "Blue."), ("user", "And at night?")]
     assert [text for _, text in sent].count("Blue.") == 1
-    history = hot.prompt_sources(conversation=conversation, limit=10).history
+    history = selectors.prompt_sources(conversation=conversation, limit=10).history
     assert [t.text for t in history][:2] == ["And at night?", "Blue."]
     stored = list(conversation.messages.order_by("created", "id"))
     assert [(m.role, m.text) for m in stored] == [("assistant", "Blue."), ("user", "And at night?")]
@@ -288,14 +283,14 @@ def turns_sent(request_id: str) -> list[tuple[str, str]]:
     ]
 
 
-# committed for real: the caches hear a change once its transaction commits
+# committed for real, as the recorder and the web each commit their own
 @pytest.mark.django_db(transaction=True)
-def test_a_prompt_read_ahead_holds_the_turns_the_recorder_stored_before(
+def test_a_question_after_a_recorded_answer_holds_it_in_two_round_trips(
     user, redis_round_trips, fleet_cached
 ):
     """A question to a conversation whose last answer was recorded already: two round trips,
     and the prompt holds every turn once, in order."""
-    from apps.chat.prompt import hot
+    from apps.chat import selectors
 
     conversation = warm_chat_with_an_ended_answer(user, "r10")
     assert recorder.record_pending(consumer="c1", block_ms=10) == 1
@@ -307,7 +302,7 @@ def test_a_prompt_read_ahead_holds_the_turns_the_recorder_stored_before(
     sent = turns_sent(submitted.request_id)
     assert sent[-2:] == [("assistant", "Blue."), ("user", "And at night?")]
     assert [text for _, text in sent].count("Blue.") == 1
-    history = hot.prompt_sources(conversation=conversation, limit=10).history
+    history = selectors.prompt_sources(conversation=conversation, limit=10).history
     assert [t.text for t in history][:2] == ["And at night?", "Blue."]
 
 

@@ -1,8 +1,8 @@
 """What leaves the database, and when.
 
 Erase: deleting a conversation means gone: its rows in PostgreSQL (messages, summary, the inbox
-messages about it), and in Redis its hot-tier keys, the answer it may be generating (stopped),
-and every stored answer's state and event stream, which would hold its text until their TTLs.
+messages about it), and in Redis the answer it may be generating (stopped) and every stored
+answer's state and event stream, which would hold its text until their TTLs.
 
 Retention: the admin's retention policy (RetentionPolicy): conversations untouched for N days are
 archived, and archived ones untouched for M days lose their cold detail, all but their latest
@@ -21,7 +21,6 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from apps.chat.models import Conversation, Message, RetentionPolicy
-from apps.chat.prompt import hot
 from apps.inbox import services as inbox
 from apps.usage import services as usage
 from core.commits import after_commit
@@ -40,8 +39,7 @@ def conversation_erase(*, conversation: Conversation) -> None:
     inbox.inbox_forget_conversation(user_id=conversation.owner_id, conversation_id=conversation_id)
     # Votes and comments on its answers are the person's words about it: they go with it.
     usage.feedback_erase(conversation_ids=[conversation_id])
-    # Its messages in one statement: through the ORM, each would be loaded to send its delete
-    # signal (the hot tier's), and the whole conversation is dropped from the hot tier below.
+    # Its messages in one statement, then the conversation.
     with connection.cursor() as cursor:
         cursor.execute(
             f"DELETE FROM {Message._meta.db_table} WHERE conversation_id = %s", [conversation_id]
@@ -70,7 +68,6 @@ def _redis_erase(conversation_id: int, request_ids: list[str]) -> None:
             conversation_id,
             exc,
         )
-    hot.conversations_drop([conversation_id])
 
 
 # -- retention --------------------------------------------------------------------------------
@@ -125,6 +122,4 @@ def _drop_detail(*, cutoff: datetime, keep: int) -> dict[int, int]:
         counts: dict[int, int] = {}
         for (conversation_id,) in cursor.fetchall():
             counts[conversation_id] = counts.get(conversation_id, 0) + 1
-    # Raw SQL sends no signals: the hot tier is told here.
-    after_commit(lambda: hot.conversations_forget(counts))
     return counts

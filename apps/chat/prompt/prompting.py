@@ -17,10 +17,8 @@ from django.conf import settings
 
 from apps.admission.selectors import model_context_tokens
 from apps.chat.models import Conversation
-from apps.chat.prompt import hot
-from apps.chat.prompt.hot import prompt_sources  # Redis when warm, else PostgreSQL
 from apps.chat.prompt.memory import Remembered, Turn, estimate_tokens, plan_prompt
-from apps.chat.selectors import PromptProfile, PromptSources
+from apps.chat.selectors import PromptProfile, PromptSources, prompt_profile, prompt_sources
 
 __all__ = ["Prompt", "estimate_tokens", "prompt_build", "system_prompt", "system_prompt_for"]
 
@@ -48,7 +46,7 @@ class Prompt:
 
 
 def system_prompt_for(user_id: int) -> str:
-    return hot.system_prompt_for(user_id, render=system_prompt)
+    return system_prompt(prompt_profile(user_id=user_id))
 
 
 def system_prompt(profile: PromptProfile | None) -> str:
@@ -72,18 +70,16 @@ def prompt_build(
     extra_system: str = "",
     passages: str = "",
     max_tokens: int | None = None,
-    pushed: Turn | None = None,
     sources: PromptSources | None = None,
 ) -> Prompt:
     """The system prompt, what the conversation remembers of older turns (summary, pinned and
-    key-fact turns), then as many of the latest turns as the context window holds. `pushed`:
-    the question just stored, for the hot tier to take in the read's own round trip.
-    `sources`: read already (read_ahead.py): no read, and nothing pushed. `passages`: this
+    key-fact turns), then as many of the latest turns as the context window holds. `sources`:
+    given by a caller that has them (bench/), else read from PostgreSQL. `passages`: this
     question's retrieved passages (rag/prompting.passages_block), placed just before the
     question."""
     max_tokens = max_tokens or settings.MODEL_MAX_TOKENS
     if sources is None:
-        sources = prompt_sources(conversation=conversation, limit=HISTORY_TURNS_MAX, pushed=pushed)
+        sources = prompt_sources(conversation=conversation, limit=HISTORY_TURNS_MAX)
     system = system_prompt(sources.profile)
     if extra_system:
         system = f"{system}\n\n{extra_system}"

@@ -1,48 +1,26 @@
-"""The submit path on a warm cache sends PostgreSQL nothing but the question's INSERT, and every
-kind of change to who may search what reaches the very next submit (and nobody else's cache).
+"""Every kind of change to who may search what reaches the very next submit, and nobody else's.
 
-Real PostgreSQL and Redis; real transactions (the cache is told after commit)."""
+Real PostgreSQL and Redis; real transactions (each write commits, as in the service)."""
 
 from __future__ import annotations
 
-import psycopg
 import pytest
-import redis
 from django.contrib.auth.models import Group
-from django.db import connection, transaction
-from django.test.utils import CaptureQueriesContext
+from django.db import transaction
 
 from apps.admission.models import Plan
 from apps.admission.services import plan_assign, plan_make_default
 from apps.chat.services import conversation_create
 from apps.chat.submission import Question, request_submit
-from apps.rag import corpora_cache, services
+from apps.rag import services
 from apps.rag.embeddings import DIMENSIONS
 from apps.rag.ingestion import corpus_refresh_counts
 from apps.rag.models import Chunk, Corpus, Document
 from core.redis_client import get_redis, keys
-from devstack.stack import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QUESTION = "How do rivers form?"
-
-
-@pytest.fixture
-def statements(monkeypatch) -> list[str]:
-    """Every statement sent through any psycopg cursor: Django's, and the plain ones the
-    prompt's reads use (which Django's query log misses)."""
-    sent: list[str] = []
-    for name in ("execute", "executemany"):
-        real = getattr(psycopg.Cursor, name)
-
-        def counted(cursor, query, *args, _real=real, **kwargs):
-            text = query.decode() if isinstance(query, bytes) else str(query)
-            sent.append(text.strip())
-            return _real(cursor, query, *args, **kwargs)
-
-        monkeypatch.setattr(psycopg.Cursor, name, counted)
-    return sent
 
 
 @pytest.fixture
@@ -51,8 +29,8 @@ def searched(monkeypatch) -> list[set[str]]:
     seen: list[set[str]] = []
     real = services.searchable_corpora_for_user
 
-    def recorded(*, user, read=None):
-        corpora = real(user=user, read=read)
+    def recorded(*, user):
+        corpora = real(user=user)
         seen.append({c.name for c in corpora})
         return corpora
 
@@ -84,39 +62,12 @@ def world(db, user, other_user):
     }
 
 
-def assert_only_the_question_stored(statements: list[str]) -> None:
-    """One statement: the question's INSERT (a CTE that also touches its conversation)."""
-    assert len(statements) == 1 and "INSERT INTO chat_message" in statements[0], statements
-
-
 def submit(world, person, searched) -> set[str]:
     """One question through the real submit path; the corpora it searched."""
     conversation = world["chats"][person.pk]
     request_submit(Question(user=person, conversation=conversation, text=QUESTION))
     get_redis().delete(keys().conversation_active(conversation.id))  # as if it was answered
     return searched[-1]
-
-
-def test_a_warm_submit_sends_postgresql_only_the_questions_insert(
-    world, user, searched, statements
-):
-    assert submit(world, user, searched) == {"open", "by-basic"}  # cold: fills every cache
-    del statements[:]
-    with CaptureQueriesContext(connection) as django_queries:
-        assert submit(world, user, searched) == {"open", "by-basic"}
-    assert not [q["sql"] for q in django_queries if q["sql"].lstrip().upper().startswith("SELECT")]
-    assert_only_the_question_stored(statements)
-
-
-def test_with_the_hot_tier_off_corpora_come_from_postgresql(
-    world, user, searched, statements, settings
-):
-    settings.HOT_TIER = False
-    submit(world, user, searched)
-    del statements[:]
-    submit(world, user, searched)
-    assert any("rag_corpus" in s for s in statements)
-    assert not get_redis().exists(corpora_cache.user_key(user.pk))
 
 
 def test_corpus_edits_reach_the_next_submit(world, user, searched):
@@ -199,9 +150,7 @@ def test_a_corpus_whose_last_document_is_deleted_is_not_searched(world, user, se
     assert submit(world, user, searched) == {"open", "by-basic"}
 
 
-def test_a_change_for_one_user_leaves_the_others_cache_warm(
-    world, user, other_user, searched, statements
-):
+def test_a_change_for_one_user_changes_only_what_they_search(world, user, other_user, searched):
     submit(world, user, searched)
     submit(world, other_user, searched)
     user.groups.add(world["readers"])
@@ -209,66 +158,17 @@ def test_a_change_for_one_user_leaves_the_others_cache_warm(
     mine = world["make"]("user-files", access=Corpus.Access.PRIVATE, owner=user)
     Corpus.objects.filter(pk=mine.pk).update(chunk_count=5)  # their own file was read
     assert submit(world, user, searched) == {"open", "by-pro", "by-group", "user-files"}
-    del statements[:]
     assert submit(world, other_user, searched) == {"open", "by-basic"}
-    assert_only_the_question_stored(statements)
 
 
-def test_a_change_rolled_back_never_reaches_the_cache(world, user, searched):
+def test_a_change_rolled_back_never_reaches_a_submit(world, user, searched):
     assert submit(world, user, searched) == {"open", "by-basic"}
     with pytest.raises(RuntimeError), transaction.atomic():
         plan_assign(user=user, plan=world["pro"])
-        # Inside, the transaction's own view (never cached: it may yet be rolled back).
+        # Inside, the transaction's own view.
         assert {c.name for c in services.searchable_corpora_for_user(user=user)} == {
             "open",
             "by-pro",
         }
         raise RuntimeError("rolled back")
     assert submit(world, user, searched) == {"open", "by-basic"}
-
-
-def test_a_fill_that_raced_a_change_is_never_served(world, user, searched):
-    submit(world, user, searched)
-    key = corpora_cache.user_key(user.pk)
-    gen, token = get_redis().hmget(key, "gen", "shared")
-    stale = corpora_cache._encode(list(Corpus.objects.filter(name="closed")))
-    plan_assign(user=user, plan=world["pro"])  # the user's generation moves on...
-    assert get_redis().eval(corpora_cache.FILL, 1, key, 60, gen, token, stale) == 0  # ...so no
-    assert submit(world, user, searched) == {"open", "by-pro"}
-    # A reader that saw the shared token before a shared change fills under that old token:
-    # what it stored is never served.
-    gen = get_redis().hget(key, "gen")
-    world["make"]("news", access=Corpus.Access.EVERYONE)
-    assert get_redis().eval(corpora_cache.FILL, 1, key, 60, gen, token, stale) == 1
-    assert submit(world, user, searched) == {"open", "by-pro", "news"}
-
-
-def test_without_redis_the_submit_reads_postgresql(world, user, searched, monkeypatch):
-    submit(world, user, searched)
-    nowhere = redis.Redis(port=free_port(), socket_connect_timeout=0.2, socket_timeout=0.2)
-    monkeypatch.setattr(corpora_cache, "get_redis", lambda: nowhere)
-    plan_assign(user=user, plan=world["pro"])  # its invalidation is lost too
-    got = {c.name for c in services.searchable_corpora_for_user(user=user)}
-    assert got == {"open", "by-pro"}
-
-
-def test_a_corpora_read_is_used_only_when_it_ran_and_is_the_users(
-    world, user, other_user, searched
-):
-    """A read that failed on the caller's round trip, or that another user's submit made, is
-    made again."""
-    plan_assign(user=other_user, plan=world["pro"])
-    submit(world, user, searched)  # warm
-    assert submit(world, other_user, searched) == {"open", "by-pro"}
-    someone_else = corpora_cache.Read(other_user.pk)
-    pipe = get_redis().pipeline(transaction=False)
-    someone_else.queue(pipe)
-    someone_else.received(pipe.execute())
-    mine = services.searchable_corpora_for_user(user=user, read=someone_else)
-    assert {c.name for c in mine} == {"open", "by-basic"}
-    failed = corpora_cache.Read(user.pk)
-    failed.queue(get_redis().pipeline(transaction=False))
-    failed.received([redis.RedisError("lost"), None, None])
-    assert failed.replies is None
-    mine = services.searchable_corpora_for_user(user=user, read=failed)
-    assert {c.name for c in mine} == {"open", "by-basic"}
