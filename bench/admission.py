@@ -179,7 +179,7 @@ def redis_client(redis_url: str):
     dispatcher's slot (where the ceiling is measured)."""
     import redis
 
-    from worker import cluster
+    from contract import cluster
 
     if not cluster.is_cluster_url(redis_url):
         return redis.Redis.from_url(redis_url, decode_responses=True), redis_url
@@ -195,7 +195,7 @@ def run(args, redis_url: str) -> None:
     from apps.admission.dispatcher import Dispatcher, Options
     from apps.admission.models import DegradationSettings, Plan
     from bench.estimates import eta_errors
-    from worker.protocol import Keys, WorkItem, new_request_id, now_ms
+    from contract.protocol import Keys, WorkItem, new_request_id, now_ms
 
     client, ceiling_url = redis_client(redis_url)
     for key in client.scan_iter(match="benchadm:*", count=10_000):

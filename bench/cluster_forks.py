@@ -1,4 +1,4 @@
-"""worker/cluster.py's forks of redis-py, on and off, on a local 3-master cluster
+"""contract/cluster.py's forks of redis-py, on and off, on a local 3-master cluster
 (devstack/cluster.py): the speed of the two that claim speed, and whether the installed redis-py
 still has each limitation the others work around (its own classes, the fork left out).
 
@@ -35,8 +35,8 @@ import redis  # noqa: E402
 import redis.asyncio as aioredis  # noqa: E402
 from redis.cluster import ClusterNode, ClusterPipeline, RedisClusterException  # noqa: E402
 
+from contract import cluster  # noqa: E402
 from devstack.cluster import SlotMove, local_cluster  # noqa: E402
-from worker import cluster  # noqa: E402
 
 STREAMS = [f"bench:out:{{r{i}}}" for i in range(20)]  # 20 slots over the 3 masters
 KEYS = [f"bench:k:{{r{i}}}" for i in range(20)]

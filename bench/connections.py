@@ -140,7 +140,7 @@ def _of_pid(client: dict, pid: int) -> bool:
 
 def client_lists(redis_url: str) -> dict[str, list[dict]]:
     """CLIENT LIST of the one Redis, or of each master of a cluster."""
-    from worker import cluster
+    from contract import cluster
 
     if not cluster.is_cluster_url(redis_url):
         with redis.Redis.from_url(redis_url, decode_responses=True) as client:

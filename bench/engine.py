@@ -43,10 +43,10 @@ sys.path.insert(0, str(BASE_DIR))
 
 import redis.asyncio as aioredis  # noqa: E402
 
+from contract.protocol import Keys, WorkItem  # noqa: E402
 from devstack.stack import embedded_redis, free_port, say  # noqa: E402
 from worker.__main__ import build_parser, engine_options  # noqa: E402
 from worker.engines import EngineRequest, create_engine  # noqa: E402
-from worker.protocol import Keys, WorkItem  # noqa: E402
 
 PROMPTS = [
     "Explain how a river forms, in a few paragraphs.",

@@ -68,7 +68,7 @@ def estimate_errors(args) -> dict[str, dict[str, tuple[float, float]]]:
     estimate, its median absolute percentage error and share under-estimated by more than
     half."""
     from apps.admission.estimates import Estimator, Sample
-    from worker.protocol import Keys
+    from contract.protocol import Keys
 
     estimator = Estimator(Keys(prefix="bench"))
     medians = Medians(KEPT)
@@ -131,7 +131,7 @@ def eta_errors(args) -> dict[str, float]:
     request is told both ETAs as it joins its model's line, and compared with its real wait
     when a slot takes it."""
     from apps.admission.servicetimes import ServiceTimes
-    from worker.protocol import Keys
+    from contract.protocol import Keys
 
     rng = random.Random(args.seed)
     speeds = {"fast": 2.0, "slow": 12.0}  # median seconds an answer takes

@@ -28,7 +28,7 @@ from apps.admission.plans import PlanBook
 from apps.admission.release import FleetView, Release
 from apps.admission.routing import Router
 from apps.admission.running import Running
-from worker.protocol import Answer, Keys, State, Usage
+from contract.protocol import Answer, Keys, State, Usage
 
 
 def model_plan(max_concurrent: int | None = None) -> Plan:

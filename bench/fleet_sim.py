@@ -106,7 +106,7 @@ def check(*, policies, fleet: Fleet, rate: float, args, env: dict, model_rows: l
 def run_policy(policy, fleet, rate, args, env, users, conversations) -> dict:
     import redis
 
-    from worker.protocol import Keys
+    from contract.protocol import Keys
 
     prefix = f"fleet-{policy}-{os.getpid()}"
     keys = Keys(prefix=prefix)
@@ -152,8 +152,8 @@ def run_policy(policy, fleet, rate, args, env, users, conversations) -> dict:
 def drive(client, keys, fleet, rate, args, users, conversations, worker_ids) -> dict:
     """Poisson arrivals for --check-seconds after a warm-up, following the done stream so a
     conversation asks its next question after its answer; then up to 60 s of drain."""
-    from worker import protocol, transitions
-    from worker.protocol import WorkItem
+    from contract import protocol, transitions
+    from contract.protocol import WorkItem
 
     rng = random.Random(args.seed)
     active = open_conversations(rate, args.think_s)

@@ -18,6 +18,7 @@ from apps.api.handler import ApiHandler, route_api  # noqa: E402
 from apps.streams.handshake import HandshakeDeadline  # noqa: E402
 from apps.streams.ws_auth import SessionAuthMiddleware  # noqa: E402
 from chatsite.routing import websocket_urlpatterns  # noqa: E402
+from contract.gc_tuning import freeze_startup_objects  # noqa: E402
 from core.daphne_tuning import (  # noqa: E402
     direct_messages,
     no_form_parsing,
@@ -27,7 +28,6 @@ from core.daphne_tuning import (  # noqa: E402
 from core.draining import Draining, drain_on_sigterm  # noqa: E402
 from core.origin import SameOriginValidator  # noqa: E402
 from core.request_threads import ReusedThreads, with_reused_threads  # noqa: E402
-from worker.gc_tuning import freeze_startup_objects  # noqa: E402
 
 plain_websocket_debug_arguments()
 no_form_parsing()

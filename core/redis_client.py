@@ -8,11 +8,11 @@ import threading
 import redis
 from django.conf import settings
 
-from worker import cluster
-from worker.protocol import Keys
+from contract import cluster
+from contract.protocol import Keys
 
 # Connections per cluster node for a process's commands: its threads and, in a web process, the
-# output hub's reads share them; past them a command waits for a free one (worker/cluster.py's
+# output hub's reads share them; past them a command waits for a free one (contract/cluster.py's
 # NodePool). With the hub's one listener per node, a web process holds three per node.
 CLUSTER_CONNECTIONS_PER_NODE = 2
 
@@ -39,7 +39,7 @@ def get_redis() -> redis.Redis:
 
 def cluster_client(url: str, *, client_name: str):
     """A cluster client for `url`, CLUSTER_CONNECTIONS_PER_NODE per node (callers wait for a
-    free one). Transactions are split by slot, pipelines by node (worker/cluster.py)."""
+    free one). Transactions are split by slot, pipelines by node (contract/cluster.py)."""
     return cluster.sync_client(
         url,
         decode_responses=True,

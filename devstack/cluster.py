@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.cluster import cluster_url
 from devstack.stack import VAR_DIR, embedded_postgres, free_port, redis_server_binary, say
-from worker.cluster import cluster_url
 
 MASTERS = 3
 REPLICAS_PER_MASTER = 1

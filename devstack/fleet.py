@@ -26,6 +26,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from contract import cluster
+from contract.protocol import Keys
 from devstack.cluster import local_cluster
 from devstack.stack import (
     BASE_DIR,
@@ -39,8 +41,6 @@ from devstack.stack import (
     settings_env,
     web_command,
 )
-from worker import cluster
-from worker.protocol import Keys
 
 FLEET_DIR = VAR_DIR / "fleet"
 WEB_PROCESSES = 3

@@ -1,6 +1,6 @@
 """The code's shape, as docs/architecture.md promises it: modules small enough to read in one
 sitting, no import circles, and every import pointing down the map (an app uses only the apps
-below it; the worker uses nothing of Django)."""
+below it; the contract and the worker use nothing of Django)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from pathlib import Path
 
 from tests.conftest import BASE_DIR
 
-PACKAGES = ("apps", "worker", "chatsite", "core", "devstack")
+PACKAGES = ("contract", "apps", "worker", "chatsite", "core", "devstack")
 MAX_LINES = 400
 MAX_MODULES_PER_APP = 30  # migrations and management commands aside
 # The map, bottom first: each layer may import the layers before it, never those after.
 LAYERS = [
+    ("contract",),  # what both sides of Redis agree on: stands on nothing
     ("worker",),
     ("core", "chatsite.settings"),  # settings are read by everything, and read nothing back
     ("apps.accounts",),
@@ -185,7 +186,7 @@ def test_every_request_enters_redis_through_one_publish():
     published by apps.chat.publish alone, and a person's question is submitted by
     apps.chat.submission.request_submit alone: the kind, the prompt and the tabs' event are
     decided in one place."""
-    assert callers_of("worker.transitions.submitted") == {"apps.chat.publish"}
+    assert callers_of("contract.transitions.submitted") == {"apps.chat.publish"}
     assert callers_of("apps.chat.publish.request_publish") == {
         "apps.chat.submission",
         "apps.chat.background",
@@ -197,3 +198,28 @@ def test_every_request_enters_redis_through_one_publish():
         "apps.chat.views",
         "apps.api.rest",
     }
+
+
+def top_level_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [
+        n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and not n.level
+    ]
+    return {n.split(".")[0] for n in names if n}
+
+
+def test_the_contract_stands_on_nothing_and_both_sides_stand_on_it():
+    """contract/ is what the web and the workers agree on in Redis: it imports nothing of Sluice
+    but itself and nothing of Django, and the worker and the Django side both stand on it."""
+    graph = import_graph()
+    modules = project_modules()
+    contract = {m for m in graph if m == "contract" or m.startswith("contract.")}
+    assert contract - {"contract"}
+    outside = sorted(f"{m} -> {t}" for m in contract for t in graph[m] if t not in contract)
+    assert not outside, outside
+    for module in contract:
+        found = top_level_imports(modules[module]) & {"django", "channels", *PACKAGES, "tests"}
+        assert found <= {"contract"}, (module, found)
+    importers = {m.split(".")[0] for m, targets in graph.items() if targets & contract}
+    assert {"worker", "apps", "core"} <= importers, importers

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from contract.protocol import Keys, WorkItem
 from tests.chat.conftest import close_thread_connections  # noqa: F401  (a fixture)
 
 # The main suite's fixtures (user, dispatcher, live_web, ...); redis_prefix is replaced below.
 from tests.conftest import *  # noqa: F403
 from tests.conftest import BASE_DIR, stop_process
 from worker.prepare_model import default_model_dir
-from worker.protocol import Keys, WorkItem
 
 SLOTS = 4
 MODEL_DIR = default_model_dir()  # written by `python -m worker prepare-model`

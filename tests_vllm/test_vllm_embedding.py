@@ -19,10 +19,10 @@ from apps.rag import retrieval
 from apps.rag.embeddings import default_model_path, embed_texts
 from apps.rag.models import Corpus
 from apps.rag.services import corpus_ingest_paths
+from contract.protocol import Keys
 from core.redis_client import get_redis
 from tests.conftest import BASE_DIR, stop_process
 from tests_vllm.conftest import START_TIMEOUT, vllm_python
-from worker.protocol import Keys
 
 QUESTION_SETS = ("docs_questions.jsonl", "docs_questions_independent.jsonl")
 

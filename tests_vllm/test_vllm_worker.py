@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
+from contract.protocol import Answer, State
 from tests.chat.conftest import answer_text
-from worker.protocol import Answer, State
 
 pytestmark = pytest.mark.slow
 

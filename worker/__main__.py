@@ -19,10 +19,11 @@ from typing import Any
 
 import uvloop
 
-from worker import breaker, logs, metrics, redis_connection
+from contract import logs
+from contract.gc_tuning import freeze_startup_objects
+from contract.protocol import Keys
+from worker import breaker, metrics, redis_connection
 from worker.engines import ENGINES, Engine, create_engine, simulated
-from worker.gc_tuning import freeze_startup_objects
-from worker.protocol import Keys
 from worker.runner import Worker, default_worker_id
 
 log = logging.getLogger("sluice.worker")
@@ -374,7 +375,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # LOG_FORMAT=json: one JSON object per line, with the request id (worker/logs.py).
+    # LOG_FORMAT=json: one JSON object per line, with the request id (contract/logs.py).
     logs.configure(level=os.environ.get("LOG_LEVEL", "INFO"), process="worker")
     if argv[:1] == ["prepare-model"]:
         from worker.prepare_model import main as prepare_model_main

@@ -21,16 +21,17 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from worker import metrics, transitions
+from contract import transitions
+from contract.capabilities import REFUSED_CODE, EngineRefused
+from contract.protocol import Answer, Keys, State, WorkItem
+from worker import metrics
 from worker.ahead import EngineAhead
 from worker.batching import CommandBatcher
-from worker.capabilities import REFUSED_CODE, EngineRefused
 from worker.engines import Engine, EngineRequest
 from worker.heartbeat import WorkerStats
 from worker.isolation import Isolation
 from worker.loops import LoopDetector
 from worker.output import OutputBuffer, OutputWriter
-from worker.protocol import Answer, Keys, State, WorkItem
 
 log = logging.getLogger("sluice.worker")
 

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from worker.cancelling import cancel_and_wait, raise_if_cancelled
+from contract.cancelling import cancel_and_wait, raise_if_cancelled
 from worker.redis_connection import after_write
 
 # Queues commands on the pipeline, e.g. `lambda p: p.get(key)`.

@@ -11,10 +11,10 @@ import signal
 
 import uvloop
 
+from contract.protocol import Keys
 from worker import metrics, redis_connection
 from worker.embedding import EmbedWorker
 from worker.engines.embedders import EMBEDDERS, KINDS, POOLINGS, create_embedder
-from worker.protocol import Keys
 from worker.runner import default_worker_id
 
 

@@ -23,8 +23,7 @@ import redis.asyncio as aioredis
 from prometheus_client import Counter, Histogram
 from redis.exceptions import RedisError, ResponseError
 
-from worker import metrics
-from worker.embed_protocol import (
+from contract.embed_protocol import (
     EMBED_GROUP,
     REPLIES_MAXLEN,
     REPLIES_TTL_SECONDS,
@@ -32,7 +31,8 @@ from worker.embed_protocol import (
     EmbedReply,
     EmbedRequest,
 )
-from worker.protocol import Keys, now_ms
+from contract.protocol import Keys, now_ms
+from worker import metrics
 from worker.runner import default_worker_id
 
 log = logging.getLogger("sluice.worker.embed")

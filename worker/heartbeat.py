@@ -10,10 +10,10 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from worker import protocol
+from contract import protocol
+from contract.protocol import Keys
 from worker.breaker import CircuitBreaker
 from worker.engines import Engine
-from worker.protocol import Keys
 
 
 @dataclass
@@ -68,7 +68,7 @@ async def beat(
         "worker_id": worker_id,
         "engine": engine.name,
         "model": model,
-        # What a request of this model may ask for (worker/capabilities.py).
+        # What a request of this model may ask for (contract/capabilities.py).
         "capabilities": sorted(getattr(engine, "capabilities", ())),
         # The web builds this model's prompts to fit it (absent: MODEL_CONTEXT_TOKENS).
         "context_tokens": _window(engine.context_tokens, prompt_window),

@@ -23,8 +23,8 @@ import logging
 
 from redis.exceptions import RedisError
 
-from worker import protocol
-from worker.keys import Keys
+from contract import protocol
+from contract.keys import Keys
 
 log = logging.getLogger("sluice.worker.legacy")
 

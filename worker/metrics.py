@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from worker.logs import request_id_var
-from worker.protocol import Answer, State
+from contract.logs import request_id_var
+from contract.protocol import Answer, State
 
 log = logging.getLogger("sluice.worker")
 

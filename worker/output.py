@@ -24,10 +24,10 @@ import time
 
 from redis.exceptions import RedisError
 
-from worker import transitions
+from contract import transitions
+from contract.cancelling import cancel_and_wait
+from contract.protocol import Keys
 from worker.batching import CommandBatcher
-from worker.cancelling import cancel_and_wait
-from worker.protocol import Keys
 
 log = logging.getLogger("sluice.worker")
 

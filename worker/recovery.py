@@ -26,8 +26,8 @@ import time
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from worker import protocol, transitions
-from worker.protocol import Keys
+from contract import protocol, transitions
+from contract.protocol import Keys
 
 log = logging.getLogger("sluice.worker.recovery")
 

@@ -27,7 +27,7 @@ from redis._parsers.hiredis import NOT_ENOUGH_DATA  # what its reader's gets() s
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, ResponseError
 
-from worker import cluster
+from contract import cluster
 
 log = logging.getLogger("sluice.worker")
 

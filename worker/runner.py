@@ -19,16 +19,17 @@ import socket
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from worker import heartbeat, legacy_keys, protocol, transitions
+from contract import protocol, transitions
+from contract.cancelling import cancel_and_wait, raise_if_cancelled
+from contract.protocol import Keys
+from worker import heartbeat, legacy_keys
 from worker.attempt import TRANSIENT, Attempts
 from worker.batching import CommandBatcher
 from worker.breaker import BreakerSettings, CircuitBreaker
-from worker.cancelling import cancel_and_wait, raise_if_cancelled
 from worker.engines import Engine
 from worker.heartbeat import WorkerStats
 from worker.isolation import Isolation
 from worker.output import OutputWriter
-from worker.protocol import Keys
 from worker.recovery import Reclaimer
 
 log = logging.getLogger("sluice.worker")

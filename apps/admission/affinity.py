@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import redis
 
 from apps.admission.line import QueuedRequest
-from worker.protocol import Answer, Keys
+from contract.protocol import Answer, Keys
 
 REMEMBERED_ROUTES = 100_000  # request → its fingerprint, until its answer arrives
 

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field, fields
 import redis
 
 from apps.admission.models import DegradationSettings
-from worker.protocol import METRICS_TTL_SECONDS, Keys
+from contract.protocol import METRICS_TTL_SECONDS, Keys
 
 log = logging.getLogger("sluice.degradation")
 

@@ -50,8 +50,8 @@ from apps.admission.servicetimes import ServiceTimes
 from apps.admission.sweep import Sweep
 from apps.admission.timeseries import Samples
 from apps.admission.unserved import fail_unreadable
-from worker import protocol, transitions
-from worker.protocol import Answer, Keys
+from contract import protocol, transitions
+from contract.protocol import Answer, Keys
 
 log = logging.getLogger("sluice.dispatcher")
 

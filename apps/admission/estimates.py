@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import redis
 
 from apps.admission.kinds import BACKGROUND, LONG, RAG
-from worker.protocol import ADMISSION_STATE_TTL_SECONDS, Keys
+from contract.protocol import ADMISSION_STATE_TTL_SECONDS, Keys
 
 FEATURES = ("bias", "rag", "long", "background", "prompt", "question", "max_tokens")
 # The previous release's model had two more dense features after these (keyword flags): its

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 import redis
 
-from worker.protocol import Answer, Keys, State
+from contract.protocol import Answer, Keys, State
 
 WINDOW_MINUTES = 60
 TOP_USERS = 10

@@ -33,8 +33,8 @@ from apps.admission.line import Line, QueuedRequest
 from apps.admission.metrics import MetricsBatch
 from apps.admission.plans import PlanBook
 from apps.admission.unserved import Endings, fail_unreadable
-from worker import protocol, transitions
-from worker.protocol import DISPATCHER_GROUP, Keys, State
+from contract import protocol, transitions
+from contract.protocol import DISPATCHER_GROUP, Keys, State
 
 log = logging.getLogger("sluice.dispatcher")
 

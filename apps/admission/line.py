@@ -23,8 +23,8 @@ import redis
 from apps.admission.fairqueue import BACKGROUND, PEOPLE, Entry, FairQueue
 from apps.admission.kinds import is_background
 from apps.admission.watch import CancelWatch, DeadlineHeap
-from worker import protocol, transitions
-from worker.protocol import Answer, Keys, State
+from contract import protocol, transitions
+from contract.protocol import Answer, Keys, State
 
 log = logging.getLogger("sluice.dispatcher")
 

@@ -7,7 +7,7 @@ from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 
-from worker.protocol import METRICS_TTL_SECONDS
+from contract.protocol import METRICS_TTL_SECONDS
 
 # Upper bounds (ms) of the admission-latency histogram: from the web's XADD to the decision.
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)

@@ -34,8 +34,8 @@ from apps.admission.plans import PlanBook
 from apps.admission.release import FleetView
 from apps.admission.running import Answering, Running
 from apps.admission.servicetimes import ServiceTimes
-from worker import transitions
-from worker.protocol import Keys
+from contract import transitions
+from contract.protocol import Keys
 
 HEAD = 20  # places told at every change
 RETELL_MS = 5000  # further back: at most this often

@@ -42,8 +42,8 @@ from apps.admission.running import Running
 from apps.admission.servicetimes import ServiceTimes
 from apps.admission.timeseries import Samples
 from apps.admission.unserved import Endings
-from worker import protocol, transitions
-from worker.protocol import Answer, EventType, Keys, State
+from contract import protocol, transitions
+from contract.protocol import Answer, EventType, Keys, State
 
 log = logging.getLogger("sluice.dispatcher")
 

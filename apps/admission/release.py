@@ -30,8 +30,8 @@ from apps.admission.models import Plan
 from apps.admission.plans import PlanBook, model_choose
 from apps.admission.routing import AFFINITY, Router
 from apps.admission.running import Running
-from worker import protocol, transitions
-from worker.protocol import Answer, Keys, State
+from contract import protocol, transitions
+from contract.protocol import Answer, Keys, State
 
 log = logging.getLogger("sluice.dispatcher")
 

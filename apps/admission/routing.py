@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from apps.admission.affinity import AffinityStore
 from apps.admission.line import QueuedRequest
-from worker.protocol import Keys
+from contract.protocol import Keys
 
 AFFINITY, PULL, ROUND_ROBIN, LEAST_LOADED = "affinity", "pull", "round-robin", "least-loaded"
 POLICIES = (AFFINITY, PULL, ROUND_ROBIN, LEAST_LOADED)

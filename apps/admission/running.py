@@ -20,8 +20,8 @@ import redis
 
 from apps.admission.kinds import is_background
 from apps.admission.line import QueuedRequest
-from worker import protocol
-from worker.protocol import Keys
+from contract import protocol
+from contract.protocol import Keys
 
 
 @dataclass(slots=True)

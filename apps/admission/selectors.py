@@ -24,8 +24,8 @@ from apps.admission.degradation import Degradation
 from apps.admission.models import Plan, UserPlan
 from apps.admission.plans import model_choose, plan_decide
 from apps.admission.release import LIVE_SECONDS, beat_model, parsed_heartbeats
+from contract import capabilities, protocol
 from core.redis_client import get_redis, keys
-from worker import capabilities, protocol
 
 # How long a process trusts what it read of the fleet; a model it did not see is read again at
 # once (a worker that has just started is served without waiting for this).
@@ -42,7 +42,7 @@ class ModelFleet:
     # model → the smallest context window its live workers report (a request of that model
     # may run on any of them); a model whose workers report none is absent.
     context: dict[str, int] = field(default_factory=dict)
-    # model → what every one of its live workers can serve (worker/capabilities.py)
+    # model → what every one of its live workers can serve (contract/capabilities.py)
     capabilities: dict[str, frozenset[str]] = field(default_factory=dict)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import redis
 
-from worker.protocol import ADMISSION_STATE_TTL_SECONDS, Answer, Keys
+from contract.protocol import ADMISSION_STATE_TTL_SECONDS, Answer, Keys
 
 DECAY = 0.8  # weight of the previous average at each answer
 DEFAULT_SECONDS = 10.0  # before any answer of any model has been measured

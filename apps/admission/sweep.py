@@ -21,7 +21,7 @@ from apps.admission.kinds import is_background
 from apps.admission.line import Line
 from apps.admission.metrics import MetricsBatch
 from apps.admission.unserved import Endings
-from worker.protocol import Keys, State
+from contract.protocol import Keys, State
 
 NO_WORKER_RETRY_AFTER = 60  # seconds: a busy service needs a while to drain
 

@@ -27,7 +27,7 @@ import redis
 
 from apps.admission import metrics
 from apps.admission.heaviest import HeaviestUsers
-from worker.protocol import Answer, Keys, State
+from contract.protocol import Answer, Keys, State
 
 log = logging.getLogger("sluice.dispatcher")
 

@@ -1,7 +1,7 @@
 """How the dispatcher ends requests no attempt runs: rejected, withdrawn, timed out or stopped in
 line, unreadable, or lost with the worker that ran them.
 
-`worker.transitions` writes the end. The finish scripts touch each request's own slot and the
+`contract.transitions` writes the end. The finish scripts touch each request's own slot and the
 answer record goes to the done stream, another slot, so a pass ends its requests in its own MULTI
 and then, in a second round trip, records only those its finish actually ended (a request that
 had ended already has its record).
@@ -12,8 +12,8 @@ from __future__ import annotations
 import redis
 
 from apps.admission import outcomes
-from worker import transitions
-from worker.protocol import Answer, Keys, State
+from contract import transitions
+from contract.protocol import Answer, Keys, State
 
 
 class Endings:

@@ -33,7 +33,7 @@ from apps.api.openai_relay import (
     wait_final,
 )
 from apps.streams.offload import db_call
-from worker.protocol import State
+from contract.protocol import State
 
 Cancel = Callable[[str], Awaitable[None]]
 # The error a choice that ended without an answer is to the client; with headers (a rate

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 from django.http import JsonResponse
 
-from worker.capabilities import describe
+from contract.capabilities import describe
 
 
 class ApiError(Exception):
@@ -52,7 +52,7 @@ def unsupported(param: str, what: str) -> ApiError:
 
 
 def not_on_model(model: str, param: str, capability: str) -> ApiError:
-    """A parameter the chosen model's workers cannot serve (worker/capabilities.py)."""
+    """A parameter the chosen model's workers cannot serve (contract/capabilities.py)."""
     return invalid(
         param,
         f"The model `{model or '(default)'}` does not support {describe(capability)}, so "

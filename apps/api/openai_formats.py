@@ -2,7 +2,7 @@
 (JSON mode, or a JSON schema the engine enforces), a seed, presence and frequency penalties, log
 probabilities, a logit bias, more than one choice. Each is read here into the form the work item
 carries, or refused with a 400 naming the parameter; whether the chosen model's workers can
-serve it is decided by worker/capabilities.py when the model is known.
+serve it is decided by contract/capabilities.py when the model is known.
 
 Pure functions: no database, no Redis.
 """

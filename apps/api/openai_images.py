@@ -3,7 +3,7 @@
 
 A message with images keeps its text in `content` (what every other reader of a message
 reads: the token estimate, engines that read text only) and all its parts, in order, in
-`parts`; an engine that reads images (worker/capabilities.py, IMAGE_INPUT) sends `parts` as
+`parts`; an engine that reads images (contract/capabilities.py, IMAGE_INPUT) sends `parts` as
 the message's content.
 
 Images are inputs like any other and have limits (settings, each a 400 naming the part):

@@ -21,9 +21,9 @@ from apps.api.openai_shapes import Chunks, queued_comment
 from apps.streams.hub import get_hub
 from apps.streams.hub_base import Entry
 from apps.streams.offload import db_call
+from contract.cancelling import cancel_and_wait
+from contract.protocol import EventType, State
 from core.redis_client import keys
-from worker.cancelling import cancel_and_wait
-from worker.protocol import EventType, State
 
 # A streamed request not decided by then (the dispatcher is slow to say) starts its stream
 # anyway; a refusal after that arrives in the stream as an error.

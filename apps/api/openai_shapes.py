@@ -40,7 +40,7 @@ class ChatRequest:
     temperature: float | None = None
     top_p: float | None = None
     stop: list[str] = field(default_factory=list)
-    # Named as on the work item: worker/capabilities.py reads either to know what is asked.
+    # Named as on the work item: contract/capabilities.py reads either to know what is asked.
     response_format: dict = field(default_factory=dict)  # {}: plain text
     seed: int | None = None
     presence_penalty: float | None = None
@@ -199,13 +199,13 @@ CHECKS = {
     "prompt_cache_key": _typed(str, "a string"),
     "metadata": _typed(dict, "an object"),
     "verbosity": _one_of(VERBOSITY),
-    # Served where the model's workers can (worker/capabilities.py): checked with the model.
+    # Served where the model's workers can (contract/capabilities.py): checked with the model.
     "tools": tools.check_tools,
     "tool_choice": lambda name, value: None,  # checked against the tools
     "parallel_tool_calls": tools.check_parallel,
     "functions": tools.refuse_legacy,
     "function_call": tools.refuse_legacy,
-    # Served where the model's workers can (worker/capabilities.py): checked with the model.
+    # Served where the model's workers can (contract/capabilities.py): checked with the model.
     "response_format": formats.check_response_format,
     "seed": formats.check_seed,
     "presence_penalty": formats.check_penalty,

@@ -2,7 +2,7 @@
 form the work item carries (or a 400 naming the parameter), calls and results replayed in
 `messages`, and the calls an answer makes as the client receives them, whole or streamed.
 
-Whether the chosen model's workers can serve tools is decided by worker/capabilities.py when
+Whether the chosen model's workers can serve tools is decided by contract/capabilities.py when
 the model is known. The legacy `functions` and `function_call` are refused with a 400 that
 says what to send instead: answering them means another response shape (`message.
 function_call`), which no current client asks for.

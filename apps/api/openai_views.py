@@ -42,8 +42,8 @@ from apps.chat import services
 from apps.chat.publish import request_publish
 from apps.streams.hub_base import Entry
 from apps.streams.offload import db_call
-from worker import capabilities, protocol
-from worker.protocol import WorkItem
+from contract import capabilities, protocol
+from contract.protocol import WorkItem
 
 log = logging.getLogger("sluice.chat.openai")
 

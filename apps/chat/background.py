@@ -37,9 +37,9 @@ from apps.chat.publish import request_publish
 from apps.inbox import services as inbox
 from apps.inbox.models import InboxMessage
 from apps.inbox.services import inbox_post
+from contract import protocol
+from contract.protocol import Answer, State, WorkItem
 from core.redis_client import get_redis, keys
-from worker import protocol
-from worker.protocol import Answer, State, WorkItem
 
 log = logging.getLogger("sluice.chat.background")
 

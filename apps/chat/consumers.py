@@ -41,9 +41,9 @@ from apps.streams.hub import get_hub
 from apps.streams.hub_base import Entry
 from apps.streams.offload import db_call
 from apps.streams.pooled_consumer import PooledConsumer
+from contract import protocol
+from contract.cancelling import cancel_and_wait
 from core.redis_client import keys
-from worker import protocol
-from worker.cancelling import cancel_and_wait
 
 log = logging.getLogger("sluice.chat.ws")
 

@@ -12,9 +12,9 @@ from typing import Any
 from django.conf import settings
 
 from apps.streams.hub_base import Entry
+from contract import protocol, transitions
+from contract.protocol import Keys, WorkItem
 from core.redis_client import get_redis, keys
-from worker import protocol, transitions
-from worker.protocol import Keys, WorkItem
 
 log = logging.getLogger("sluice.chat.submission")
 

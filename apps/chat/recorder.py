@@ -25,9 +25,9 @@ from apps.chat import background, services
 from apps.chat.models import Conversation, Message
 from apps.rag.prompting import citations_used
 from apps.usage import services as usage_services
+from contract import protocol, transitions
+from contract.protocol import Answer, State
 from core.redis_client import get_redis, keys
-from worker import protocol, transitions
-from worker.protocol import Answer, State
 
 log = logging.getLogger("sluice.recorder")
 

@@ -14,9 +14,9 @@ from apps.accounts.sessions import SqlCondition
 from apps.chat.data import retention
 from apps.chat.models import Conversation, Message
 from apps.chat.selectors import RequestInfo, request_get_for_user
+from contract import protocol, transitions
 from core.prepared import prepared_cursor
 from core.redis_client import get_redis, keys
-from worker import protocol, transitions
 
 
 def clean_message_text(text: str) -> str:

@@ -3,8 +3,8 @@ regenerate, continue and edit all call `request_submit` with a `Question`; the O
 Sluice's background work hand their own prompts to publish.request_publish, the one place a
 request enters Redis.
 
-A request's live state is the Redis hash `req:{id}` (see worker.protocol), written only through
-worker.transitions; its answer is stored in PostgreSQL keyed by the request id, exactly once.
+A request's live state is the Redis hash `req:{id}` (see contract.protocol), written only through
+contract.transitions; its answer is stored in PostgreSQL keyed by the request id, exactly once.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from apps.chat.publish import request_publish
 from apps.rag.prompting import citations_from, passages_block
 from apps.rag.services import Retrieval, RetrievalRefused, retrieval_for_prompt
 from apps.streams.hub_base import Entry
+from contract import protocol
+from contract.protocol import EventType, WorkItem
 from core.redis_client import get_redis, keys
-from worker import protocol
-from worker.protocol import EventType, WorkItem
 
 log = logging.getLogger("sluice.chat.submission")
 

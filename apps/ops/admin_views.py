@@ -21,8 +21,8 @@ from apps.accounts import read_gate
 from apps.admission.selectors import estimate_figures
 from apps.chat.models import MemoryWriter, Message
 from apps.ops import dashboard, inspector
+from contract import transitions
 from core.redis_client import get_redis, keys
-from worker import transitions
 
 REQUEST_ID_MAX = 64
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from apps.admission import outcomes
 from apps.chat.models import Message
+from contract.protocol import OUTPUT_MAXLEN
 from core.redis_client import get_redis, keys
-from worker.protocol import OUTPUT_MAXLEN
 
 DEAD_SCANNED = 1000  # newest dead letters searched for the request
 

@@ -10,7 +10,7 @@ import time
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
 from apps.ops.metrics import HTTP_REQUESTS, HTTP_SECONDS
-from worker.logs import request_id_var
+from contract.logs import request_id_var
 
 REQUEST_PATH = re.compile(r"/requests?/([0-9a-f]{32})(?:/|$)")
 

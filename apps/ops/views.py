@@ -9,7 +9,7 @@ from django.db import connections
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-from worker import cluster
+from contract import cluster
 
 
 @require_GET

@@ -1,6 +1,6 @@
 """Retrieval models served by workers (`python -m worker embed`): the web's side.
 
-A request is one entry on the model's stream (worker/embed_protocol.py); its answer comes back
+A request is one entry on the model's stream (contract/embed_protocol.py); its answer comes back
 on this process's reply stream, which one thread reads for all the process's requests (one
 blocking Redis connection, however many questions are in flight: a blocking read per question
 would hold a pooled connection each). A caller waits for its answer at most its deadline.
@@ -27,15 +27,15 @@ import redis
 from django.conf import settings
 from prometheus_client import Counter, Histogram
 
-from core.redis_client import cluster_client, get_redis, is_cluster, keys
-from worker.embed_protocol import (
+from contract.embed_protocol import (
     EMBED,
     EMBED_WORK_MAXLEN,
     SCORE,
     EmbedReply,
     EmbedRequest,
 )
-from worker.protocol import now_ms
+from contract.protocol import now_ms
+from core.redis_client import cluster_client, get_redis, is_cluster, keys
 
 log = logging.getLogger("sluice.rag.fleet")
 

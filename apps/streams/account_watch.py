@@ -15,8 +15,8 @@ from collections.abc import Callable
 from redis.exceptions import RedisError
 
 from apps.streams.hub import get_hub, stream_id_key
+from contract.cancelling import raise_if_cancelled
 from core.redis_client import keys
-from worker.cancelling import raise_if_cancelled
 
 log = logging.getLogger("sluice.chat.accounts")
 
@@ -60,7 +60,7 @@ class AccountWatch:
 
     async def _run(self) -> None:
         while True:  # for the process's life: one stream in the hub's read, idle or not
-            raise_if_cancelled()  # one its Redis client swallowed (worker/cancelling.py)
+            raise_if_cancelled()  # one its Redis client swallowed (contract/cancelling.py)
             try:
                 async for batch in get_hub().batches(self.stream_name(), after=self._cursor):
                     self._cursor = batch[-1][0]

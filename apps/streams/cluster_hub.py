@@ -35,9 +35,9 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 from apps.streams.hub_base import Entry, SubscriberHub
+from contract import cluster
+from contract.cancelling import cancel_and_wait, raise_if_cancelled
 from core.redis_client import CLUSTER_CONNECTIONS_PER_NODE, cluster_client, get_redis
-from worker import cluster
-from worker.cancelling import cancel_and_wait, raise_if_cancelled
 
 log = logging.getLogger("sluice.hub")
 
@@ -85,7 +85,7 @@ class NodeListener:
     async def _run(self) -> None:
         subscribed: set[str] = set()
         while True:
-            raise_if_cancelled()  # one its Redis client swallowed (worker/cancelling.py)
+            raise_if_cancelled()  # one its Redis client swallowed (contract/cancelling.py)
             try:
                 if self._pubsub is None:
                     subscribed = set()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+from contract.protocol import EventType
 from core.markdown import render_markdown
-from worker.protocol import EventType
 
 # notice: what the person is told beside the answer (retrieval unavailable: the first status).
 STATUS_FIELDS = ("position", "eta_seconds", "reason", "retry_after", "notice")

@@ -28,8 +28,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from apps.streams.cluster_hub import ClusterOutputHub
 from apps.streams.hub_base import Entry, SubscriberHub, Subscription, stream_id_key
-from worker.cancelling import raise_if_cancelled
-from worker.cluster import is_cluster_url
+from contract.cancelling import raise_if_cancelled
+from contract.cluster import is_cluster_url
 
 __all__ = ["Entry", "OutputHub", "Subscription", "XreadPacker", "get_hub", "stream_id_key"]
 
@@ -149,7 +149,7 @@ class OutputHub(SubscriberHub):
 
     async def _run(self) -> None:
         while True:
-            raise_if_cancelled()  # one its Redis client swallowed (worker/cancelling.py)
+            raise_if_cancelled()  # one its Redis client swallowed (contract/cancelling.py)
             if not self._subs:
                 self._wake.clear()
                 await self._wake.wait()

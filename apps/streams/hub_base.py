@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from worker.protocol import EventType
+from contract.protocol import EventType
 
 Entry = tuple[str, dict[str, str]]
 

@@ -25,8 +25,8 @@ from apps.admission.models import Plan, UserPlan
 from apps.rag.models import Chunk
 from apps.usage.models import Feedback, HourlyUsage, Outcome, RequestUsage
 from apps.usage.selectors import usage_row_get_for_user
+from contract.protocol import Answer, State
 from core.prepared import prepared_cursor
-from worker.protocol import Answer, State
 
 log = logging.getLogger("sluice.usage")
 

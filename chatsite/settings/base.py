@@ -208,14 +208,14 @@ STORAGES = {
 }
 
 # LOG_FORMAT=json: one JSON object per line, each line about a request with its request_id
-# (worker/logs.py); the dispatcher and the workers log the same way.
+# (contract/logs.py); the dispatcher and the workers log the same way.
 LOG_FORMAT = env.str("LOG_FORMAT", default="plain")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
-        "json": {"()": "worker.logs.JsonFormatter", "process": "web" if process.is_web else ""},
+        "json": {"()": "contract.logs.JsonFormatter", "process": "web" if process.is_web else ""},
     },
     "handlers": {
         "console": {

@@ -10,8 +10,8 @@ from django.conf import settings
 from apps.admission.dispatcher import Dispatcher, Options
 from apps.chat.submission import request_publish
 from apps.ops.management.commands.run_dispatcher import RecorderPass
+from contract.protocol import Keys, WorkItem, new_request_id
 from core.redis_client import get_redis
-from worker.protocol import Keys, WorkItem, new_request_id
 
 
 class Clock:
@@ -142,8 +142,8 @@ def worker_answers(
 ) -> None:
     """Does what a worker does with a work item: starts an attempt, ends it done, adds the
     answer record (unless `record` is False: as if Redis lost it) and deletes the item."""
-    from worker import transitions
-    from worker.protocol import Answer, State, Usage
+    from contract import transitions
+    from contract.protocol import Answer, State, Usage
 
     client, k, token = get_redis(), keys(), f"token-{request_id}"
     pipe = client.pipeline(transaction=False)

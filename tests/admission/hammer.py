@@ -8,7 +8,7 @@ import time
 import redis
 
 from apps.admission.buckets import BucketStore, plan_buckets
-from worker import cluster
+from contract import cluster
 
 
 class Limits:

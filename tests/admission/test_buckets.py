@@ -23,10 +23,10 @@ from apps.admission.buckets import (
     BucketStore,
     plan_buckets,
 )
+from contract.protocol import Keys
 from core.redis_client import get_redis
 from tests.admission.bucket_model import BucketModel
 from tests.conftest import BASE_DIR, process_env
-from worker.protocol import Keys
 
 bucket_shapes = st.lists(
     st.tuples(

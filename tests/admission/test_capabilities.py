@@ -10,9 +10,9 @@ import time
 import pytest
 
 from apps.admission.selectors import model_capabilities, model_fleet
+from contract.capabilities import SAMPLING_AND_STRUCTURED
 from core.redis_client import get_redis
 from tests.admission.conftest import keys, roomy_plan
-from worker.capabilities import SAMPLING_AND_STRUCTURED
 
 
 def beat(worker_id: str, model: str, capabilities: list[str] | None, **state) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from apps.admission.models import Plan
+from contract import protocol
 from core.redis_client import get_redis
 from tests.admission.conftest import (
     events,
@@ -15,7 +16,6 @@ from tests.admission.conftest import (
     state,
     work_item_ids,
 )
-from worker import protocol
 
 pytestmark = pytest.mark.django_db
 

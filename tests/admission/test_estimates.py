@@ -12,9 +12,9 @@ import pytest
 from apps.admission.estimates import FEATURES, MIN_SAMPLES, Estimator, Sample, question_of
 from apps.admission.models import Plan
 from apps.chat.submission import request_publish
+from contract.protocol import WorkItem, new_request_id
 from core.redis_client import get_redis
 from tests.admission.conftest import give_the_fleet_slots, keys, roomy_plan, worker_answers
-from worker.protocol import WorkItem, new_request_id
 
 pytestmark = pytest.mark.django_db
 

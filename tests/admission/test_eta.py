@@ -52,7 +52,7 @@ def answered(
 
 def ask(user_id, model: str, *, max_tokens: int = 16) -> str:
     from apps.chat.submission import request_publish
-    from worker.protocol import WorkItem, new_request_id
+    from contract.protocol import WorkItem, new_request_id
 
     item = WorkItem(
         id=new_request_id(),

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
+from contract.protocol import Keys
 from core.redis_client import get_redis
 from tests.admission.conftest import final, force_level, publish
 from tests.conftest import BASE_DIR, process_env, stop_process, wait_until
-from worker.protocol import Keys
 
 
 @pytest.mark.slow

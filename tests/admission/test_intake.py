@@ -10,10 +10,10 @@ import pytest
 from apps.admission.models import Plan
 from apps.admission.selectors import degradation_level, retrieval_degraded
 from apps.admission.services import plan_assign
+from contract import protocol, transitions
+from contract.protocol import WorkItem, new_request_id
 from core.redis_client import get_redis
 from tests.admission.conftest import counters, events, final, force_level, keys, publish, state
-from worker import protocol, transitions
-from worker.protocol import WorkItem, new_request_id
 
 pytestmark = pytest.mark.django_db
 

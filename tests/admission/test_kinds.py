@@ -154,7 +154,7 @@ def test_background_work_waits_under_degradation_and_runs_when_the_line_is_quiet
 
 def background_with_wait(user_id, *, wait_s: float) -> str:
     from apps.chat.submission import request_publish
-    from worker.protocol import WorkItem, new_request_id
+    from contract.protocol import WorkItem, new_request_id
 
     item = WorkItem(
         id=new_request_id(),

@@ -13,10 +13,10 @@ import pytest
 from apps.admission.models import Plan
 from apps.chat.models import Message
 from apps.chat.submission import request_publish
+from contract import transitions
+from contract.protocol import Answer, State, Usage, WorkItem, new_request_id
 from core.redis_client import get_redis
 from tests.admission.conftest import final, keys, publish, roomy_plan, state, work_item_ids
-from worker import transitions
-from worker.protocol import Answer, State, Usage, WorkItem, new_request_id
 
 pytestmark = pytest.mark.django_db
 

@@ -8,6 +8,7 @@ import pytest
 from apps.admission.models import Plan
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
+from contract import transitions
 from core.redis_client import get_redis
 from tests.admission.conftest import (
     counters,
@@ -18,7 +19,6 @@ from tests.admission.conftest import (
     state,
     worker_answers,
 )
-from worker import transitions
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,9 @@ from apps.chat import recorder
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
 from apps.ops.management.commands.run_dispatcher import RecorderPass
+from contract import protocol
+from contract.protocol import ACTIVE_CONSUMER, Answer, State, Usage
 from core.redis_client import get_redis, keys
-from worker import protocol
-from worker.protocol import ACTIVE_CONSUMER, Answer, State, Usage
 
 pytestmark = pytest.mark.django_db
 

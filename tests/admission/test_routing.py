@@ -11,6 +11,7 @@ import time
 import pytest
 
 from apps.chat.submission import request_publish
+from contract.protocol import WorkItem, new_request_id
 from core.redis_client import get_redis
 from tests.admission.conftest import (
     give_the_fleet_slots,
@@ -21,7 +22,6 @@ from tests.admission.conftest import (
     work_item_ids,
     worker_answers,
 )
-from worker.protocol import WorkItem, new_request_id
 
 pytestmark = pytest.mark.django_db
 

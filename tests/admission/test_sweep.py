@@ -7,9 +7,9 @@ import pytest
 
 from apps.admission.models import Plan
 from apps.admission.services import plan_assign
+from contract import transitions
 from core.redis_client import get_redis
 from tests.admission.conftest import counters, final, keys, publish, queue_many, roomy_plan
-from worker import transitions
 
 pytestmark = pytest.mark.django_db
 

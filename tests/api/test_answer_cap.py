@@ -11,11 +11,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from contract.protocol import Keys
 from core.redis_client import get_redis
 from tests.admission.conftest import force_level
 from tests.chat.test_openai_api import client_for, roomy
 from tests.conftest import wait_until
-from worker.protocol import Keys
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -14,8 +14,8 @@ import pytest
 from apps.api.openai_errors import ApiError
 from apps.api.openai_shapes import chat_request
 from apps.api.responses_request import responses_request
+from contract import capabilities
 from tests.api.test_structured_outputs import SMOL, demo, sdk  # noqa: F401  (demo: a fixture)
-from worker import capabilities
 
 # A 1x1 red PNG, and a GIF's first bytes.
 PNG = base64.b64decode(

@@ -11,7 +11,7 @@ from apps.api.openai_choices import usage_sum
 from apps.api.openai_errors import ApiError
 from apps.api.openai_relay import StreamRelay
 from apps.api.openai_shapes import Chunks
-from worker.protocol import EventType
+from contract.protocol import EventType
 
 
 def scored(token: str) -> dict:

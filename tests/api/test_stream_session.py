@@ -15,9 +15,9 @@ from django.test import Client, RequestFactory
 
 from apps.accounts.services import api_key_create, user_suspend
 from apps.chat.services import conversation_create
+from contract.protocol import Keys
 from core.redis_client import get_redis
 from tests.conftest import read_sse, wait_until
-from worker.protocol import Keys
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

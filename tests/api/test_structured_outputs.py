@@ -12,10 +12,10 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from contract.protocol import Keys
 from core.redis_client import get_redis
 from tests.chat.test_openai_api import start_model
 from tests.conftest import wait_until
-from worker.protocol import Keys
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

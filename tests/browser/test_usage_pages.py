@@ -36,11 +36,11 @@ from apps.rag.models import Chunk
 from apps.rag.services import corpus_get_or_create, corpus_ingest_paths
 from apps.usage.models import Feedback, HourlyUsage, ModelPrice, RequestUsage
 from apps.usage.services import feedback_set
+from contract.protocol import Answer, State, Usage
 from core.redis_client import get_redis, keys
 from tests.browser.test_feedback import no_overflow
 from tests.browser.test_tools import PASSWORD, log_in, serious_violations
 from tests.conftest import BASE_DIR
-from worker.protocol import Answer, State, Usage
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -12,6 +12,7 @@ from apps.chat.models import Message
 from apps.chat.recorder import ensure_group, record_pending
 from apps.chat.services import conversation_create, message_create
 from apps.inbox.models import InboxMessage
+from contract.protocol import Answer, State, WorkItem
 from core.redis_client import get_redis, keys
 from tests.admission.conftest import (  # noqa: F401  (fixtures)
     admission,
@@ -23,7 +24,6 @@ from tests.admission.conftest import (  # noqa: F401  (fixtures)
     work_item_ids,
     worker_answers,
 )
-from worker.protocol import Answer, State, WorkItem
 
 pytestmark = pytest.mark.django_db
 

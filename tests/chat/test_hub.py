@@ -8,8 +8,8 @@ import redis.asyncio as aioredis
 from django.conf import settings
 
 from apps.streams.hub import OutputHub
+from contract.cancelling import cancel_and_wait
 from tests.chat.conftest import wait_for
-from worker.cancelling import cancel_and_wait
 
 
 async def collect(hub: OutputHub, stream: str, after: str = "0") -> list[str]:

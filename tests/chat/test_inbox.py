@@ -19,9 +19,9 @@ from apps.chat import recorder
 from apps.chat.services import conversation_create
 from apps.inbox import services as inbox
 from apps.inbox.models import Announcement, InboxMessage
+from contract.protocol import Answer, State
 from core.redis_client import get_redis, keys
 from tests.chat.conftest import session_cookie
-from worker.protocol import Answer, State
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -17,8 +17,8 @@ from apps.chat.prompt.prompting import prompt_build
 from apps.chat.recorder import ensure_group, record_pending
 from apps.chat.services import conversation_create, message_create
 from apps.chat.submission import Question, request_submit
+from contract.protocol import Answer, State, WorkItem
 from core.redis_client import get_redis, keys
-from worker.protocol import Answer, State, WorkItem
 
 pytestmark = pytest.mark.django_db
 

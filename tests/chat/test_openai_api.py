@@ -14,10 +14,10 @@ import pytest
 from apps.accounts.services import api_key_create
 from apps.admission.models import Plan
 from apps.chat.models import Message
+from contract.protocol import Keys
 from core.redis_client import get_redis
 from tests.admission.conftest import force_level
 from tests.conftest import wait_until
-from worker.protocol import Keys
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -11,9 +11,9 @@ from apps.accounts.models import Profile, Tag
 from apps.chat.models import Message
 from apps.chat.prompt.prompting import BASE_SYSTEM_PROMPT, prompt_build, system_prompt_for
 from apps.chat.services import conversation_create, message_create
+from contract.protocol import Keys
 from worker.engines.simulated import SimulatedEngine
 from worker.heartbeat import WorkerStats, beat
-from worker.protocol import Keys
 
 
 def test_system_prompt_says_what_the_profile_and_active_tags_say(user):

@@ -10,9 +10,9 @@ from django.test.utils import CaptureQueriesContext
 from apps.chat import recorder, submission
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
+from contract import protocol, transitions
+from contract.protocol import Answer, State, Usage, WorkItem
 from core.redis_client import get_redis, keys
-from worker import protocol, transitions
-from worker.protocol import Answer, State, Usage, WorkItem
 
 pytestmark = pytest.mark.django_db
 

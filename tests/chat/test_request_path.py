@@ -12,9 +12,9 @@ from asgiref.sync import sync_to_async
 
 from apps.chat.models import Message
 from apps.chat.services import conversation_create
+from contract.protocol import Keys
 from core.redis_client import get_redis
 from tests.chat.conftest import answer_text, chat_socket, receive_until, wait_for
-from worker.protocol import Keys
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

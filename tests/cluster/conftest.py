@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
+from contract import cluster
+from contract.cluster import is_cluster_url
 from tests.conftest import process_env
 from tests.faults.conftest import Stack, make_api, roomy_plan  # noqa: F401  (fixtures)
-from worker import cluster
-from worker.cluster import is_cluster_url
 
 
 def pytest_collection_modifyitems(config, items):

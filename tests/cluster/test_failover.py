@@ -10,10 +10,10 @@ import time
 
 from django.conf import settings
 
+from contract import cluster
+from contract.protocol import Keys
 from tests.conftest import wait_until
 from tests.faults.conftest import assert_every_request_ended
-from worker import cluster
-from worker.protocol import Keys
 
 
 def _kill_master_of(key: str) -> str:

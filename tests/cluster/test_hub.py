@@ -13,8 +13,8 @@ from django.conf import settings
 
 from apps.streams.cluster_hub import ClusterOutputHub
 from apps.streams.hub import get_hub
+from contract import cluster
 from core.redis_client import get_redis
-from worker import cluster
 
 
 async def collect(hub, stream: str, after: str = "0") -> list[str]:

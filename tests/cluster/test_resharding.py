@@ -12,11 +12,11 @@ import time
 from django.conf import settings
 
 from apps.streams.cluster_hub import ClusterOutputHub
+from contract import cluster
+from contract.protocol import Keys
 from core.redis_client import keys
 from devstack.cluster import SlotMove
 from tests.faults.conftest import assert_every_request_ended
-from worker import cluster
-from worker.protocol import Keys
 
 
 def _client(**options):

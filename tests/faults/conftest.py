@@ -25,6 +25,7 @@ import redis
 from apps.accounts.services import api_key_create, user_create
 from apps.admission.models import Plan
 from apps.chat.models import Message
+from contract.protocol import TERMINAL_STATES, Keys
 from devstack.stack import free_port, redis_server_binary, web_command
 from tests.conftest import (
     BASE_DIR,
@@ -34,7 +35,6 @@ from tests.conftest import (
     wait_for_http,
     wait_until,
 )
-from worker.protocol import TERMINAL_STATES, Keys
 
 pytestmark = pytest.mark.slow
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll drowns the story

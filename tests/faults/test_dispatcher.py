@@ -11,8 +11,8 @@ import time
 import httpx
 
 from apps.admission.models import Plan
+from contract.protocol import Keys
 from tests.faults.conftest import assert_every_request_ended, wait_until
-from worker.protocol import Keys
 
 
 def test_the_standby_takes_over_a_queue_and_loses_nothing(stack, roomy_plan, make_api):

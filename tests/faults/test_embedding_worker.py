@@ -16,9 +16,9 @@ import pytest
 
 from apps.rag.models import Corpus
 from apps.rag.services import corpus_ingest_paths
+from contract.protocol import Keys
 from tests.faults.conftest import assert_every_request_ended, wait_until
 from tests.rag.conftest import FIXTURES
-from worker.protocol import Keys
 
 FLEET = {
     "RAG_EMBEDDING_SERVING": "fleet",

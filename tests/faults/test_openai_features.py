@@ -24,9 +24,9 @@ import httpx
 import pytest
 
 from apps.usage.models import RequestUsage
+from contract.protocol import TERMINAL_STATES, Keys
 from tests.faults.conftest import final_events, wait_until
 from tests.faults.test_workers import _running_on
-from worker.protocol import TERMINAL_STATES, Keys
 
 MODEL = "upstream-model"
 TOKENS, TOKEN_SECONDS = 40, 0.08  # about 3 s an answer: the kill lands in the middle

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from contract.protocol import TERMINAL_STATES
 from tests.faults.conftest import Postgres, assert_every_request_ended, wait_until
-from worker.protocol import TERMINAL_STATES
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from django.test import Client
 from apps.accounts.services import user_create
 from apps.chat.models import Conversation, Message
 from apps.chat.services import conversation_create
+from contract.protocol import Keys
 from tests.faults.conftest import assert_every_request_ended, wait_until
-from worker.protocol import Keys
 
 # The websocket's close code for "try again later" (1013's meaning; apps/streams/handshake.py).
 TRY_AGAIN_LATER = 4503

@@ -5,8 +5,8 @@ from __future__ import annotations
 import signal
 import time
 
+from contract.protocol import Keys
 from tests.faults.conftest import assert_every_request_ended, output_texts, wait_until
-from worker.protocol import Keys
 
 
 def _running_on(stack, worker_id: str, request_ids: list[str]) -> list[str]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from apps.chat.services import conversation_create
 from apps.chat.submission import request_publish
+from contract.protocol import WorkItem, new_request_id
 from core.redis_client import get_redis
 from tests.admission.conftest import keys
 from tests.conftest import wait_until
-from worker.protocol import WorkItem, new_request_id
 
 
 def submit(user, *, conversation=None, max_tokens: int = 16, prompt_tokens: int = 20) -> str:

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from django.conf import settings
 
-from worker import logs
-from worker.protocol import new_request_id
+from contract import logs
+from contract.protocol import new_request_id
 
 
 def record(msg, *args, **extra) -> logging.LogRecord:

@@ -10,10 +10,10 @@ import pytest
 
 from apps.admission.models import Plan
 from apps.ops import dashboard
+from contract import transitions
 from core.redis_client import get_redis
 from tests.admission.conftest import give_the_fleet_slots, keys, roomy_plan
 from tests.ops.helpers import CountingRedis, submit, until
-from worker import transitions
 
 pytestmark = pytest.mark.django_db
 

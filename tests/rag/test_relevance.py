@@ -105,7 +105,7 @@ def test_sources_are_the_passages_the_answer_uses(demo_corpus, user):
 
 def test_the_stored_answer_keeps_only_the_sources_it_used():
     from apps.chat.recorder import answer_message
-    from worker.protocol import Answer, State
+    from contract.protocol import Answer, State
 
     citations = [
         {"number": 1, "title": "Redis", "terms": ["cluster", "slots", "sharded"]},

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import httpx
 import websockets
 
+from contract.protocol import TERMINAL_STATES, Keys
 from tests.conftest import read_sse, wait_until
 from tests.faults.conftest import final_events
 from tests.upgrade.conftest import query
-from worker.protocol import TERMINAL_STATES, Keys
 
 CLIENTS_PER_WAY = 2
 ANSWER_SECONDS = 6  # the longest a simulated answer takes here, waiting in line included

@@ -19,8 +19,8 @@ from apps.rag.embeddings import DIMENSIONS
 from apps.rag.models import Chunk, Corpus, Document
 from apps.usage.models import Feedback, HourlyUsage, RequestUsage
 from apps.usage.services import usage_retention_apply
+from contract.protocol import Answer, State, Usage
 from core.redis_client import get_redis, keys
-from worker.protocol import Answer, State, Usage
 
 pytestmark = pytest.mark.django_db
 

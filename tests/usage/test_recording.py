@@ -17,8 +17,8 @@ from apps.chat import recorder
 from apps.chat.models import Message
 from apps.chat.services import conversation_create, message_create
 from apps.usage.models import HourlyUsage, RequestUsage
+from contract.protocol import Answer, State, Usage
 from core.redis_client import get_redis, keys
-from worker.protocol import Answer, State, Usage
 
 pytestmark = pytest.mark.django_db
 

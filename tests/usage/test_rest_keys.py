@@ -8,9 +8,9 @@ from django.test import Client
 
 from apps.accounts.services import api_key_create
 from apps.usage.models import RequestUsage
+from contract.protocol import Answer, State, Usage
 from tests.usage.test_feedback_and_pages import bearer
 from tests.usage.test_recording import deliver
-from worker.protocol import Answer, State, Usage
 
 pytestmark = pytest.mark.django_db
 

@@ -12,9 +12,10 @@ import pytest
 import redis.asyncio as aioredis
 from django.conf import settings
 
-from worker import protocol, redis_connection, transitions
+from contract import protocol, transitions
+from contract.protocol import Keys, WorkItem
+from worker import redis_connection
 from worker.engines.simulated import SimulatedEngine
-from worker.protocol import Keys, WorkItem
 from worker.runner import Worker
 
 

@@ -4,8 +4,8 @@ back, or reclaimed) never starts the engine before its claim has counted the att
 
 from __future__ import annotations
 
+from contract import protocol, transitions
 from tests.worker.conftest import enqueue, events, eventually, final_of
-from worker import protocol, transitions
 from worker.engines.simulated import SimulatedEngine
 
 

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
+from contract import protocol, transitions
+from contract.protocol import Keys, WorkItem
 from core.redis_client import get_redis
 from tests.conftest import wait_until
-from worker import protocol, transitions
-from worker.protocol import Keys, WorkItem
 
 FAST = [
     "--sim-faults",

@@ -11,13 +11,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from worker import capabilities
+from contract import capabilities
+from contract.capabilities import CapabilityMissing
+from contract.protocol import WorkItem
 from worker.__main__ import build_parser, engine_options
-from worker.capabilities import CapabilityMissing
 from worker.engines import create_engine
 from worker.engines.base import EngineRequest
 from worker.engines.vllm_chat import engine_messages
-from worker.protocol import WorkItem
 
 PIXEL = "data:image/png;base64,iVBORw0KGgo="
 PARTS = [

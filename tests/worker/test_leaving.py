@@ -7,11 +7,11 @@ from __future__ import annotations
 import signal
 import time
 
+from contract import protocol, transitions
+from contract.protocol import Keys, WorkItem
 from core.redis_client import get_redis
 from tests.conftest import wait_until
 from tests.worker.conftest import enqueue, final_of
-from worker import protocol, transitions
-from worker.protocol import Keys, WorkItem
 
 
 def submit(keys: Keys, request_id: str, stream: str) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
+from contract import protocol
+from contract.protocol import State
 from tests.worker.conftest import enqueue, final_of
-from worker import legacy_keys, protocol
-from worker.protocol import State
+from worker import legacy_keys
 
 
 async def test_a_starting_worker_moves_old_work_and_dead_letters_and_answers_the_work(

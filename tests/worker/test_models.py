@@ -8,12 +8,12 @@ import json
 import time
 from argparse import Namespace
 
+from contract import protocol, transitions
+from contract.protocol import WorkItem
 from devstack.stack import app_processes, embedding_on_fleet, settings_env
 from tests.worker.conftest import eventually, final_of
-from worker import protocol, transitions
 from worker.__main__ import build_parser, engine_options, model_name_from, served_model_name
 from worker.engines.simulated import SimulatedEngine
-from worker.protocol import WorkItem
 
 
 async def submit(

@@ -10,11 +10,11 @@ import random
 import pytest
 import redis.asyncio as aioredis
 
+from contract import protocol, transitions
+from contract.protocol import Keys
 from tests.worker.conftest import eventually
-from worker import protocol, transitions
 from worker.batching import CommandBatcher
 from worker.output import OutputWriter
-from worker.protocol import Keys
 
 
 @pytest.fixture

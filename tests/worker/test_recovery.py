@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
+from contract import protocol, transitions
 from tests.worker.conftest import answer_records, enqueue, events, eventually, final_of
-from worker import protocol, transitions
 from worker.engines.simulated import SimulatedEngine
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from redis.exceptions import ResponseError
 
+from contract import protocol
 from tests.worker.conftest import (
     answer_records,
     blocked_in_read,
@@ -14,7 +15,6 @@ from tests.worker.conftest import (
     eventually,
     final_of,
 )
-from worker import protocol
 from worker.engines.simulated import SimulatedEngine
 
 

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from worker.capabilities import EngineRefused
+from contract.capabilities import EngineRefused
 from worker.engines import create_engine
 from worker.engines.base import EngineRequest
 

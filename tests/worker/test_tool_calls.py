@@ -12,12 +12,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from worker import capabilities, tool_calls
-from worker.capabilities import TOOLS, CapabilityMissing
+from contract import capabilities
+from contract.capabilities import TOOLS, CapabilityMissing
+from contract.protocol import Answer, State, WorkItem, final_fields
+from worker import tool_calls
 from worker.engines import create_engine
 from worker.engines.base import EngineRequest
 from worker.engines.simulated import SimulatedEngine
-from worker.protocol import Answer, State, WorkItem, final_fields
 
 WEATHER = {
     "type": "function",

@@ -63,7 +63,7 @@ class EngineHealth:
 
 class Engine(Protocol):
     name: str
-    # What the engine serves beyond plain sampling (worker/capabilities.py), announced in
+    # What the engine serves beyond plain sampling (contract/capabilities.py), announced in
     # every heartbeat.
     capabilities: frozenset[str]
 

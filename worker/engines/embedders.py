@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.embed_protocol import unit_rows
+from contract.embed_protocol import unit_rows
 
 KINDS = ("embed", "score")
 

@@ -40,8 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worker import tool_calls
-from worker.capabilities import (
+from contract.capabilities import (
     JSON_OBJECT,
     JSON_SCHEMA,
     LOGIT_BIAS,
@@ -52,6 +51,7 @@ from worker.capabilities import (
     N,
     refuse_missing,
 )
+from worker import tool_calls
 from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
 from worker.engines.llamacpp_scores import TokenScores, bias_of
 from worker.engines.llamacpp_tools import grammar_for_tools

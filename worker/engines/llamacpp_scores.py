@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from worker.capabilities import EngineRefused
+from contract.capabilities import EngineRefused
 from worker.engines.base import EngineOutput, EngineRequest
 
 # How many of the likeliest tokens are searched for the one that wrote an answer's last piece.

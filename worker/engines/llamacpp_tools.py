@@ -15,8 +15,8 @@ import functools
 import json
 from typing import Any
 
+from contract.capabilities import EngineRefused
 from worker import tool_calls
-from worker.capabilities import EngineRefused
 
 # Calls in one answer when parallel calls are allowed: a small model given the chance repeats
 # a call until its token cap, and a bounded grammar ends the answer instead.

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from worker.capabilities import (
+from contract.capabilities import (
     IMAGE_INPUT,
     LOGIT_BIAS,
     LOGPROBS,

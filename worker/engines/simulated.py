@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 
-from worker.capabilities import refuse_missing
+from contract.capabilities import refuse_missing
 from worker.engines.base import AbortFlags, EngineHealth, EngineOutput, EngineRequest
 
 LENGTH_MARKER = re.compile(r"\[\[sim:tokens=(\d+)\]\]")

@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from worker.capabilities import (
+from contract.capabilities import (
     IMAGE_INPUT,
     LOGIT_BIAS,
     LOGPROBS,

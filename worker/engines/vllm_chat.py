@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from contract.capabilities import JSON_OBJECT, JSON_SCHEMA, EngineRefused
 from worker import tool_calls
-from worker.capabilities import JSON_OBJECT, JSON_SCHEMA, EngineRefused
 from worker.engines.base import EngineRequest
 from worker.engines.openai import CallDeltas
 

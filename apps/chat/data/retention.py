@@ -23,9 +23,9 @@ from redis.exceptions import RedisError
 from apps.chat.models import Conversation, Message, RetentionPolicy
 from apps.inbox import services as inbox
 from apps.usage import services as usage
+from contract import transitions
 from core.commits import after_commit
 from core.redis_client import get_redis, keys
-from worker import transitions
 
 log = logging.getLogger("sluice.chat.erase")
 

@@ -23,9 +23,9 @@ from django.db import DatabaseError, close_old_connections
 from apps.admission.dispatcher import Dispatcher, Options
 from apps.chat import recorder
 from apps.ops import dispatcher_metrics
+from contract.gc_tuning import freeze_startup_objects
+from contract.protocol import ACTIVE_CONSUMER
 from core.redis_client import get_redis, keys
-from worker.gc_tuning import freeze_startup_objects
-from worker.protocol import ACTIVE_CONSUMER
 
 log = logging.getLogger("sluice.dispatcher")
 

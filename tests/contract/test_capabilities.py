@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from worker import capabilities
-from worker.capabilities import (
+from contract import capabilities
+from contract.capabilities import (
     JSON_OBJECT,
     JSON_SCHEMA,
     PENALTIES,
@@ -15,12 +15,12 @@ from worker.capabilities import (
     SEED,
     CapabilityMissing,
 )
+from contract.protocol import WorkItem
 from worker.engines.base import EngineRequest
 from worker.engines.llamacpp import LlamaCppEngine
 from worker.engines.openai import OpenAIEngine
 from worker.engines.simulated import SimulatedEngine
 from worker.engines.vllm import VLLMEngine
-from worker.protocol import WorkItem
 
 SCHEMA = {
     "type": "json_schema",

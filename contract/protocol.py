@@ -9,7 +9,7 @@ write the request's events.
 Django code imports this module; it imports nothing from Django. Every per-request key carries the
 request id in a `{hash tag}`, so on a Redis Cluster all of a request's keys share one slot; the
 dispatcher's own keys share the `{adm}` tag. Stream entries are flat string maps; structured
-fields are JSON strings. Only `worker/transitions.py` writes a request's state and events.
+fields are JSON strings. Only `contract/transitions.py` writes a request's state and events.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
 from enum import StrEnum
 
-from worker.keys import FLEET_TAG, Keys
+from contract.keys import FLEET_TAG, Keys
 
 __all__ = ["FLEET_TAG", "Keys"]  # the contract's names, kept where every reader looks
 
@@ -108,7 +108,7 @@ class WorkItem:
     # What the OpenAI API passes on to the engine. Left out of the entry when unset, so entries
     # without them read as before; a worker of the previous release ignores them, and the web
     # sends them only to models whose every worker announces it serves them
-    # (worker/capabilities.py).
+    # (contract/capabilities.py).
     response_format: dict = field(default_factory=dict)  # {}: plain text
     seed: int | None = None
     presence_penalty: float | None = None
@@ -219,7 +219,7 @@ class Answer:
     retry_after: int | None = None  # seconds, for a rejection that waiting can fix
     # Why the dispatcher refused it, for programs (`error` is for people): "rate_limited",
     # "too_large", "shed", "no_worker", "model_not_allowed"; or "engine_refused": the worker's
-    # engine cannot serve what it asks (worker/capabilities.py); "" otherwise.
+    # engine cannot serve what it asks (contract/capabilities.py); "" otherwise.
     code: str = ""
     prompt_tokens_estimate: int = 0
     max_tokens: int = 0

@@ -1,4 +1,4 @@
-"""Every Redis name Sluice uses, under one prefix: the contract's key names (worker/protocol.py
+"""Every Redis name Sluice uses, under one prefix: the contract's key names (contract/protocol.py
 re-exports `Keys`). Every per-request key carries the request id in a `{hash tag}`, so on a Redis
 Cluster all of a request's keys share one slot; the dispatcher's own keys share the `{adm}` tag.
 No module builds a key name by hand."""

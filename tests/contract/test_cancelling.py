@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from worker.cancelling import cancel_and_wait, raise_if_cancelled
+from contract.cancelling import cancel_and_wait, raise_if_cancelled
 
 
 class SlowToStop:

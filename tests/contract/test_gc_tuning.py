@@ -10,7 +10,7 @@ from tests.conftest import BASE_DIR
 
 PROBE = """
 import gc, weakref
-from worker.gc_tuning import YOUNG_THRESHOLD, freeze_startup_objects
+from contract.gc_tuning import YOUNG_THRESHOLD, freeze_startup_objects
 
 class Cycle:
     pass

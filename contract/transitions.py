@@ -14,7 +14,7 @@ once: a final event is written only while the request has not ended, by its owne
 `""`) by the dispatcher for a request no attempt owns any more. Ending clears the owner, so a
 late attempt stops too.
 
-The scripts (worker/transition_scripts.py) touch only one request's keys (its hash tag), or
+The scripts (contract/transition_scripts.py) touch only one request's keys (its hash tag), or
 one conversation's, so they stay valid on a Redis Cluster; the answer record for the done
 stream is a separate step, written only by the call that ended the request (see
 `finish_result`). A conversation's active key is written here too: taken by `submitted`,
@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 
 from redis.exceptions import ResponseError
 
-from worker import protocol
-from worker import transition_scripts as scripts
-from worker.protocol import Answer, EventType, Keys, State, WorkItem
+from contract import protocol
+from contract import transition_scripts as scripts
+from contract.protocol import Answer, EventType, Keys, State, WorkItem
 
 # Replies of `finish`.
 ENDED_NOW, ALREADY_ENDED, LOST = 1, 0, -1

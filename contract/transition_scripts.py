@@ -1,4 +1,4 @@
-"""The Lua scripts behind worker/transitions.py: each touches only one request's keys (its hash
+"""The Lua scripts behind contract/transitions.py: each touches only one request's keys (its hash
 tag) or one conversation's, so it stays valid on a Redis Cluster."""
 
 from __future__ import annotations

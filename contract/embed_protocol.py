@@ -1,6 +1,6 @@
 """The contract of retrieval work on the fleet: what a web process asks an embedding worker
-(worker/embedding.py) and what it answers. Kept beside worker/protocol.py, which holds the chat
-work's; the names live in worker/keys.py (`embed_work`, `embed_replies`, `embedders`).
+(worker/embedding.py) and what it answers. Kept beside contract/protocol.py, which holds the chat
+work's; the names live in contract/keys.py (`embed_work`, `embed_replies`, `embedders`).
 
 A request is one entry on `embed-work:{model}`: texts to embed, or a question and passages to
 score. Its answer is one entry on the asking process's reply stream, which that process reads
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from worker.protocol import PROTOCOL_VERSION, READABLE_VERSIONS, now_ms
+from contract.protocol import PROTOCOL_VERSION, READABLE_VERSIONS, now_ms
 
 EMBED_GROUP = "embedders"  # consumer group of every embedding worker on its model's stream
 EMBED_WORK_MAXLEN = 20_000  # a stream no worker reads stays bounded

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import redis
 
+from contract import protocol, transitions
+from contract.protocol import Answer, Keys, State, WorkItem
 from core.redis_client import get_redis
-from worker import protocol, transitions
-from worker.protocol import Answer, Keys, State, WorkItem
 
 
 @pytest.fixture
