@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import os
 import re
@@ -377,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # LOG_FORMAT=json: one JSON object per line, with the request id (contract/logs.py).
     logs.configure(level=os.environ.get("LOG_LEVEL", "INFO"), process="worker")
+    # `kill -USR1` prints every thread's stack to stderr: where a worker that will not stop is.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if argv[:1] == ["prepare-model"]:
         from worker.prepare_model import main as prepare_model_main
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import signal
 
@@ -16,6 +17,12 @@ from worker import metrics, redis_connection
 from worker.embedding import EmbedWorker
 from worker.engines.embedders import EMBEDDERS, KINDS, POOLINGS, create_embedder
 from worker.runner import default_worker_id
+
+log = logging.getLogger("sluice.worker.embed")
+
+# After SIGTERM a worker ends within one read (1 s) or one model call; past this, whatever it
+# awaits is cancelled, so a hung read or call cannot keep a stopped worker alive.
+STOP_GRACE_SECONDS = 10.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,13 +158,30 @@ async def serve(args: argparse.Namespace) -> None:
         )
         if args.metrics_port:
             metrics.serve(args.metrics_port, lambda: None)
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, worker.stop)
+        _stop_on_signals(worker)
         await worker.run()
     finally:
         await embedder.stop()
         await client.aclose()
+
+
+def _stop_on_signals(worker: EmbedWorker) -> None:
+    """SIGTERM or SIGINT stops `worker` (logged, so a slow stop shows whether the signal came);
+    the running task is cancelled STOP_GRACE_SECONDS later, or at once on a second signal."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+
+    def stop(signum: signal.Signals) -> None:
+        if worker.stopping:
+            log.warning("embedding worker %s: %s again, cancelling", worker.worker_id, signum.name)
+            task.cancel()
+            return
+        log.info("embedding worker %s: %s, stopping", worker.worker_id, signum.name)
+        worker.stop()
+        loop.call_later(STOP_GRACE_SECONDS, task.cancel)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop, signum)
 
 
 def main(argv: list[str]) -> int:

@@ -106,6 +106,10 @@ class EmbedWorker:
     def stop(self) -> None:
         self._stopping.set()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
     async def run(self) -> None:
         await self._ensure_group()
         beating = asyncio.create_task(self._heartbeat_loop(), name="embed-heartbeat")

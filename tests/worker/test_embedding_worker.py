@@ -93,3 +93,30 @@ def test_a_model_no_worker_serves_fails_at_once(db, settings):
         fleet.request(model="bge-large-en-v1.5", texts=["anything"], timeout=30)
     with pytest.raises(fleet.EmbeddingUnavailable, match="no worker serves"):
         embed_texts(["the default model, on the fleet, with no worker"])
+
+
+def test_a_worker_stuck_after_sigterm_is_cancelled_after_the_grace(monkeypatch):
+    """A read or model call that hangs must not keep a stopped worker alive: SIGTERM asks it to
+    stop, and what it awaits is cancelled STOP_GRACE_SECONDS later."""
+    import asyncio
+    import os
+    from types import SimpleNamespace
+
+    from worker import embed_main
+
+    monkeypatch.setattr(embed_main, "STOP_GRACE_SECONDS", 0.2)
+    asked = []
+    worker = SimpleNamespace(worker_id="e1", stopping=False)
+    worker.stop = lambda: asked.append("stop") or setattr(worker, "stopping", True)
+
+    async def stuck() -> str:
+        embed_main._stop_on_signals(worker)
+        os.kill(os.getpid(), signal.SIGTERM)
+        try:
+            await asyncio.sleep(30)  # a call that does not return
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "slept"
+
+    assert asyncio.run(stuck()) == "cancelled"
+    assert asked == ["stop"]
