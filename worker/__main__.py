@@ -25,6 +25,7 @@ from contract.gc_tuning import freeze_startup_objects
 from contract.protocol import Keys
 from worker import breaker, metrics, redis_connection
 from worker.engines import ENGINES, Engine, create_engine, simulated
+from worker.fleet_options import add_fleet_options
 from worker.runner import Worker, default_worker_id
 
 log = logging.getLogger("sluice.worker")
@@ -49,32 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=env_default("WORKER_SLOTS"),
         help="[WORKER_SLOTS] concurrent answers (default: the engine's capacity)",
     )
-    add(
-        "--redis-url",
-        default=env_default("REDIS_URL", "redis://127.0.0.1:6379/0"),
-        help="[REDIS_URL] where the work streams live",
-    )
-    add(
-        "--prefix",
-        default=env_default("SLUICE_REDIS_PREFIX", "sluice"),
-        help="[SLUICE_REDIS_PREFIX] prefix of every Redis key",
-    )
-    add(
-        "--worker-id",
-        default=env_default("WORKER_ID"),
-        help="[WORKER_ID] consumer name, unique per worker (default host-pid)",
-    )
+    add_fleet_options(parser)
     add(
         "--grace",
         type=float,
         default=float(env_default("WORKER_GRACE_SECONDS", 30)),
         help="[WORKER_GRACE_SECONDS] on SIGTERM, seconds running answers get to finish",
-    )
-    add(
-        "--claim-idle-ms",
-        type=int,
-        default=int(env_default("WORKER_CLAIM_IDLE_MS", 10_000)),
-        help="[WORKER_CLAIM_IDLE_MS] re-run a dead worker's work after it idles this long",
     )
     add(
         "--max-attempts",
@@ -88,24 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=float(env_default("WORKER_ANSWER_TIMEOUT_SECONDS", 600)),
         help="[WORKER_ANSWER_TIMEOUT_SECONDS] an answer taking longer fails and frees its slot",
-    )
-    add(
-        "--metrics-port",
-        type=int,
-        default=int(env_default("WORKER_METRICS_PORT", 0)),
-        help="[WORKER_METRICS_PORT] serve Prometheus metrics on this port (default 0: off; "
-        "each worker on a machine needs a port of its own)",
-    )
-    add(
-        "--metrics-addr",
-        default=env_default("WORKER_METRICS_ADDR", "0.0.0.0"),
-        help="[WORKER_METRICS_ADDR] address the metrics port listens on (default all)",
-    )
-    add(
-        "--heartbeat-interval",
-        type=float,
-        default=float(env_default("WORKER_HEARTBEAT_SECONDS", 2.0)),
-        help="[WORKER_HEARTBEAT_SECONDS] seconds between heartbeats (the key lives 3x this)",
     )
     add(
         "--batch-ms",

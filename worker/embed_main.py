@@ -16,6 +16,7 @@ from contract.protocol import Keys
 from worker import metrics, redis_connection
 from worker.embedding import EmbedWorker
 from worker.engines.embedders import EMBEDDERS, KINDS, POOLINGS, create_embedder
+from worker.fleet_options import add_fleet_options
 from worker.runner import default_worker_id
 
 log = logging.getLogger("sluice.worker.embed")
@@ -70,27 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=int(env("EMBED_MAX_ENTRIES", 128)),
         help="[EMBED_MAX_ENTRIES] requests read at once",
     )
-    add("--redis-url", default=env("REDIS_URL", "redis://127.0.0.1:6379/0"), help="[REDIS_URL]")
-    add("--prefix", default=env("SLUICE_REDIS_PREFIX", "sluice"), help="[SLUICE_REDIS_PREFIX]")
-    add("--worker-id", default=env("WORKER_ID"), help="[WORKER_ID] default host-pid")
-    add(
-        "--heartbeat-interval",
-        type=float,
-        default=float(env("WORKER_HEARTBEAT_SECONDS", 2.0)),
-        help="[WORKER_HEARTBEAT_SECONDS]",
-    )
-    add(
-        "--claim-idle-ms",
-        type=int,
-        default=int(env("WORKER_CLAIM_IDLE_MS", 10_000)),
-        help="[WORKER_CLAIM_IDLE_MS] take over a dead worker's requests after this",
-    )
-    add(
-        "--metrics-port",
-        type=int,
-        default=int(env("WORKER_METRICS_PORT", 0)),
-        help="[WORKER_METRICS_PORT] Prometheus metrics on this port (0: off)",
-    )
+    add_fleet_options(parser)
     add(
         "--max-model-len",
         type=int,
@@ -157,7 +138,7 @@ async def serve(args: argparse.Namespace) -> None:
             claim_idle_ms=args.claim_idle_ms,
         )
         if args.metrics_port:
-            metrics.serve(args.metrics_port, lambda: None)
+            metrics.serve(args.metrics_port, lambda: None, addr=args.metrics_addr)
         _stop_on_signals(worker)
         await worker.run()
     finally:

@@ -97,6 +97,7 @@ def request_create(request: HttpRequest) -> JsonResponse:
         conversation=conversation,
         text=text,
         model=model,
+        new=conversation_id is None,  # the tabs' sidebars add it
         # Its usage is filed under the key as well as the user, as on the OpenAI API.
         api_key=api_key_hash(raw_key) if raw_key else "",
     )

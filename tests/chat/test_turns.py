@@ -309,3 +309,11 @@ def test_a_question_from_the_rest_api_reaches_the_users_tabs_and_refusals_read_a
     assert submission.refusal_of(submission.QueueUnavailable()).draft_kept
     assert submission.refusal_of(ValidationError("Too long.")).status == 400
     assert len(_chat_events("question")) == 1  # the refused question told nobody
+
+    started = client_for(user).post(
+        "/api/v1/requests", {"text": "A new topic"}, content_type="application/json"
+    )
+    assert started.status_code == 202, started.content
+    first, second = _chat_events("question")
+    assert not first.get("new")
+    assert second["new"] and second["conversation"] == str(started.json()["conversation"])
