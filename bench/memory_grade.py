@@ -23,6 +23,7 @@ _FORMER = re.compile(
     re.IGNORECASE,
 )
 _SENTENCES = re.compile(r"[^.!?\n]+[.!?]?")
+_EARLIER_LINE = re.compile(r"\s*(?:- )?Earlier\b")
 
 
 @cache
@@ -37,13 +38,22 @@ def has(value: str, text: str) -> bool:
 def presents_old(fact: Fact, memory_block: str) -> bool:
     """The corrected fact's old value stated as current somewhere in the memory block (the
     summary and kept lines, which sit before the turns and carry no order of their own): a
-    sentence naming it without a word that marks it as past."""
+    sentence naming it without a word that marks it as past. Not counted: a line marked as
+    earlier as a whole (every sentence of it), and a sentence that names the current value
+    too, which is the correction itself ("it's the 13th now, not the 12th")."""
     if not fact.old:
         return False
-    for match in _SENTENCES.finditer(memory_block):
-        sentence = match.group()
-        if has(fact.old, sentence) and not _FORMER.search(sentence):
-            return True
+    for line in memory_block.splitlines():
+        if _EARLIER_LINE.match(line):
+            continue
+        for match in _SENTENCES.finditer(line):
+            sentence = match.group()
+            if (
+                has(fact.old, sentence)
+                and not _FORMER.search(sentence)
+                and not has(fact.value, sentence)
+            ):
+                return True
     return False
 
 

@@ -153,6 +153,27 @@ def test_a_later_statement_on_the_same_subject_shows_the_older_as_earlier():
     assert memory_summary.summary_lines(summary, entries) == ["The user asked about moving house."]
 
 
+def test_an_older_line_that_names_the_replaced_value_is_shown_as_earlier_too():
+    entries = merged(
+        ("user", "Leave is fixed by roster, I got 9 days for Japan."),
+        ("user", "Can you plan the trip?"),
+        ("assistant", "With 9 days you can do one region properly: Hokkaido in winter."),
+        ("user", "Hokkaido sounds nice."),
+        ("user", "My brother Kenji lives in Osaka."),
+        ("user", "Actually it's 12 days now, my supervisor approved extra leave today!"),
+    )
+    shown = {e.value: e.text() for e in entries}
+    assert shown["Leave is fixed by roster, I got 9 days for Japan."].startswith("Earlier")
+    # The choice names the old value only in the suggestion it answers: earlier as a whole.
+    assert shown["Hokkaido sounds nice."].startswith(
+        'Earlier (a later line may replace it): You suggested: "With 9 days'
+    )
+    assert shown["My brother Kenji lives in Osaka."] == '"My brother Kenji lives in Osaka."'
+    assert not shown[
+        "Actually it's 12 days now, my supervisor approved extra leave today!"
+    ].startswith("Earlier")
+
+
 def test_a_correction_is_matched_by_the_clause_it_corrects_not_the_whole_sentence():
     entries = merged(
         ("user", "Work is busy, and I'm starting a pottery class on Tuesday evenings in January."),
@@ -169,6 +190,25 @@ def test_a_correction_that_puts_a_value_of_the_same_kind_in_place_links_to_the_o
         ("user", "They emailed: one of the panel is ill, so it's been moved to Friday the 21st."),
     )
     assert [bool(e.later) for e in entries] == [True, False, False]
+
+
+def test_options_written_in_prose_and_taken_by_pointing_at_one_are_kept_with_them():
+    options = (
+        "A few neighbourhoods: Santo Stefano \u2014 elegant but expensive. Bolognina \u2014 just "
+        "north of the station, lively and affordable. San Donato \u2014 residential, further out."
+    )
+    entries = merged(
+        ("assistant", options),
+        ("user", "Which is closest to the theatre by bike?"),
+        ("assistant", "The northern one: about 10 minutes by bike."),
+        ("user", "Sorry, was at rehearsal. Ok, I go for the one north of the station!"),
+    )
+    [took] = [e for e in entries if e.kind == memory_facts.TOOK]
+    assert took.context == "1. Santo Stefano; 2. Bolognina; 3. San Donato"
+    assert took.value == "Ok, I go for the one north of the station!"
+    # Without options before it, "one" chooses nothing.
+    entries = merged(("assistant", "Rain tomorrow, sadly."), ("user", "I have one brother, Tom."))
+    assert [e.kind for e in entries] == [memory_facts.SAID]
 
 
 def test_a_choice_made_after_a_question_about_the_options_is_kept_with_them():

@@ -78,10 +78,10 @@ class Entry:
         if self.edited:
             return f'"{self.value}" (as the user corrected it)'
         if self.kind == TOOK:
-            replied = "replied earlier (a later line may replace it)" if self.later else "replied"
             # The suggestion's own double quotes made single: one pair of quotes per speaker.
             said = self.context.replace('"', "'").replace("\u201c", "'").replace("\u201d", "'")
-            return f'You suggested: "{said}"; the user {replied}: "{self.value}"'
+            took = f'You suggested: "{said}"; the user replied: "{self.value}"'
+            return f"Earlier (a later line may replace it): {took}" if self.later else took
         if self.kind in (USER, OTHER):
             sentence = self.template.replace("{}", self.value, 1)
             if self.former and self.former.lower() != self.value.lower():
@@ -164,11 +164,17 @@ def _value_likeness(new: Entry, old: Entry, words: dict[str, object]) -> float:
     return max((float(words[said_new[n]] @ words[said_old[o]]) for n, o in pairs), default=0.0)
 
 
+def _same_subject(a, b) -> bool:
+    """Two statements' clause vectors (_subject_vectors) speak of the same thing."""
+    return float((a @ b.T).max()) >= SAME_SUBJECT
+
+
 def _mark_replaced(entries: list[Entry], newest: list[Entry]) -> None:
-    """Each of `newest` marks the older statement of another turn (or the reply that took a
-    suggestion) that is most like it as earlier, when the two speak of the same thing: their
-    closest clauses, plus VALUE_WEIGHT times how alike their differing names and numbers are,
-    reach SAME_SUBJECT. A question marks nothing."""
+    """Each of `newest` marks as earlier every older statement of another turn (or reply that
+    took a suggestion) that speaks of the same thing: their closest clauses, plus VALUE_WEIGHT
+    times how alike their differing names and numbers are, reach SAME_SUBJECT. Every one, not
+    only the closest: what a correction replaces was often said more than once, and a copy left
+    unmarked reads as current. A question marks nothing."""
     older = [e for e in entries if e.kind in (SAID, TOOK) and e.value and not e.edited]
     if not older or not newest:
         return
@@ -183,17 +189,53 @@ def _mark_replaced(entries: list[Entry], newest: list[Entry]) -> None:
             (
                 float((new @ old_vectors[col].T).max())
                 + VALUE_WEIGHT * _value_likeness(entry, old, words),
-                old,
+                col,
             )
             for col, old in enumerate(older)
             if old.at != entry.at and old.key != entry.key
         ]
         if not candidates:
             continue
-        score, old = max(candidates, key=lambda pair: pair[0])
-        same_person = reading.user_is_subject(old.value) == reading.user_is_subject(entry.value)
-        if score >= (SAME_SUBJECT if same_person else SAME_SUBJECT_OTHER_PERSON):
-            old.later = entry.key
+        _, closest = max(candidates)
+        for score, col in candidates:
+            old = older[col]
+            same_person = reading.user_is_subject(old.value) == reading.user_is_subject(entry.value)
+            if score < (SAME_SUBJECT if same_person else SAME_SUBJECT_OTHER_PERSON):
+                continue
+            # Besides the closest, an older statement that says what the closest says (the
+            # value said twice) is replaced too.
+            if col == closest or _same_subject(old_vectors[col], old_vectors[closest]):
+                old.later = entry.key
+
+
+def _mark_naming_replaced(entries: list[Entry]) -> None:
+    """An older line that names what a later statement replaced (a name or number of the
+    replaced statement that the later one does not repeat: "9 days" in a suggestion the user
+    took, after "actually it's 12 days") is shown as earlier too: it speaks of the old value."""
+    by_key = {e.key: e for e in entries}
+    for old in entries:
+        successor = by_key.get(old.later)
+        if successor is None:
+            continue
+        now = {w.lower() for w in reading.detail_words(successor.value)}
+        gone = {w.lower() for w in reading.detail_words(old.value)} - now
+        if not gone:
+            continue
+        for other in entries:
+            if (
+                other.at < successor.at
+                and not other.later
+                and not other.edited
+                and other.kind in (SAID, TOOK)
+                and other.key != successor.key
+                and gone & {w.lower() for w in reading.detail_words(_shown_words(other))}
+            ):
+                other.later = successor.key
+
+
+def _shown_words(entry: Entry) -> str:
+    """What a line shows: a reply that took a suggestion shows the suggestion too."""
+    return f"{entry.context} {entry.value}" if entry.kind == TOOK else entry.value
 
 
 # -- keeping them ---------------------------------------------------------------------------
@@ -277,6 +319,7 @@ def merge(
             fresh.append(entry)
         _mark_replaced(merged, fresh)
         merged.extend(fresh)
+    _mark_naming_replaced(merged)
     return _bounded(merged, weights)
 
 

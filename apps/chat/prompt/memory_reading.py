@@ -40,6 +40,8 @@ ANAPHORS = frozenset("that that's it it's those them one".split())
 POSITIONS = frozenset(
     "first second third fourth fifth last latter former two three four five".split()
 )
+# The pro-form a choice among options takes ("the blue one", "the one north of the station").
+CHOICE = frozenset({"one", "ones"})
 
 
 @dataclass(frozen=True)
@@ -211,11 +213,22 @@ ITEM_HEAD_WORDS = 6
 _HIGHLIGHTED = re.compile(r"(?:\*\*|[\"\u201c`])([^*\"\u201d`\n]{1,40})(?:\*\*|[\"\u201d`])")
 
 
+# Options written in prose, each a head and a description set apart by a dash, one per
+# sentence or semicolon: "Some ideas: Ledgerline — suggests tracking. Mortise — a joint."
+_INLINE_SEGMENT_END = re.compile(r"(?<=[.!?;])\s+|\s*\n+\s*")
+_INLINE_ITEM = re.compile(r"^(?:[^:\u2014\u2013]{0,120}:\s+)?(.{1,80}?)\s+[-\u2013\u2014]\s+\S")
+
+
 def _item_heads(assistant_text: str) -> list[str]:
-    """The heads of a list the assistant wrote, one per item: what each option is called."""
+    """The heads of a list the assistant wrote, one per item: what each option is called. A
+    list is bulleted or numbered, or written in prose as heads with dashed descriptions."""
+    items = [match.group(1) for match in _LIST_ITEM.finditer(assistant_text)]
+    if len(items) < 2:
+        segments = _INLINE_SEGMENT_END.split(assistant_text)
+        items = [m.group(1) for m in map(_INLINE_ITEM.match, segments) if m]
     heads = []
-    for match in _LIST_ITEM.finditer(assistant_text):
-        head = _ITEM_HEAD_END.split(match.group(1), maxsplit=1)[0]
+    for item in items:
+        head = _ITEM_HEAD_END.split(item, maxsplit=1)[0]
         heads.append(" ".join(head.strip(' *_`"').split()[:ITEM_HEAD_WORDS]))
     return [h for h in heads if h]
 
@@ -316,6 +329,12 @@ def suggestion_taken(
             if reply:
                 taken = assistant
                 break
+    if not reply:
+        # A choice that names no option points at one ("we go with the blue one", "I take the
+        # free one"): kept with the newest list of options, which says what it points at.
+        listed = [a for a in [previous_assistant, *earlier] if len(_item_heads(a)) >= 2]
+        reply = next((s for s in statements if _said_names(s) & CHOICE), "") if listed else ""
+        taken = listed[0] if reply else ""
     proposal = _suggestion(taken)[0] if taken else ""
     if not reply or not proposal:
         return None
