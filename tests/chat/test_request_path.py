@@ -159,7 +159,7 @@ async def test_a_new_tab_during_an_answer_shows_the_text_so_far_and_continues(
     user, settings, start_worker, dispatcher
 ):
     settings.MODEL_MAX_TOKENS = 120
-    start_worker("w1")
+    worker = start_worker("w1")
     conversation = await sync_to_async(conversation_create)(owner=user)
     async with chat_socket(user, conversation.id) as (first_tab, _, _):
         await first_tab.send_to(
@@ -168,8 +168,15 @@ async def test_a_new_tab_during_an_answer_shows_the_text_so_far_and_continues(
             )
         )
         first_frames = await receive_until(first_tab, "delta")
-        async with chat_socket(user, conversation.id) as (second_tab, _, _):
-            second_frames = await receive_until(second_tab, "final")
+        # Held mid-answer while the second tab opens: a short answer could otherwise end, and
+        # be stored, before the tab asks for the answer in progress.
+        worker.send_signal(signal.SIGSTOP)
+        try:
+            async with chat_socket(user, conversation.id) as (second_tab, _, _):
+                worker.send_signal(signal.SIGCONT)
+                second_frames = await receive_until(second_tab, "final")
+        finally:
+            worker.send_signal(signal.SIGCONT)
         first_frames += await receive_until(first_tab, "final")
     assert second_frames[-1]["text"] == first_frames[-1]["text"]
     assert answer_text(second_frames) == answer_text(first_frames) == first_frames[-1]["text"]
