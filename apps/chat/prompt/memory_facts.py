@@ -213,12 +213,17 @@ def _mark_naming_replaced(entries: list[Entry]) -> None:
     replaced statement that the later one does not repeat: "9 days" in a suggestion the user
     took, after "actually it's 12 days") is shown as earlier too: it speaks of the old value."""
     by_key = {e.key: e for e in entries}
+    # Each line's names and numbers, read once: every prompt build runs this over the block.
+    shown = {
+        e.key: {w.lower() for w in reading.detail_words(_shown_words(e))}
+        for e in entries
+        if e.value
+    }
     for old in entries:
         successor = by_key.get(old.later)
-        if successor is None:
+        if successor is None or old.key not in shown or successor.key not in shown:
             continue
-        now = {w.lower() for w in reading.detail_words(successor.value)}
-        gone = {w.lower() for w in reading.detail_words(old.value)} - now
+        gone = {w.lower() for w in reading.detail_words(old.value)} - shown[successor.key]
         if not gone:
             continue
         for other in entries:
@@ -228,7 +233,7 @@ def _mark_naming_replaced(entries: list[Entry]) -> None:
                 and not other.edited
                 and other.kind in (SAID, TOOK)
                 and other.key != successor.key
-                and gone & {w.lower() for w in reading.detail_words(_shown_words(other))}
+                and gone & shown.get(other.key, set())
             ):
                 other.later = successor.key
 
