@@ -30,7 +30,7 @@ def state(request_id: str) -> str:
 def test_two_workers_on_one_box_under_real_load_degrade_from_the_backlog(
     settings, dispatcher, start_worker, user
 ):
-    settings.MODEL_MAX_TOKENS, settings.MODEL_TEMPERATURE = 8, 0.0
+    settings.MODEL_MAX_TOKENS, settings.MODEL_TEMPERATURE = 32, 0.0
     roomy(max_queue_wait_seconds=900)  # a slow machine makes them wait; none may give up
     row = DegradationSettings.current()
     row.backlog_threshold, row.forced_level = 2, None
@@ -43,13 +43,17 @@ def test_two_workers_on_one_box_under_real_load_degrade_from_the_backlog(
         request_submit(
             Question(user=person, conversation=conversation_create(owner=person), text=question)
         ).request_id
-        # Eight for two slots: the backlog outlasts the dispatcher's two-second publishing
-        # even when the workers answer each in a second.
+        # Twelve answers of up to 32 tokens for two slots: the backlog of two or more lasts
+        # about four answers' time per slot, so two or more of the dispatcher's two-second
+        # publishings see it even where SmolLM2 writes a token in 30 ms (eight answers of 8
+        # tokens drained in under two seconds on such a machine, between two publishings).
         for question in (
             "What is a river?",
             "What is a canal?",
             "What is a lake?",
             "What is a bay?",
+            "What is a delta?",
+            "What is a fjord?",
         )
         for person in people
     ]
