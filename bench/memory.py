@@ -9,8 +9,8 @@ current value?
 Two sets. `independent` (the headline): 40 conversations in bench/data/memory_independent_*.jsonl,
 written in their own words by people who never read the memory's code or this bench, frozen
 before the first run against them. Two sets to tune on: `dev`, conversations this bench
-generates (bench/memory_data.py), and `tuning`, 80 written conversations in
-bench/data/memory_tuning*.jsonl by four more writers who never read the memory's code.
+generates (bench/memory_data.py), and `tuning`, 100 written conversations in
+bench/data/memory_tuning*.jsonl by five more writers who never read the memory's code.
 
 The model's work is what takes time: about three summary requests per conversation, and for the
 answers one long prompt per arm (an arm's questions share its prefix, so more `--answers` cost

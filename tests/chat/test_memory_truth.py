@@ -323,11 +323,27 @@ def test_the_note_shows_the_prompts_memory_and_the_user_corrects_and_deletes_ent
     page = client_for(user).get(f"/c/{conversation.id}/?memory=1").content.decode()
     assert "I live in Tartu." in page and "Mochi" not in page.split("memory-note")[1]
 
-    # A later turn says otherwise: the user's own words are kept, in order after the edit.
+    # A later turn says otherwise: the user's own words reach the prompt after the edit. That
+    # turn is among those sent whole, so the memory block does not repeat it.
     message_create(conversation=conversation, role="user", text="We moved to Riga last week.")
     message_create(conversation=conversation, role="user", text="What now?")
-    memory_block = system_of(conversation).split("\n\n", 1)[1]
-    assert memory_block.index("I live in Tartu.") < memory_block.index("We moved to Riga")
+    messages = prompt_build(conversation=conversation).messages
+    memory_block = messages[0]["content"].split("\n\n", 1)[1]
+    assert "I live in Tartu." in memory_block and "Riga" not in memory_block
+    assert [m["content"] for m in messages[-2:]] == ["We moved to Riga last week.", "What now?"]
+
+
+def test_a_statement_the_prompt_sends_whole_is_not_repeated_in_the_memory_block(user, small_window):
+    """The block's room goes to what fell out of the window: a statement of a recent turn is
+    read there, once, while an old one is kept in the block."""
+    conversation = chat(user, ["I live in Tallinn."])
+    message_create(conversation=conversation, role="user", text="I keep bees on the roof.")
+    message_create(conversation=conversation, role="assistant", text="Bees need water nearby.")
+    message_create(conversation=conversation, role="user", text="What now?")
+    messages = prompt_build(conversation=conversation).messages
+    assert '"I live in Tallinn."' in messages[0]["content"]
+    assert sum("I keep bees on the roof." in m["content"] for m in messages) == 1
+    assert messages[-3]["content"] == "I keep bees on the roof."
 
 
 def sources_of(conversation):

@@ -186,12 +186,16 @@ def plan_prompt(*, system: str, sources: PromptSources, budget: int) -> Plan:
         return Plan(system=system, turns=[clipped])
 
     turns_room = budget - int(budget * MEMORY_SHARE)
+    sent = {t.id for t in _fill(uncovered, turns_room)}  # in the prompt whatever the block holds
     block = remembered(
         sources=sources,
-        entries=entries_for(sources),
+        # A statement of a turn the prompt sends whole is there already, as is a pinned turn.
+        # A reply that took a suggestion stays: the suggestion may be older than the turns sent.
+        entries=[
+            e for e in entries_for(sources) if e.kind == facts.TOOK or e.edited or e.at not in sent
+        ],
         budget=int(budget * MEMORY_SHARE),
-        # A pinned turn among the recent ones is in the prompt already.
-        pinned=[t for t in pinned if t.id not in {u.id for u in _fill(uncovered, turns_room)}],
+        pinned=[t for t in pinned if t.id not in sent],
     )
     remaining = budget - (estimate_tokens(block.text) if block else 0)
     recent = _fill(uncovered, remaining) or [question]
