@@ -211,6 +211,19 @@ def test_options_written_in_prose_and_taken_by_pointing_at_one_are_kept_with_the
     assert [e.kind for e in entries] == [memory_facts.SAID]
 
 
+def test_options_called_by_a_label_and_an_index_keep_the_names_that_follow_the_label():
+    options = (
+        "Three routes from Christchurch:\n\nRoute A \u2013 Coastal Loop: Kaikoura, Nelson.\n"
+        "Route B \u2013 Southern Lakes: Tekapo, Queenstown.\nRoute C \u2013 West Coast: glaciers."
+    )
+    entries = merged(("assistant", options), ("user", "We do the lakes one."))
+    [took] = [e for e in entries if e.kind == memory_facts.TOOK]
+    assert took.context == (
+        "1. Route A \u2013 Coastal Loop; 2. Route B \u2013 Southern Lakes; "
+        "3. Route C \u2013 West Coast"
+    )
+
+
 def test_a_choice_made_after_a_question_about_the_options_is_kept_with_them():
     options = (
         "Four beginner projects:\n1. Shaker side table: joinery.\n2. Dovetailed keepsake box: "

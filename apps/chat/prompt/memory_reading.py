@@ -210,6 +210,8 @@ _LIST_ITEM = re.compile(
 # An item's head ends at its first dash, comma, colon or bracket: "**Kittiwake** - a seabird".
 _ITEM_HEAD_END = re.compile(r"\s+[-\u2013\u2014]\s+|[,:(]")
 ITEM_HEAD_WORDS = 6
+# A head that is only a label and its index: one word, then a letter or a number.
+_LABEL = re.compile(r"^\w+\s+(?:[A-Za-z]|\d{1,2})$")
 _HIGHLIGHTED = re.compile(r"(?:\*\*|[\"\u201c`])([^*\"\u201d`\n]{1,40})(?:\*\*|[\"\u201d`])")
 
 
@@ -221,15 +223,22 @@ _INLINE_ITEM = re.compile(r"^(?:[^:\u2014\u2013]{0,120}:\s+)?(.{1,80}?)\s+[-\u20
 
 def _item_heads(assistant_text: str) -> list[str]:
     """The heads of a list the assistant wrote, one per item: what each option is called. A
-    list is bulleted or numbered, or written in prose as heads with dashed descriptions."""
+    list is bulleted or numbered, or written in prose as heads with dashed descriptions. An
+    item called by a label and its index ("Route B – Southern Lakes: ...", "**Option 3 —
+    Kalahari Dusk:**") keeps the name that follows the label."""
     items = [match.group(1) for match in _LIST_ITEM.finditer(assistant_text)]
     if len(items) < 2:
         segments = _INLINE_SEGMENT_END.split(assistant_text)
-        items = [m.group(1) for m in map(_INLINE_ITEM.match, segments) if m]
+        items = [
+            segment[m.start(1) :] for segment in segments if (m := _INLINE_ITEM.match(segment))
+        ]
     heads = []
     for item in items:
-        head = _ITEM_HEAD_END.split(item, maxsplit=1)[0]
-        heads.append(" ".join(head.strip(' *_`"').split()[:ITEM_HEAD_WORDS]))
+        parts = [part.strip(' *_`"') for part in _ITEM_HEAD_END.split(item, maxsplit=2)]
+        head = parts[0]
+        if _LABEL.match(head) and len(parts) > 1 and parts[1]:
+            head = f"{head} \u2013 {parts[1]}"
+        heads.append(" ".join(head.split()[:ITEM_HEAD_WORDS]))
     return [h for h in heads if h]
 
 
