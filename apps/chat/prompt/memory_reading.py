@@ -224,7 +224,7 @@ _INLINE_ITEM = re.compile(r"^(?:[^:\u2014\u2013]{0,120}:\s+)?(.{1,80}?)\s+[-\u20
 def _item_heads(assistant_text: str) -> list[str]:
     """The heads of a list the assistant wrote, one per item: what each option is called. A
     list is bulleted or numbered, or written in prose as heads with dashed descriptions. An
-    item called by a label and its index ("Route B – Southern Lakes: ...", "**Option 3 —
+    item called by a label and its index ("Route B - Southern Lakes: ...", "**Option 3 —
     Kalahari Dusk:**") keeps the name that follows the label."""
     items = [match.group(1) for match in _LIST_ITEM.finditer(assistant_text)]
     if len(items) < 2:
