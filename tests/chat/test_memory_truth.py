@@ -224,6 +224,18 @@ def test_options_called_by_a_label_and_an_index_keep_the_names_that_follow_the_l
     )
 
 
+def test_options_lettered_in_brackets_or_bulleted_with_dashes_are_a_list():
+    for options in (
+        "Three good bets:\n(a) 2018 Honda Fit: roomy.\n(b) 2017 Toyota Corolla: hard to kill.\n"
+        "(c) 2019 Mazda3: fun to drive.",
+        "Three good bets:\n\u2014 2018 Honda Fit: roomy.\n\u2014 2017 Toyota Corolla: hard to kill."
+        "\n\u2014 2019 Mazda3: fun to drive.",
+    ):
+        entries = merged(("assistant", options), ("user", "ok the corolla then."))
+        [took] = [e for e in entries if e.kind == memory_facts.TOOK]
+        assert "2. 2017 Toyota Corolla" in took.context, options
+
+
 def test_a_choice_made_after_a_question_about_the_options_is_kept_with_them():
     options = (
         "Four beginner projects:\n1. Shaker side table: joinery.\n2. Dovetailed keepsake box: "

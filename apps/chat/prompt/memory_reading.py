@@ -203,7 +203,7 @@ REPLY_MAX_WORDS = 14
 # The assistant's suggestion kept with such a reply (characters).
 SUGGESTION_CHARS = 200
 _LIST_ITEM = re.compile(
-    r"(?:^[ \t]*(?:[-*\u2022]|[A-Ha-h][.)])|(?:^|(?<=\s))\d{1,2}[.)])[ \t]+(.+?)"
+    r"(?:^[ \t]*(?:[-*\u2022\u2013\u2014]|\(?[A-Ha-h][.)])|(?:^|(?<=\s))\d{1,2}[.)])[ \t]+(.+?)"
     r"(?=\s\d{1,2}[.)]\s|$)",
     re.MULTILINE,
 )
@@ -290,6 +290,11 @@ def _said_names(sentence: str) -> set[str]:
     return {*words, *(f"{a} {b}" for a, b in itertools.pairwise(words))}
 
 
+def _lists(previous_assistant: str, earlier: Sequence[str]) -> list[str]:
+    """The assistant's turns that gave a list of options, newest first."""
+    return [a for a in [previous_assistant, *earlier] if a and len(_item_heads(a)) >= 2]
+
+
 def suggestion_taken(
     text: str, previous_assistant: str, earlier: Sequence[str] = ()
 ) -> tuple[str, str] | None:
@@ -321,7 +326,7 @@ def suggestion_taken(
             # Pointing back and saying nothing of its own; "wait, it's July 27" is a statement.
             reply, taken = opening, previous_assistant
         elif said & POSITIONS:  # a place in the newest list ("ok the third then")
-            listed = [a for a in [previous_assistant, *earlier] if len(_item_heads(a)) >= 2]
+            listed = _lists(previous_assistant, earlier)
             reply, taken = opening, (listed[0] if listed else previous_assistant)
     if not reply:
         statements = [
@@ -341,7 +346,7 @@ def suggestion_taken(
     if not reply:
         # A choice that names no option points at one ("we go with the blue one", "I take the
         # free one"): kept with the newest list of options, which says what it points at.
-        listed = [a for a in [previous_assistant, *earlier] if len(_item_heads(a)) >= 2]
+        listed = _lists(previous_assistant, earlier)
         reply = next((s for s in statements if _said_names(s) & CHOICE), "") if listed else ""
         taken = listed[0] if reply else ""
     proposal = _suggestion(taken)[0] if taken else ""
