@@ -375,6 +375,12 @@ async def main() -> None:
         "--conversations-independent", type=int, default=0, help="the first N (0: all 40)"
     )
     parser.add_argument(
+        "--tuning-files",
+        default="",
+        help="with --set tuning: only these files of bench/data/, comma-separated "
+        "(memory_tuning_e.jsonl); all of them by default",
+    )
+    parser.add_argument(
         "--summaries",
         choices=("model", "none"),
         default="model",
@@ -392,7 +398,11 @@ async def main() -> None:
         if args.conversations_independent:
             sets["independent"] = sets["independent"][: args.conversations_independent]
     if args.set in ("tuning", "all"):
-        sets["tuning"] = load_independent(TUNING)
+        chosen = {name.strip() for name in args.tuning_files.split(",") if name.strip()}
+        unknown = chosen - {path.name for path in TUNING}
+        if unknown:
+            parser.error(f"--tuning-files: no {', '.join(sorted(unknown))} in bench/data/")
+        sets["tuning"] = load_independent([p for p in TUNING if not chosen or p.name in chosen])
     if args.set in ("dev", "both", "all"):
         sets["dev"] = [
             make_conversation(rng, exchanges=args.exchanges) for _ in range(args.conversations)
