@@ -5,9 +5,10 @@ recent turns that fit. The memory block holds, within MEMORY_SHARE of the turns'
 
 - the turns the user pinned;
 - what the user said of themselves and their life, in their own words (memory_facts.py), oldest
-  first; a statement that a later one may replace is shown as earlier, never as current; a
-  reply that took the assistant's suggestion is shown with it; the user may correct or delete
-  any of them on the page. When the block is full, the least telling leave first;
+  first, from the turns the prompt does not send whole (those it sends are not repeated); a
+  statement that a later one may replace is shown as earlier, never as current; a reply that
+  took the assistant's suggestion is shown with it; the user may correct or delete any of them
+  on the page. When the block is full, the least telling leave first;
 - the rolling summary's sentences (the topics the user asked about), each grounded in the
   turns it summarises, and none that names an out-of-date value or a detail the user did not
   give as their own.
