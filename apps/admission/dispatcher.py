@@ -77,12 +77,6 @@ class Options:
     # admitted new requests (see `step`).
     record_interval: float = 0.05
     lost_grace: float = 15.0  # seconds after dispatch before a request is checked at all
-    # With this many requests running, a pass that admitted requests is followed by a short
-    # pause: arrivals then come a few to a pass (each pass is three round trips to Redis and
-    # the same work in Python, for one request or fifty), and the workers read them a few to a
-    # read. A request waits at most `busy_pause` more; with fewer running, none.
-    busy_running: int = 32
-    busy_pause: float = 0.015
 
 
 class Dispatcher:
@@ -224,11 +218,6 @@ class Dispatcher:
         except redis.RedisError:
             self.loaded = False
             raise
-
-    def pause_after(self, decided: int) -> float:
-        """Seconds to wait before the next pass (see Options.busy_running)."""
-        o = self.options
-        return o.busy_pause if decided and len(self.running) >= o.busy_running else 0.0
 
     def settle(self, answers: list[Answer]) -> None:
         """The recorder's callback: each answer record it read settles its request."""

@@ -34,20 +34,6 @@ def test_a_request_waits_for_a_worker_then_goes_to_it(make_dispatcher, user):
     assert get_redis().hexists(keys().running, request_id)
 
 
-def test_a_busy_dispatcher_pauses_after_admitting_so_arrivals_come_a_few_to_a_pass(
-    make_dispatcher, user, other_user
-):
-    dispatcher = make_dispatcher(busy_running=2, busy_pause=0.01)
-    give_the_fleet_slots(4)
-    publish(user.id)
-    assert dispatcher.pause_after(dispatcher.step()) == 0.0  # one running: at once
-    publish(user.id)
-    publish(other_user.id)
-    assert dispatcher.pause_after(dispatcher.step()) == 0.01  # three running
-    assert len(dispatcher.running) == 3
-    assert dispatcher.pause_after(dispatcher.step()) == 0.0  # nothing new: it waits on arrivals
-
-
 def test_no_admission_key_is_left_without_a_ttl(make_dispatcher, user, clock):
     Plan.objects.filter(slug="free").update(max_queue_wait_seconds=5)
     give_the_fleet_slots(1)

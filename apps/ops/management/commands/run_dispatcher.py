@@ -92,9 +92,7 @@ class Command(BaseCommand):
                 if not grouped:
                     recorder.ensure_group()
                     grouped = True
-                pause = dispatcher.pause_after(dispatcher.step())
-                if pause:
-                    time.sleep(pause)
+                dispatcher.step()
                 if not dispatcher.active:
                     time.sleep(0.5)  # standby: poll the lease
             except redis.RedisError as exc:
