@@ -19,10 +19,10 @@ reads images (`--image-input`): an OpenAI-compatible server does not say what it
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import aiohttp
-import orjson
 
 from contract.capabilities import (
     IMAGE_INPUT,
@@ -149,9 +149,9 @@ class OpenAIEngine:
                     if request.id in self._aborted:
                         yield EngineOutput("", prompt_tokens, completion_tokens, "abort")
                         return
-                    if data == b"[DONE]":
+                    if data == "[DONE]":
                         break
-                    chunk = orjson.loads(data)  # a chunk per token: the C parser reads bytes
+                    chunk = json.loads(data)
                     if chunk.get("usage"):
                         prompt_tokens = chunk["usage"].get("prompt_tokens", prompt_tokens)
                         completion_tokens = chunk["usage"].get(
@@ -229,7 +229,7 @@ class CallDeltas:
         return calls
 
 
-async def sse_data(content) -> AsyncIterator[bytes]:
+async def sse_data(content) -> AsyncIterator[str]:
     """The `data:` payloads of an SSE body, read in whatever pieces the network hands over:
     one await per read rather than per line (a streamed answer is two lines per token)."""
     rest = b""
@@ -238,6 +238,6 @@ async def sse_data(content) -> AsyncIterator[bytes]:
         rest = lines.pop()
         for line in lines:
             if line.startswith(b"data:"):
-                yield line[5:].strip()
+                yield line[5:].strip().decode()
     if rest.startswith(b"data:"):  # a last line without its newline
-        yield rest[5:].strip()
+        yield rest[5:].strip().decode()
