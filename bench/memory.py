@@ -9,8 +9,10 @@ current value?
 Two sets. `independent` (the headline): 40 conversations in bench/data/memory_independent_*.jsonl,
 written in their own words by people who never read the memory's code or this bench, frozen
 before the first run against them. Two sets to tune on: `dev`, conversations this bench
-generates (bench/memory_data.py), and `tuning`, 100 written conversations in
-bench/data/memory_tuning*.jsonl by five more writers who never read the memory's code.
+generates (bench/memory_data.py), and `tuning`, 120 written conversations in
+bench/data/memory_tuning*.jsonl by six more writers who never read the memory's code. And
+`heldout`, 20 more written conversations in bench/data/memory_heldout_*.jsonl, frozen like the
+independent set, scored and never tuned on.
 
 The model's work is what takes time: about three summary requests per conversation, and for the
 answers one long prompt per arm (an arm's questions share its prefix, so more `--answers` cost
@@ -71,6 +73,7 @@ django.setup()
 
 import memory_grade as grade  # noqa: E402
 from memory_data import (  # noqa: E402
+    HELDOUT,
     PLACEMENTS,
     TUNING,
     Conversation,
@@ -135,10 +138,13 @@ def memory_prompt(
     )
 
 
-def fold_entries(entries: list[dict], turns: list[Turn]) -> list[dict]:
+def fold_entries(entries: list[dict], turns: list[Turn], before: list[Turn]) -> list[dict]:
     """The entries a summary's row keeps as of its last turn (memory_summary.summary_store)."""
     merged = memory_facts.merge(
-        memory_facts.entries_from_json(entries), turns, newer=lambda a, b: a > b
+        memory_facts.entries_from_json(entries),
+        turns,
+        newer=lambda a, b: a > b,
+        before=before[-memory_facts.CONTEXT_TURNS :],
     )
     return memory_facts.entries_to_json(merged)
 
@@ -221,7 +227,8 @@ async def replay(conversation: Conversation, summarise, budget: int, on_summary=
         plan = memory.plan_prompt(system=BASE_SYSTEM_PROMPT, sources=sources, budget=budget)
         if plan.to_summarise:
             written = await summarise(conversation, summary, plan.to_summarise)
-            entries = fold_entries(entries, plan.to_summarise)
+            first = turns.index(plan.to_summarise[0])
+            entries = fold_entries(entries, plan.to_summarise, turns[:first])
             upto = plan.to_summarise[-1].id
             if on_summary and written != summary:  # the same notes kept are not new sentences
                 on_summary(written, upto)
@@ -367,9 +374,9 @@ async def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--set",
-        choices=("independent", "dev", "tuning", "both", "all"),
+        choices=("independent", "heldout", "dev", "tuning", "both", "all"),
         default="both",
-        help="both: independent and dev; all: the three",
+        help="both: independent and dev; all: the four",
     )
     parser.add_argument(
         "--conversations-independent", type=int, default=0, help="the first N (0: all 40)"
@@ -397,6 +404,8 @@ async def main() -> None:
         sets["independent"] = load_independent()
         if args.conversations_independent:
             sets["independent"] = sets["independent"][: args.conversations_independent]
+    if args.set in ("heldout", "all"):
+        sets["heldout"] = load_independent(HELDOUT)
     if args.set in ("tuning", "all"):
         chosen = {name.strip() for name in args.tuning_files.split(",") if name.strip()}
         unknown = chosen - {path.name for path in TUNING}

@@ -36,6 +36,7 @@ from memory_facts import (
 from apps.chat.selectors import Turn
 
 __all__ = [
+    "HELDOUT",
     "PLACEMENTS",
     "TUNING",
     "Conversation",
@@ -50,6 +51,10 @@ INDEPENDENT = sorted((Path(__file__).resolve().parent / "data").glob("memory_ind
 # Written sets for tuning: by two more writers who never read the memory's code, in the same
 # form; rules are tuned on them (and on the generated set), never on the independent set.
 TUNING = sorted((Path(__file__).resolve().parent / "data").glob("memory_tuning*.jsonl"))
+# A second held-out set, written like the independent one by a writer who never read the code or
+# the other sets, frozen before its first run: for rules chosen after the independent set had
+# been read for ablations (docs/benchmarks.md says which).
+HELDOUT = sorted((Path(__file__).resolve().parent / "data").glob("memory_heldout_*.jsonl"))
 
 
 @dataclass

@@ -136,6 +136,41 @@ def test_an_option_taken_from_a_list_by_its_place_or_its_name_is_kept_with_the_l
     assert [e.kind for e in merged(("assistant", answer), ("user", "Thank you dear."))] == []
 
 
+def test_a_number_is_no_place_in_a_list_and_needs_a_list_to_be_one():
+    options = "Some ideas: 1. Raspberry Pi 5; 2. Intel NUC 11; 3. Beelink EQ12."
+    question = "Sensible. What is the plan for storage?"
+    count = ("user", "two 4TB drives in a usb enclosure.")
+    # A count beside a value of its own, a list still in view: a statement, not the second
+    # option.
+    entries = merged(("assistant", options), ("user", "hm."), ("assistant", question), count)
+    assert [(e.kind, e.value) for e in entries if e.at == 4] == [("said", count[1])]
+    # A place without any list before it: a number, not a choice.
+    entries = merged(
+        ("assistant", question), ("user", "update: my brother gave me his, so three now.")
+    )
+    assert [e.kind for e in entries] == ["said"]
+    took = [e for e in merged(("assistant", options), ("user", "the second.")) if e.kind == "took"]
+    assert took and took[0].context.startswith("1. Raspberry Pi 5; 2. Intel NUC 11")
+
+
+def test_a_reply_takes_a_proposal_made_before_the_turns_a_summary_folds():
+    """A summary folds a conversation in parts: a reply at the start of a part still takes the
+    list the assistant gave at the end of the part before it."""
+    history = [
+        Turn(1, "user", "Help me pick a name for my sourdough starter."),
+        Turn(2, "assistant", "Some ideas:\n1. Clint Yeastwood\n2. Bread Pitt\n3. Doughpac"),
+        Turn(3, "user", "the second one, obviously"),
+    ]
+    folded = memory_facts.merge([], history[:2], newer=lambda a, b: a > b)
+    alone = memory_facts.merge(folded, history[2:], newer=lambda a, b: a > b)
+    assert [e.kind for e in alone if e.at == 3] != ["took"]  # the list is not among its turns
+    entries = memory_facts.merge(folded, history[2:], newer=lambda a, b: a > b, before=history[:2])
+    took = [e for e in entries if e.kind == memory_facts.TOOK]
+    assert [(e.value, e.context) for e in took] == [
+        ("the second one, obviously", "1. Clint Yeastwood; 2. Bread Pitt; 3. Doughpac")
+    ]
+
+
 def test_a_later_statement_on_the_same_subject_shows_the_older_as_earlier():
     entries = merged(
         ("user", "I live in Tallinn."),

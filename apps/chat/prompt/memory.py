@@ -85,8 +85,14 @@ def entries_for(sources: PromptSources) -> list[Entry]:
         return position.get(turn_id, -1) > position.get(than, -1)
 
     # The question being asked is the prompt's last turn: it is no memory yet.
-    uncovered = after_summary(history, sources.summary_upto)[1:]
-    return facts.merge(facts.entries_from_json(sources.facts), reversed(uncovered), newer=newer)
+    uncovered = after_summary(history, sources.summary_upto)
+    before = history[len(uncovered) : len(uncovered) + facts.CONTEXT_TURNS]
+    return facts.merge(
+        facts.entries_from_json(sources.facts),
+        reversed(uncovered[1:]),
+        newer=newer,
+        before=before[::-1],
+    )
 
 
 def remembered(

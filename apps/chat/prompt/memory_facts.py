@@ -55,6 +55,8 @@ EARLIER_WEIGHT_COST = 1.0
 # The assistant's turns whose proposals a later statement may take by name: a choice is
 # sometimes made after a question or two about the options.
 PROPOSALS_READ = 2
+# The turns before those being merged that merge() reads for the assistant's proposals.
+CONTEXT_TURNS = 2 * PROPOSALS_READ
 # Statements a conversation keeps at most (the least telling leave first).
 ENTRIES_KEPT = 160
 
@@ -274,7 +276,11 @@ def noted_read(noted: list[Entry], at: int) -> list[tuple[Entry, float]]:
 
 
 def merge(
-    entries: list[Entry], turns: Iterable, *, newer: Callable[[int, int], bool]
+    entries: list[Entry],
+    turns: Iterable,
+    *,
+    newer: Callable[[int, int], bool],
+    before: Sequence = (),
 ) -> list[Entry]:
     """`entries` (oldest first) updated by `turns` (oldest first; user and assistant turns):
     the user's statements are added, each marking an older one on the same subject as earlier;
@@ -282,7 +288,9 @@ def merge(
     the turn comes after that message; an entry the user edited or deleted holds against the
     turns before the edit, so they do not bring it back. NOTED entries among `entries` are what
     a model chose of a turn: that turn's statements are theirs instead of this module's reading;
-    the result holds no NOTED entries."""
+    the result holds no NOTED entries. `before`: the turns just before `turns` (oldest first),
+    read only for what the assistant proposed: a reply may take a proposal made before the
+    turns being merged (a summary folds a conversation in parts)."""
     noted: dict[int, list[Entry]] = {}
     for entry in entries:
         if entry.kind == NOTED:
@@ -293,9 +301,15 @@ def merge(
     weights = {e.key: 1.0 for e in merged}
     previous_assistant = ""
     proposals: list[str] = []  # the assistant's turns before the last, newest first
-    for turn in turns:
+    read = [(turn, False) for turn in before] + [(turn, True) for turn in turns]
+    for turn, merging in read:
         if turn.role != USER:
             previous_assistant = turn.text
+            continue
+        if not merging:
+            if previous_assistant:
+                proposals = [previous_assistant, *proposals][: PROPOSALS_READ - 1]
+            previous_assistant = ""
             continue
         if turn.id in noted:
             said = noted_read(noted[turn.id], turn.id)

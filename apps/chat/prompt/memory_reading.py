@@ -234,7 +234,7 @@ def _item_heads(assistant_text: str) -> list[str]:
         ]
     heads = []
     for item in items:
-        parts = [part.strip(' *_`"') for part in _ITEM_HEAD_END.split(item, maxsplit=2)]
+        parts = [part.strip(' *_`";') for part in _ITEM_HEAD_END.split(item, maxsplit=2)]
         head = parts[0]
         if _LABEL.match(head) and len(parts) > 1 and parts[1]:
             head = f"{head} \u2013 {parts[1]}"
@@ -325,9 +325,14 @@ def suggestion_taken(
         elif said & ANAPHORS and not details(WORD.findall(opening)):
             # Pointing back and saying nothing of its own; "wait, it's July 27" is a statement.
             reply, taken = opening, previous_assistant
-        elif said & POSITIONS:  # a place in the newest list ("ok the third then")
-            listed = _lists(previous_assistant, earlier)
-            reply, taken = opening, (listed[0] if listed else previous_assistant)
+        elif (
+            said & POSITIONS
+            and not details(WORD.findall(opening))
+            and (listed := _lists(previous_assistant, earlier))
+        ):
+            # A place in the newest list ("ok the third then"). Without a list, or beside a
+            # name or a number of its own, "two" counts something ("so two 4TB drives").
+            reply, taken = opening, listed[0]
     if not reply:
         statements = [
             s

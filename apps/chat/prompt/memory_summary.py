@@ -226,9 +226,15 @@ def summary_store(
     # in (an entry the user edited since holds against the turns said before the edit).
     order = _order(conversation_id)
     stored = facts.entries_from_json(current.facts if current else [])
-    folded = turns_between(conversation_id, after=covered_from, upto=upto_message_id)
+    read = turns_between(conversation_id, after=0, upto=upto_message_id)
+    start = order.get(covered_from, -1)
+    folded = [turn for turn in read if order[turn.id] > start]
+    before = [turn for turn in read if order[turn.id] <= start][-facts.CONTEXT_TURNS :]
     entries = facts.merge(
-        stored, folded, newer=lambda turn_id, than: order.get(turn_id, -1) > order.get(than, -1)
+        stored,
+        folded,
+        newer=lambda turn_id, than: order.get(turn_id, -1) > order.get(than, -1),
+        before=before,
     )
     # What a model noted of turns the summary does not fold in yet waits for them.
     upto = order.get(upto_message_id, -1)
