@@ -271,6 +271,17 @@ def test_options_lettered_in_brackets_or_bulleted_with_dashes_are_a_list():
         assert "2. 2017 Toyota Corolla" in took.context, options
 
 
+def test_a_markdown_tables_rows_are_a_list_of_options():
+    table = (
+        "Three winter-ready options:\n| Campervan | Drive | Price/day |\n|---|:---:|---|\n"
+        "| Lava Camper Duo | 2WD | \u20ac95 |\n| Fjord 4x4 Explorer | 4x4 | \u20ac140 |\n"
+        "| Nordic Roamer Highland | 4x4 | \u20ac165 |\nThe Duo is cheapest, but 2WD is risky."
+    )
+    entries = merged(("assistant", table), ("user", "The last one please."))
+    [took] = [e for e in entries if e.kind == memory_facts.TOOK]
+    assert took.context == "1. Lava Camper Duo; 2. Fjord 4x4 Explorer; 3. Nordic Roamer Highland"
+
+
 def test_a_choice_made_after_a_question_about_the_options_is_kept_with_them():
     options = (
         "Four beginner projects:\n1. Shaker side table: joinery.\n2. Dovetailed keepsake box: "

@@ -221,12 +221,34 @@ _INLINE_SEGMENT_END = re.compile(r"(?<=[.!?;])\s+|\s*\n+\s*")
 _INLINE_ITEM = re.compile(r"^(?:[^:\u2014\u2013]{0,120}:\s+)?(.{1,80}?)\s+[-\u2013\u2014]\s+\S")
 
 
+# A Markdown table's separator row, under its header: "|---|:--:|".
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?\s*$")
+
+
+def _table_rows(assistant_text: str) -> list[str]:
+    """The first cells of a Markdown table's rows below its header: one option per row."""
+    lines = assistant_text.splitlines()
+    rows = []
+    for index, line in enumerate(lines):
+        if index and _TABLE_RULE.match(line) and "|" in lines[index - 1]:
+            for row in lines[index + 1 :]:
+                if "|" not in row:
+                    break
+                cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+                if cells and cells[0]:
+                    rows.append(cells[0])
+            break
+    return rows
+
+
 def _item_heads(assistant_text: str) -> list[str]:
     """The heads of a list the assistant wrote, one per item: what each option is called. A
-    list is bulleted or numbered, or written in prose as heads with dashed descriptions. An
-    item called by a label and its index ("Route B - Southern Lakes: ...", "**Option 3 —
-    Kalahari Dusk:**") keeps the name that follows the label."""
+    list is bulleted or numbered, a Markdown table's rows, or written in prose as heads with
+    dashed descriptions. An item called by a label and its index ("Route B - Southern Lakes:
+    ...", "**Option 3 — Kalahari Dusk:**") keeps the name that follows the label."""
     items = [match.group(1) for match in _LIST_ITEM.finditer(assistant_text)]
+    if len(items) < 2:
+        items = _table_rows(assistant_text)
     if len(items) < 2:
         segments = _INLINE_SEGMENT_END.split(assistant_text)
         items = [
