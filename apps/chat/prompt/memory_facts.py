@@ -375,39 +375,3 @@ def entry_edit(entries: list[Entry], *, key: str, value: str, at: int) -> Entry 
     # The replaced value is kept, so that no summary sentence repeats it (memory_summary.py).
     former = current.value if current.value.lower() != value.lower() else current.former
     return Entry(key, current.template, value, current.kind, former, at, True, current.context)
-
-
-def unsure_values(entries: Iterable[Entry]) -> set[str]:
-    """The names and numbers a summary may not tell as the user's: those the user said only
-    in sentences that speak of something of theirs without saying "I" or "we" ("My sister
-    lives in Porto", "My boss's cat is Nimbus": whose the detail is, the quote shows, a
-    rewrite loses). A detail also said in a sentence of the user's own first person ("I
-    live in Porto") is theirs; one said in no kept statement is a topic."""
-    own, unsure = set(), set()
-    for e in entries:
-        if not e.value or e.kind != SAID:
-            continue
-        words = reading.WORD.findall(e.value.replace("\u2019", "'"))
-        lower = {w.lower() for w in words}
-        details = {w.lower() for w in reading.detail_words_of(words)}
-        if lower & reading.SUBJECT:
-            own |= details
-        elif lower & reading.POSSESSIVE:
-            unsure |= details
-    return unsure - own
-
-
-def stale_words(entries: Iterable[Entry]) -> set[str]:
-    """Names and numbers of earlier statements that their later statement does not repeat:
-    values that may be out of date (and every value the user replaced on the page)."""
-    entries = list(entries)
-    by_key = {e.key: e for e in entries}
-    stale = set()
-    for e in entries:
-        if e.edited and e.former:
-            stale.update(w.lower() for w in reading.detail_words(e.former) or [e.former])
-        successor = by_key.get(e.later)
-        if successor is not None:
-            now = {w.lower() for w in reading.detail_words(successor.value)}
-            stale.update(w.lower() for w in reading.detail_words(e.value) if w.lower() not in now)
-    return stale

@@ -14,6 +14,7 @@ that detail as their own.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from django.db import transaction
 
@@ -264,9 +265,9 @@ def summary_lines(summary: str, entries: list[Entry]) -> list[str]:
     """The stored summary's sentences that the statements do not contradict: none that names
     a value a later statement may have replaced or the user corrected or deleted on the page,
     and none that names a detail the user gave only of something of theirs without "I" or
-    "we" (memory_facts.unsure_values: a sister's city told as the user's)."""
-    stale = facts.stale_words(entries)
-    unsure = facts.unsure_values(entries)
+    "we" (_unsure_values: a sister's city told as the user's)."""
+    stale = _stale_words(entries)
+    unsure = _unsure_values(entries)
     kept = []
     for sentence in _sentences(summary):
         words = {w.lower() for w in _WORDS.findall(sentence)}
@@ -274,6 +275,42 @@ def summary_lines(summary: str, entries: list[Entry]) -> list[str]:
             continue
         kept.append(sentence)
     return kept
+
+
+def _unsure_values(entries: Iterable[Entry]) -> set[str]:
+    """The names and numbers a summary may not tell as the user's: those the user said only
+    in sentences that speak of something of theirs without saying "I" or "we" ("My sister
+    lives in Porto", "My boss's cat is Nimbus": whose the detail is, the quote shows, a
+    rewrite loses). A detail also said in a sentence of the user's own first person ("I
+    live in Porto") is theirs; one said in no kept statement is a topic."""
+    own, unsure = set(), set()
+    for e in entries:
+        if not e.value or e.kind != facts.SAID:
+            continue
+        words = reading.WORD.findall(e.value.replace("\u2019", "'"))
+        lower = {w.lower() for w in words}
+        details = {w.lower() for w in reading.detail_words_of(words)}
+        if lower & reading.SUBJECT:
+            own |= details
+        elif lower & reading.POSSESSIVE:
+            unsure |= details
+    return unsure - own
+
+
+def _stale_words(entries: Iterable[Entry]) -> set[str]:
+    """Names and numbers of earlier statements that their later statement does not repeat:
+    values that may be out of date (and every value the user replaced on the page)."""
+    entries = list(entries)
+    by_key = {e.key: e for e in entries}
+    stale = set()
+    for e in entries:
+        if e.edited and e.former:
+            stale.update(w.lower() for w in reading.detail_words(e.former) or [e.former])
+        successor = by_key.get(e.later)
+        if successor is not None:
+            now = {w.lower() for w in reading.detail_words(successor.value)}
+            stale.update(w.lower() for w in reading.detail_words(e.value) if w.lower() not in now)
+    return stale
 
 
 def summary_discard_from(*, conversation_id: int, message_id: int) -> None:
