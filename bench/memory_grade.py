@@ -83,7 +83,7 @@ def others_as_user(c: Conversation, lines: list[str]) -> list[tuple[str, str]]:
         named = [v for v in c.others if has(v, line)]
         if not named:
             continue
-        quotes = [q for q in _QUOTED.findall(line) if any(q in text for text in said_by_user)]
+        quotes = [q for q in _QUOTED.findall(line) if _quotes_user(q, said_by_user)]
         outside = _QUOTED.sub(" ", line) if quotes else line
         if not any(has(v, outside) for v in named):
             continue
@@ -93,6 +93,12 @@ def others_as_user(c: Conversation, lines: list[str]) -> list[tuple[str, str]]:
         )
         found.append((line, said))
     return found
+
+
+def _quotes_user(quote: str, said_by_user: list[str]) -> bool:
+    """The quote is the user's words: one turn holds it, or, for a long sentence the memory
+    cut to its clauses (joined by " \u2026 "), each of its parts."""
+    return any(all(part.strip() in text for part in quote.split("\u2026")) for text in said_by_user)
 
 
 # The summary request's own words: a note that repeats them is instruction text, not memory.
