@@ -6,7 +6,7 @@ current value?
     .venv/bin/python bench/memory.py --max-minutes 30    # starts no conversation after 30 min
     .venv/bin/python bench/memory.py --set independent --summaries none --answers 0  # no model
 
-Two sets. `independent` (the headline): 40 conversations in bench/data/memory_independent_*.jsonl,
+The sets. `independent` (the headline): 40 conversations in bench/data/memory_independent_*.jsonl,
 written in their own words by people who never read the memory's code or this bench, frozen
 before the first run against them. Two sets to tune on: `dev`, conversations this bench
 generates (bench/memory_data.py), and `tuning`, 120 written conversations in
@@ -144,7 +144,7 @@ def fold_entries(entries: list[dict], turns: list[Turn], before: list[Turn]) -> 
         memory_facts.entries_from_json(entries),
         turns,
         newer=lambda a, b: a > b,
-        before=before[-memory_facts.CONTEXT_TURNS :],
+        before=before,
     )
     return memory_facts.entries_to_json(merged)
 

@@ -48,7 +48,7 @@ __all__ = [
 # The independent set: conversations written by people who never read the memory's code or
 # this generator, frozen before the first run against it (never edited to fit).
 INDEPENDENT = sorted((Path(__file__).resolve().parent / "data").glob("memory_independent_*.jsonl"))
-# Written sets for tuning: by two more writers who never read the memory's code, in the same
+# Written sets for tuning: by six more writers who never read the memory's code, in the same
 # form; rules are tuned on them (and on the generated set), never on the independent set.
 TUNING = sorted((Path(__file__).resolve().parent / "data").glob("memory_tuning*.jsonl"))
 # A second held-out set, written like the independent one by a writer who never read the code or

@@ -55,7 +55,8 @@ EARLIER_WEIGHT_COST = 1.0
 # The assistant's turns whose proposals a later statement may take by name: a choice is
 # sometimes made after a question or two about the options.
 PROPOSALS_READ = 2
-# The turns before those being merged that merge() reads for the assistant's proposals.
+# The turns before those being merged that merge() reads (of its `before`) for the assistant's
+# proposals.
 CONTEXT_TURNS = 2 * PROPOSALS_READ
 # Statements a conversation keeps at most (the least telling leave first).
 ENTRIES_KEPT = 160
@@ -301,7 +302,8 @@ def merge(
     weights = {e.key: 1.0 for e in merged}
     previous_assistant = ""
     proposals: list[str] = []  # the assistant's turns before the last, newest first
-    read = [(turn, False) for turn in before] + [(turn, True) for turn in turns]
+    read = [(turn, False) for turn in list(before)[-CONTEXT_TURNS:]]
+    read += [(turn, True) for turn in turns]
     for turn, merging in read:
         if turn.role != USER:
             previous_assistant = turn.text

@@ -221,8 +221,9 @@ _INLINE_SEGMENT_END = re.compile(r"(?<=[.!?;])\s+|\s*\n+\s*")
 _INLINE_ITEM = re.compile(r"^(?:[^:\u2014\u2013]{0,120}:\s+)?(.{1,80}?)\s+[-\u2013\u2014]\s+\S")
 
 
-# A Markdown table's separator row, under its header: "|---|:--:|".
-_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?\s*$")
+# A Markdown table's delimiter row, under its header: hyphens between pipes ("|---|:--:|",
+# "--- | ---", "| --- |"); a lone "---" is a horizontal rule, not a table.
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$|^\s*\|\s*:?-+:?\s*\|\s*$")
 
 
 def _table_rows(assistant_text: str) -> list[str]:

@@ -230,7 +230,7 @@ def summary_store(
     read = turns_between(conversation_id, after=0, upto=upto_message_id)
     start = order.get(covered_from, -1)
     folded = [turn for turn in read if order[turn.id] > start]
-    before = [turn for turn in read if order[turn.id] <= start][-facts.CONTEXT_TURNS :]
+    before = [turn for turn in read if order[turn.id] <= start]
     entries = facts.merge(
         stored,
         folded,
