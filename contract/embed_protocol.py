@@ -75,7 +75,8 @@ class EmbedRequest:
         )
 
     def expired(self, at_ms: int | None = None) -> bool:
-        return (now_ms() if at_ms is None else at_ms) > self.deadline_ms
+        """At the deadline or after it: the caller has stopped waiting by then."""
+        return (now_ms() if at_ms is None else at_ms) >= self.deadline_ms
 
 
 @dataclass

@@ -174,12 +174,15 @@ def request(
         timeout = (
             settings.RAG_EMBED_BULK_TIMEOUT_SECONDS if bulk else settings.RAG_EMBED_TIMEOUT_SECONDS
         )
+    # The deadline is stamped before the wait starts, so the caller never gives up before it:
+    # a worker that reads the request after the caller gave up finds it expired and skips it.
+    deadline_ms = now_ms() + int(timeout * 1000)
     started = time.monotonic()
     reader = _reader()
     item = EmbedRequest(
         texts=texts,
         reply_to=reader.stream,
-        deadline_ms=now_ms() + int(timeout * 1000),
+        deadline_ms=deadline_ms,
         op=op,
         query=query,
         purpose=purpose,
