@@ -102,6 +102,26 @@ def test_what_the_user_said_of_someone_else_stays_in_their_words():
     assert memory_summary.summary_lines(summary, entries) == summary.split("\n")
 
 
+def test_a_summary_may_not_retell_what_the_user_said_of_another_as_the_users_own():
+    entries = merged(
+        ("user", "My neighbour is allergic to sesame, so I never bring tahini to her place."),
+        ("user", "My boss's cat sleeps on the printer all day."),
+    )
+    summary = "\n".join(
+        [
+            "The user is allergic to sesame.",  # the neighbour's, told as the user's
+            "The user's cat sleeps on the printer.",  # the boss's
+            "The user's neighbour is allergic to sesame.",  # whose it is, named
+            "The user never brings tahini to the neighbour's place.",  # the user's own clause
+            "The user's boss has a cat that sleeps on the printer.",
+        ]
+    )
+    assert memory_summary.summary_lines(summary, entries) == summary.split("\n")[2:]
+    # Once the user says it of themselves too, it is theirs as well.
+    entries += merged(("user", "Funny thing is I'm allergic to sesame too."))
+    assert memory_summary.summary_lines(summary, entries)[0] == "The user is allergic to sesame."
+
+
 def test_a_reply_that_takes_the_assistants_suggestion_is_kept_with_it():
     entries = merged(
         ("user", "We got a kitten! Help me name her, something short."),
@@ -316,6 +336,12 @@ def test_only_grounded_summary_sentences_that_repeat_no_instruction_are_kept():
     assert memory_summary.summary_text(previous="", answer=answer, said=said) == (
         "The user asked about: bees, moving to Tartu."
     )
+    # A note about someone that names no one reads as the user's out of its turn.
+    physio = "My physio Dana checked my knee. She says movement is good, and maybe he waits."
+    notes = "She says movement is good.\nMaybe he waits.\nThe user's physio Dana says she likes it."
+    assert memory_summary.summary_text(previous="", answer=notes, said=physio) == (
+        "The user's physio Dana says she likes it."
+    )
     # Nothing grounded: the notes so far stay.
     assert memory_summary.summary_text(previous="Old notes.", answer=answer[:66], said=said) == (
         "Old notes."
@@ -348,6 +374,39 @@ def test_a_correction_in_other_words_is_never_shown_as_current(user, small_windo
     assert "we're in Tartu now." in memory_block and "my new locker code is 9902." in memory_block
     assert "The user lives in Tallinn." not in memory_block  # the summary's stale sentence
     assert "code is 4471." not in memory_block.replace('code is 4471."', "")
+
+
+def test_a_correction_in_the_turns_sent_whole_bars_the_summarys_old_value():
+    early = ["I live in Tallinn.", *(FILLER.format(n=n) for n in range(12))]
+    late = ["Quick update: we moved house last month, we're in Tartu now.", "Thanks."]
+    history, n = [], 0
+    for text in [*early, *late]:
+        history += [Turn(n + 1, "user", text), Turn(n + 2, "assistant", ANSWER.format(n=n))]
+        n += 2
+    history.append(Turn(n + 1, "user", "Where do I live?"))
+    folded = history[: 2 * len(early)]  # what the summary covers, and its row's statements
+    facts = memory_facts.merge([], folded, newer=lambda a, b: a > b)
+    sources = PromptSources(
+        history=list(reversed(history)),
+        profile=None,
+        summary="The user lives in Tallinn.\nThe user asked about rivers.",
+        summary_upto=folded[-1].id,
+        facts=memory_facts.entries_to_json(facts),
+    )
+    plan = memory.plan_prompt(system="S", sources=sources, budget=900)
+    sent = " ".join(m["content"] for m in plan.turns)
+    assert "we're in Tartu now" in sent  # the correction is in the turns sent whole...
+    assert plan.remembered.summary == ["The user asked about rivers."]  # ...and bars Tallinn
+    assert 'Earlier (a later line may replace it): "I live in Tallinn."' in plan.system
+
+
+def test_a_summary_sentence_naming_a_replaced_value_with_digits_in_a_word_is_dropped():
+    entries = merged(
+        ("user", "target is a 2TB usb drive plugged into the pi."),
+        ("user", "wait no, just checked the label, the drive is 4TB not what i said."),
+    )
+    summary = "target is a 2TB usb drive plugged into the pi.\nThe user asked about backups."
+    assert memory_summary.summary_lines(summary, entries) == ["The user asked about backups."]
 
 
 def test_the_memory_block_has_a_budget_and_keeps_the_most_telling_in_order():

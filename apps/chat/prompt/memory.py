@@ -96,11 +96,18 @@ def entries_for(sources: PromptSources) -> list[Entry]:
 
 
 def remembered(
-    *, sources: PromptSources, entries: list[Entry], budget: int, pinned: list[Turn]
+    *,
+    sources: PromptSources,
+    entries: list[Entry],
+    budget: int,
+    pinned: list[Turn],
+    said: list[Entry] | None = None,
 ) -> Remembered:
     """The memory block within `budget` tokens. Filled in this order, so what leaves first
     when it is full is the last of it: pinned turns, the user's statements (the most telling
-    first, memory_facts.weight_of), then the summary's sentences (in order)."""
+    first, memory_facts.weight_of), then the summary's sentences (in order). `said`: every
+    statement of the conversation (default `entries`), those of the turns sent whole too,
+    which is what the summary's sentences are checked against."""
     block = Remembered()
     used = 0
 
@@ -123,7 +130,8 @@ def remembered(
     block.facts = [e for e in current if e.key in chosen and e.kind != facts.OTHER]
     block.others = [e for e in current if e.key in chosen and e.kind == facts.OTHER]
     if sources.summary:
-        block.summary = [s for s in summary_lines(sources.summary, entries) if fits(s)]
+        checked = entries if said is None else said
+        block.summary = [s for s in summary_lines(sources.summary, checked) if fits(s)]
     parts = []
     if block.summary:
         parts.append("What you remember of this conversation so far:\n" + "\n".join(block.summary))
@@ -194,15 +202,16 @@ def plan_prompt(*, system: str, sources: PromptSources, budget: int) -> Plan:
 
     turns_room = budget - int(budget * MEMORY_SHARE)
     sent = {t.id for t in _fill(uncovered, turns_room)}  # in the prompt whatever the block holds
+    said = entries_for(sources)
     block = remembered(
         sources=sources,
         # A statement of a turn the prompt sends whole is there already, as is a pinned turn.
         # A reply that took a suggestion stays: the suggestion may be older than the turns sent.
-        entries=[
-            e for e in entries_for(sources) if e.kind == facts.TOOK or e.edited or e.at not in sent
-        ],
+        entries=[e for e in said if e.kind == facts.TOOK or e.edited or e.at not in sent],
         budget=int(budget * MEMORY_SHARE),
         pinned=[t for t in pinned if t.id not in sent],
+        # A correction in the turns sent still bars the summary's sentence that it replaced.
+        said=said,
     )
     remaining = budget - (estimate_tokens(block.text) if block else 0)
     recent = _fill(uncovered, remaining) or [question]

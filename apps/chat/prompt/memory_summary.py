@@ -1,8 +1,8 @@
 """The rolling summary: the background request that folds turns falling out of the prompt into
 it, the check that keeps only its grounded sentences, and its storage (with the user's
 statements as of its last turn, memory_facts.py). memory.py decides when a summary is due and
-puts it in the prompt (summary_lines: none of its sentences that names an out-of-date value or a
-detail the user did not give as their own).
+puts it in the prompt (summary_lines: none of its sentences that names an out-of-date value, a
+detail the user did not give as their own, or what they said of another without naming whom).
 
 The statements carry what the user said, in their words; the summary carries what they asked
 about, which no single sentence of theirs says. A model's rewrite of a fact ("The user lives in
@@ -127,6 +127,20 @@ def _echoes(sentence: str, text: str) -> bool:
 
 # A rewrite into the third person that broke the grammar: "the user'm", "the user've".
 _BROKEN = re.compile(r"\buser'(?!s\b)[a-z]", re.IGNORECASE)
+# A person's pronoun (the user is "the user") before anyone is named: the note copied a turn's
+# words about someone ("She says movement is good.") whom it no longer says, so out of its turn
+# it reads as the user's.
+_THIRD_PERSON = frozenset("he he's him his she she's her hers".split())
+
+
+def _dangling(sentence: str) -> bool:
+    words = _WORDS.findall(sentence.replace("\u2019", "'"))
+    for index, word in enumerate(words):
+        if word.lower() in _THIRD_PERSON:
+            return True
+        if word.lower() == "user" or (index and word[0].isupper()):
+            return False
+    return False
 
 
 def summary_text(*, previous: str, answer: str, finish_reason: str = "", said: str = "") -> str:
@@ -135,7 +149,8 @@ def summary_text(*, previous: str, answer: str, finish_reason: str = "", said: s
     when none is. Notes the answer cap cut (`finish_reason` "length") end at their last
     complete line or sentence. Dropped: a note that speaks to someone or copies the user's
     first person (a small model answers the user or invents events), one that repeats the
-    request's own instruction, and one whose third person broke ("the user'm")."""
+    request's own instruction, one whose third person broke ("the user'm"), and one that says
+    "she" or "he" before it names anyone (a turn's words about someone, copied)."""
     text = answer.strip()
     if finish_reason == "length":
         ends = [match.end() for match in _COMPLETE.finditer(text)]
@@ -148,7 +163,7 @@ def summary_text(*, previous: str, answer: str, finish_reason: str = "", said: s
             continue
         if _OPENS_AS_USER.match(sentence) or _ADDRESSES.search(sentence):
             continue
-        if _BROKEN.search(sentence):
+        if _BROKEN.search(sentence) or _dangling(sentence):
             continue
         kept.append(sentence)
     return "\n".join(dict.fromkeys(kept)) or previous
@@ -264,17 +279,64 @@ def _comes_after(conversation_id: int, later: int, earlier: int) -> bool:
 def summary_lines(summary: str, entries: list[Entry]) -> list[str]:
     """The stored summary's sentences that the statements do not contradict: none that names
     a value a later statement may have replaced or the user corrected or deleted on the page,
-    and none that names a detail the user gave only of something of theirs without "I" or
-    "we" (_unsure_values: a sister's city told as the user's)."""
+    none that names a detail the user gave only of something of theirs without "I" or "we"
+    (_unsure_values: a sister's city told as the user's), and none that says what the user
+    said only of another without naming that other (_tells_as_the_users: a neighbour's
+    allergy told as the user's)."""
     stale = _stale_words(entries)
     unsure = _unsure_values(entries)
+    told = _told_of_others(entries)
     kept = []
     for sentence in _sentences(summary):
-        words = {w.lower() for w in _WORDS.findall(sentence)}
+        # Read as the statements' details are ("2TB" one word, as _stale_words has it).
+        words = {w.lower() for w in reading.WORD.findall(sentence)}
         if words & stale or {w.lower() for w in reading.detail_words(sentence)} & unsure:
+            continue
+        if _tells_as_the_users(sentence, told):
             continue
         kept.append(sentence)
     return kept
+
+
+def _content_stems(text: str) -> set[str]:
+    return {_stem(w.lower()) for w in _WORDS.findall(text) if w.lower() not in _STOP}
+
+
+def _told_of_others(entries: Iterable[Entry]) -> list[tuple[set[str], set[str]]]:
+    """What the user said only of someone or something of theirs ("My neighbour is allergic
+    to sesame"): for each clause that opens with "my X" or "our X" (not "she chews my
+    shoes": the pup is what that speaks of), the stem of X, which says whose it is, and the
+    clause's other content stems that no clause in the user's own first person carries."""
+    own: set[str] = set()
+    theirs: list[tuple[set[str], set[str]]] = []
+    clauses = [
+        clause
+        for e in entries
+        if e.value and e.kind == facts.SAID
+        for clause in reading.clauses_of(e.value)  # "My neighbour is allergic, so I ..."
+    ]
+    for clause in clauses:
+        words = [w.lower() for w in reading.WORD.findall(clause.replace("\u2019", "'"))]
+        if set(words) & reading.SUBJECT:
+            own |= _content_stems(clause)
+        elif set(words[:2]) & reading.POSSESSIVE:  # "my X" opens it: X is what it speaks of
+            # The word after "my" ("my sister", "my boss's cat"): a summary that names it
+            # says whose the rest is.
+            owners = {
+                _stem(words[at + 1].removesuffix("'s"))
+                for at, word in enumerate(words[:-1])
+                if word in reading.POSSESSIVE
+            }
+            theirs.append((owners, _content_stems(clause) - owners - reading.POSSESSIVE))
+    return [(owners, content - own) for owners, content in theirs if content - own]
+
+
+def _tells_as_the_users(sentence: str, told: list[tuple[set[str], set[str]]]) -> bool:
+    """Whether a summary sentence carries what the user said only of another without naming
+    that other: "The user is allergic to sesame" from "My neighbour is allergic to sesame"
+    (a rewrite that lost whose it is; "The user's neighbour is allergic..." names them)."""
+    stems = _content_stems(sentence)
+    return any(stems & content and not stems & owners for owners, content in told)
 
 
 def _unsure_values(entries: Iterable[Entry]) -> set[str]:
