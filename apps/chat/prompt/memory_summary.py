@@ -127,9 +127,8 @@ def _echoes(sentence: str, text: str) -> bool:
 
 # A rewrite into the third person that broke the grammar: "the user'm", "the user've".
 _BROKEN = re.compile(r"\buser'(?!s\b)[a-z]", re.IGNORECASE)
-# A person's pronoun (the user is "the user") before anyone is named: the note copied a turn's
-# words about someone ("She says movement is good.") whom it no longer says, so out of its turn
-# it reads as the user's.
+# A person's pronoun before anyone is named (the user is "the user"): a turn's words about
+# someone, copied ("She says movement is good."), read as the user's out of their turn.
 _THIRD_PERSON = frozenset("he he's him his she she's her hers".split())
 
 
@@ -309,19 +308,12 @@ def _told_of_others(entries: Iterable[Entry]) -> list[tuple[set[str], set[str]]]
     clause's other content stems that no clause in the user's own first person carries."""
     own: set[str] = set()
     theirs: list[tuple[set[str], set[str]]] = []
-    clauses = [
-        clause
-        for e in entries
-        if e.value and e.kind == facts.SAID
-        for clause in reading.clauses_of(e.value)  # "My neighbour is allergic, so I ..."
-    ]
-    for clause in clauses:
+    said = [e.value for e in entries if e.value and e.kind == facts.SAID]
+    for clause in (c for value in said for c in reading.clauses_of(value)):
         words = [w.lower() for w in reading.WORD.findall(clause.replace("\u2019", "'"))]
         if set(words) & reading.SUBJECT:
             own |= _content_stems(clause)
         elif set(words[:2]) & reading.POSSESSIVE:  # "my X" opens it: X is what it speaks of
-            # The word after "my" ("my sister", "my boss's cat"): a summary that names it
-            # says whose the rest is.
             owners = {
                 _stem(words[at + 1].removesuffix("'s"))
                 for at, word in enumerate(words[:-1])
