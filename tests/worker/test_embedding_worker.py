@@ -87,6 +87,16 @@ def test_a_question_past_its_deadline_fails_and_the_worker_skips_it(embed_worker
     assert _beat()["texts"] == texts_before  # dropped unanswered: no model time spent on it
 
 
+def test_a_request_is_expired_from_its_deadline_on():
+    """The caller stops waiting at the deadline it wrote: a worker that reads the request in
+    that same millisecond skips it."""
+    from contract.embed_protocol import EmbedRequest
+
+    request = EmbedRequest(texts=["x"], reply_to="r", deadline_ms=1_000)
+    assert not request.expired(at_ms=999)
+    assert request.expired(at_ms=1_000) and request.expired(at_ms=1_001)
+
+
 def test_a_model_no_worker_serves_fails_at_once(db, settings):
     settings.RAG_EMBEDDING_SERVING = "fleet"
     with pytest.raises(fleet.EmbeddingUnavailable, match="no worker serves"):
