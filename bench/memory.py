@@ -9,10 +9,11 @@ current value?
 The sets. `independent` (the headline): 40 conversations in bench/data/memory_independent_*.jsonl,
 written in their own words by people who never read the memory's code or this bench, frozen
 before the first run against them. Two sets to tune on: `dev`, conversations this bench
-generates (bench/memory_data.py), and `tuning`, 120 written conversations in
-bench/data/memory_tuning*.jsonl by six more writers who never read the memory's code. And
-`heldout`, 20 more written conversations in bench/data/memory_heldout_*.jsonl, frozen like the
-independent set, scored and never tuned on.
+generates (bench/memory_data.py), and `tuning`, 132 written conversations in
+bench/data/memory_tuning*.jsonl by seven more writers who never read the memory's code. And
+`heldout`, 32 more written conversations in bench/data/memory_heldout_*.jsonl by two more such
+writers (`_g`, 20, and `_i`, 12; `--heldout-files` picks one), frozen like the independent set,
+scored and never tuned on.
 
 The model's work is what takes time: about three summary requests per conversation, and for the
 answers one long prompt per arm (an arm's questions share its prefix, so more `--answers` cost
@@ -353,6 +354,15 @@ async def run_conversation(c: Conversation, engine, summariser, rng, args, tally
             tally.answered[arm] += grade.answered(fact, reply)
 
 
+def chosen_files(parser, kind: str, paths: list[Path], args) -> list[Path]:
+    """The files of a set that --tuning-files or --heldout-files names (all when none)."""
+    chosen = {n.strip() for n in getattr(args, f"{kind}_files").split(",") if n.strip()}
+    unknown = chosen - {path.name for path in paths}
+    if unknown:
+        parser.error(f"--{kind}-files: no {', '.join(sorted(unknown))} in bench/data/")
+    return [p for p in paths if not chosen or p.name in chosen]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--conversations", type=int, default=8)
@@ -388,6 +398,12 @@ async def main() -> None:
         "(memory_tuning_e.jsonl); all of them by default",
     )
     parser.add_argument(
+        "--heldout-files",
+        default="",
+        help="with --set heldout: only these files of bench/data/, comma-separated "
+        "(memory_heldout_g.jsonl); all of them by default",
+    )
+    parser.add_argument(
         "--summaries",
         choices=("model", "none"),
         default="model",
@@ -405,13 +421,9 @@ async def main() -> None:
         if args.conversations_independent:
             sets["independent"] = sets["independent"][: args.conversations_independent]
     if args.set in ("heldout", "all"):
-        sets["heldout"] = load_independent(HELDOUT)
+        sets["heldout"] = load_independent(chosen_files(parser, "heldout", HELDOUT, args))
     if args.set in ("tuning", "all"):
-        chosen = {name.strip() for name in args.tuning_files.split(",") if name.strip()}
-        unknown = chosen - {path.name for path in TUNING}
-        if unknown:
-            parser.error(f"--tuning-files: no {', '.join(sorted(unknown))} in bench/data/")
-        sets["tuning"] = load_independent([p for p in TUNING if not chosen or p.name in chosen])
+        sets["tuning"] = load_independent(chosen_files(parser, "tuning", TUNING, args))
     if args.set in ("dev", "both", "all"):
         sets["dev"] = [
             make_conversation(rng, exchanges=args.exchanges) for _ in range(args.conversations)

@@ -48,12 +48,12 @@ __all__ = [
 # The independent set: conversations written by people who never read the memory's code or
 # this generator, frozen before the first run against it (never edited to fit).
 INDEPENDENT = sorted((Path(__file__).resolve().parent / "data").glob("memory_independent_*.jsonl"))
-# Written sets for tuning: by six more writers who never read the memory's code, in the same
+# Written sets for tuning: by seven more writers who never read the memory's code, in the same
 # form; rules are tuned on them (and on the generated set), never on the independent set.
 TUNING = sorted((Path(__file__).resolve().parent / "data").glob("memory_tuning*.jsonl"))
-# A second held-out set, written like the independent one by a writer who never read the code or
-# the other sets, frozen before its first run: for rules chosen after the independent set had
-# been read for ablations (docs/benchmarks.md says which).
+# Held-out sets, written like the independent one by writers who never read the code or the
+# other sets, each frozen before its first run: for rules chosen after the independent set (and
+# later set `_g`) had been read for ablations (docs/benchmarks.md says which).
 HELDOUT = sorted((Path(__file__).resolve().parent / "data").glob("memory_heldout_*.jsonl"))
 
 

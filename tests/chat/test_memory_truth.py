@@ -322,6 +322,55 @@ def test_a_choice_made_after_a_question_about_the_options_is_kept_with_them():
         assert len(took) == 1 and "2. Dovetailed keepsake box" in took[0].context, reply
 
 
+def test_options_laid_out_as_headings_or_table_columns_are_a_list():
+    headings = (
+        "Three plans that could fit you:\n\n**1. Hanson Method (Beginner)**\n- 6 days a week.\n"
+        "- Long run 26 km.\n\n**2. Pfitzinger 18/55**\n- 88 km a week.\n\n"
+        "**3. Higdon Intermediate 1** \U0001f3c3\n- 5 days a week.\n- Two rest days."
+    )
+    columns = (
+        "Three areas:\n| | **Croix-Rousse** | **Villeurbanne** | **Monplaisir** |\n"
+        "|---|---|---|---|\n| Feel | hilltop village | modern | calm |\n"
+        "| Rent | high | lower | mid |"
+    )
+    for options, listed in (
+        (headings, "1. Hanson Method; 2. Pfitzinger 18/55; 3. Higdon Intermediate 1"),
+        (columns, "1. Croix-Rousse; 2. Villeurbanne; 3. Monplaisir"),
+    ):
+        entries = merged(("assistant", options), ("user", "ok, sold. the third for me."))
+        [took] = [e for e in entries if e.kind == memory_facts.TOOK]
+        # The headings are the options, not the bullets under them.
+        assert took.context == listed
+
+
+def test_a_reply_to_a_list_is_read_by_its_first_clause_when_it_goes_on_to_give_reasons():
+    options = "Three stories:\nA) The Payroll Mix-Up.\nB) The Angry Caller.\nC) The Rota Redesign."
+    reply = "c i think, because i actually changed how we did things and people were annoyed"
+    [took] = [e for e in merged(("assistant", options), ("user", reply)) if e.kind == "took"]
+    assert "3. The Rota Redesign" in took.context and took.value.startswith("c i think")
+    asked = "c or a, which one would you pick for a panel that cares about change and results?"
+    assert not [e for e in merged(("assistant", options), ("user", asked)) if e.kind == "took"]
+
+
+def test_a_name_the_user_said_first_is_no_proposal_when_the_assistant_repeats_it():
+    turns = [
+        ("user", "My friend Alasdair has a dodgy shoulder, so we want few locks."),
+        ("assistant", "A week from Bradford on Avon means 20 to 40 locks; Alasdair can steer."),
+        ("user", "Alasdair can steer and complain, he's good at both."),
+    ]
+    assert not [e for e in merged(*turns) if e.kind == memory_facts.TOOK]
+
+
+def test_a_reply_that_says_which_option_it_takes_outweighs_one_that_only_follows_a_list():
+    steps = "To fix a puncture:\n1. Remove the wheel\n2. Find the cause\n3. Put in a new tube"
+    bikes = "Three bikes:\n1. Trek FX 2\n2. Giant Escape 2\n3. Cube Nature"
+    said = merged(("assistant", bikes), ("user", "ok going with the middle one."))
+    followed = merged(("assistant", steps), ("user", "lol ok."))
+    [chose] = [e for e in said if e.kind == memory_facts.TOOK]
+    [only] = [e for e in followed if e.kind == memory_facts.TOOK]
+    assert memory_facts.weight_of(chose) > memory_facts.weight_of(only) > 0
+
+
 def test_only_grounded_summary_sentences_that_repeat_no_instruction_are_kept():
     said = "My name is Oriel and I keep bees.\nWe moved to Tartu last year. I'm hosting a party."
     answer = (

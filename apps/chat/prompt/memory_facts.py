@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 
+from apps.chat.prompt import memory_proposals
 from apps.chat.prompt import memory_reading as reading
 
 # USER and OTHER are kinds of entries stored by earlier releases (a subject and a value): they
@@ -58,6 +59,11 @@ PROPOSALS_READ = 2
 # The turns before those being merged that merge() reads (of its `before`) for the assistant's
 # proposals.
 CONTEXT_TURNS = 2 * PROPOSALS_READ
+# A reply that took a suggestion weighs 1 plus this per name or number of the proposal (up to
+# two) when it says which option it takes, or FOLLOWED_WEIGHT_PER_NAME when it only follows a
+# list (a list of steps or tips is answered by "lol ok." as often as options are by a choice).
+TOOK_WEIGHT_PER_NAME = 1.5
+FOLLOWED_WEIGHT_PER_NAME = 0.25
 # Statements a conversation keeps at most (the least telling leave first).
 ENTRIES_KEPT = 160
 
@@ -129,11 +135,16 @@ def statements_of(text: str, *, at: int) -> list[tuple[Entry, float]]:
 
 # A list item: a bullet opening a line, or a number ("2." "2)") opening a line or inline.
 def reply_to_suggestion(
-    text: str, previous_assistant: str, *, at: int, earlier: Sequence[str] = ()
+    text: str,
+    previous_assistant: str,
+    *,
+    at: int,
+    earlier: Sequence[str] = (),
+    said_before: frozenset[str] = frozenset(),
 ) -> Entry | None:
     """The turn's reply that takes what the assistant proposed, kept with the proposal
-    (memory_reading.suggestion_taken), or None."""
-    taken = reading.suggestion_taken(text, previous_assistant, earlier)
+    (memory_proposals.suggestion_taken), or None."""
+    taken = memory_proposals.suggestion_taken(text, previous_assistant, earlier, said_before)
     if taken is None:
         return None
     reply, proposal = taken
@@ -304,10 +315,14 @@ def merge(
     proposals: list[str] = []  # the assistant's turns before the last, newest first
     read = [(turn, False) for turn in list(before)[-CONTEXT_TURNS:]]
     read += [(turn, True) for turn in turns]
+    # What the user has named so far: the statements kept, then each user turn as it is read.
+    said_before = memory_proposals.said_names([e.value for e in merged if e.kind == SAID])
     for turn, merging in read:
         if turn.role != USER:
             previous_assistant = turn.text
             continue
+        told = said_before
+        said_before = said_before | memory_proposals.said_names([turn.text])
         if not merging:
             if previous_assistant:
                 proposals = [previous_assistant, *proposals][: PROPOSALS_READ - 1]
@@ -316,7 +331,9 @@ def merge(
         if turn.id in noted:
             said = noted_read(noted[turn.id], turn.id)
         else:
-            took = reply_to_suggestion(turn.text, previous_assistant, at=turn.id, earlier=proposals)
+            took = reply_to_suggestion(
+                turn.text, previous_assistant, at=turn.id, earlier=proposals, said_before=told
+            )
             said = [(took, weight_of(took))] if took else []
             said += [
                 (replace(e), w)
@@ -358,8 +375,12 @@ def weight_of(entry: Entry) -> float:
     statement that a later one may replace."""
     if entry.edited:
         return 100.0
-    if entry.kind == TOOK:  # as telling as the proposal it takes, and the user took it
-        weight = 1.0 + 1.5 * min(reading.details(reading.WORD.findall(entry.context)), 2)
+    if entry.kind == TOOK:
+        # As telling as the proposal it takes when the reply says which; a reply that only
+        # follows a list ("lol ok.", "how do you fix a puncture.") may have taken nothing.
+        named = min(reading.details(reading.WORD.findall(entry.context)), 2)
+        says_which = memory_proposals.points_at(entry.value, entry.context)
+        weight = 1.0 + (TOOK_WEIGHT_PER_NAME if says_which else FOLLOWED_WEIGHT_PER_NAME) * named
         return weight - EARLIER_WEIGHT_COST if entry.later else weight
     if entry.kind in (USER, OTHER):
         return 5.0
