@@ -359,6 +359,18 @@ def test_a_name_the_user_said_first_is_no_proposal_when_the_assistant_repeats_it
         ("user", "Alasdair can steer and complain, he's good at both."),
     ]
     assert not [e for e in merged(*turns) if e.kind == memory_facts.TOOK]
+    # A name the assistant proposed stays its proposal when the user asks about it first.
+    asked = [
+        (
+            "assistant",
+            "For a shower I'd use a premixed grout like Fusion Pro; it needs no sealing.",
+        ),
+        ("user", "How long does Fusion Pro take to cure?"),
+        ("assistant", "About a week before heavy use; work in small sections."),
+        ("user", "Fine, Fusion Pro it is then."),
+    ]
+    [took] = [e for e in merged(*asked) if e.kind == memory_facts.TOOK]
+    assert "Fusion Pro" in took.context and took.value == "Fine, Fusion Pro it is then."
 
 
 def test_a_reply_that_says_which_option_it_takes_outweighs_one_that_only_follows_a_list():

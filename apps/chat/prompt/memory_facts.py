@@ -27,7 +27,7 @@ the edit.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 
@@ -133,18 +133,17 @@ def statements_of(text: str, *, at: int) -> list[tuple[Entry, float]]:
     return found
 
 
-# A list item: a bullet opening a line, or a number ("2." "2)") opening a line or inline.
 def reply_to_suggestion(
     text: str,
     previous_assistant: str,
     *,
     at: int,
     earlier: Sequence[str] = (),
-    said_before: frozenset[str] = frozenset(),
+    named: Mapping[str, frozenset[str]] | None = None,
 ) -> Entry | None:
     """The turn's reply that takes what the assistant proposed, kept with the proposal
     (memory_proposals.suggestion_taken), or None."""
-    taken = memory_proposals.suggestion_taken(text, previous_assistant, earlier, said_before)
+    taken = memory_proposals.suggestion_taken(text, previous_assistant, earlier, named)
     if taken is None:
         return None
     reply, proposal = taken
@@ -315,14 +314,14 @@ def merge(
     proposals: list[str] = []  # the assistant's turns before the last, newest first
     read = [(turn, False) for turn in list(before)[-CONTEXT_TURNS:]]
     read += [(turn, True) for turn in turns]
-    # What the user has named so far: the statements kept, then each user turn as it is read.
-    said_before = memory_proposals.said_names([e.value for e in merged if e.kind == SAID])
+    # A name the user said before the assistant did is theirs, not a proposal.
+    read_ids = {turn.id for turn, _ in read}
+    earlier = [e.value for e in merged if e.kind == SAID and e.at not in read_ids]
+    named_before = memory_proposals.names_before(earlier, [turn for turn, _ in read])
     for turn, merging in read:
         if turn.role != USER:
             previous_assistant = turn.text
             continue
-        told = said_before
-        said_before = said_before | memory_proposals.said_names([turn.text])
         if not merging:
             if previous_assistant:
                 proposals = [previous_assistant, *proposals][: PROPOSALS_READ - 1]
@@ -332,7 +331,7 @@ def merge(
             said = noted_read(noted[turn.id], turn.id)
         else:
             took = reply_to_suggestion(
-                turn.text, previous_assistant, at=turn.id, earlier=proposals, said_before=told
+                turn.text, previous_assistant, at=turn.id, earlier=proposals, named=named_before
             )
             said = [(took, weight_of(took))] if took else []
             said += [

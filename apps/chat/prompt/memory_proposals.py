@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from apps.chat.prompt.memory_reading import (
     CLAUSE_END,
@@ -177,6 +177,20 @@ def said_names(texts: Sequence[str]) -> frozenset[str]:
     return frozenset(name for text in texts for name in _said_names(text))
 
 
+def names_before(said_earlier: Sequence[str], turns: Sequence) -> dict[str, frozenset[str]]:
+    """Each assistant turn's text (of `turns`, oldest first) to what the user had named before
+    it: `said_earlier` (their words before these turns), then their turns as they come. A name
+    they ask about after the assistant proposed it stays its proposal."""
+    named = said_names(said_earlier)
+    before = {}
+    for turn in turns:
+        if turn.role == "user":
+            named = named | said_names([turn.text])
+        else:
+            before[turn.text] = named
+    return before
+
+
 def points_at(reply: str, proposal: str) -> bool:
     """The reply says which of the proposal it takes: it names something the proposal names,
     a place in it, or points back with a pro-form ("the middle one", "that one")."""
@@ -193,7 +207,7 @@ def suggestion_taken(
     text: str,
     previous_assistant: str,
     earlier: Sequence[str] = (),
-    said_before: frozenset[str] = frozenset(),
+    named_before: Mapping[str, frozenset[str]] | None = None,
 ) -> tuple[str, str] | None:
     """A turn that takes what the assistant proposed: its opening is a short reply (not a
     question; its first clause, when the sentence goes on to give reasons) to a list of options
@@ -201,9 +215,8 @@ def suggestion_taken(
     and says nothing of its own ("Perfect, going with that one."); or one of its statements
     repeats a name that turn or one of the `earlier` assistant turns (newest first) proposed
     ("kittiwake it is", said after a question about the options); a name the user had said
-    before (`said_before`, said_names) is theirs, not proposed. That sentence is kept with the
-    proposal, since a reply alone says nothing.
-    Whatever else the turn says is read as usual; an acknowledgement ("Thank you.", "Ok.")
+    before that assistant turn (`named_before`, from names_before) is theirs, not proposed.
+    That sentence is kept with the proposal, since a reply alone says nothing. Whatever else the turn says is read as usual; an acknowledgement ("Thank you.", "Ok.")
     after anything but a list takes nothing."""
     sentences = sentences_of(text)
     opening = next(iter(sentences), "")
@@ -237,7 +250,8 @@ def suggestion_taken(
             if len(s.split()) <= REPLY_MAX_WORDS * 2 and not read_sentence(s).question
         ]
         for assistant in [previous_assistant, *earlier]:
-            names = _proposed_names(assistant) - said_before if assistant else set()
+            theirs = (named_before or {}).get(assistant, frozenset())
+            names = _proposed_names(assistant) - theirs if assistant else set()
             reply = next(
                 (s for s in statements if names & _said_names(s)),
                 "",
