@@ -216,8 +216,9 @@ def suggestion_taken(
     repeats a name that turn or one of the `earlier` assistant turns (newest first) proposed
     ("kittiwake it is", said after a question about the options); a name the user had said
     before that assistant turn (`named_before`, from names_before) is theirs, not proposed.
-    That sentence is kept with the proposal, since a reply alone says nothing. Whatever else the turn says is read as usual; an acknowledgement ("Thank you.", "Ok.")
-    after anything but a list takes nothing."""
+    That sentence is kept with the proposal, since a reply alone says nothing. Whatever else
+    the turn says is read as usual; an acknowledgement ("Thank you.", "Ok.") after anything but
+    a list takes nothing."""
     sentences = sentences_of(text)
     opening = next(iter(sentences), "")
     reply, taken = "", ""
