@@ -233,6 +233,7 @@ class Attempts:
         parts: list[str] = []
         loops = LoopDetector() if self.stop_loops else None
         unchecked: list[str] = []  # text the loop detector has not read yet
+        checked_tokens = 0  # the tokens it had read at its last look
         usage = answer.usage
         try:
             async with asyncio.timeout(self.answer_timeout):
@@ -257,11 +258,13 @@ class Attempts:
                         await self.output.add(buffer, output.text, output.logprobs)
                         if loops is not None:
                             # Read in pieces of a few tokens: a loop spans dozens of words,
-                            # and one look per piece costs a fraction of one per token.
+                            # and one look per piece costs a fraction of one per token. (An
+                            # output may hold several tokens: an engine that reads in batches.)
                             unchecked.append(output.text)
-                            if len(unchecked) >= LOOP_CHECK_TOKENS:
+                            if usage.completion_tokens - checked_tokens >= LOOP_CHECK_TOKENS:
                                 looping = loops.feed("".join(unchecked))
                                 unchecked.clear()
+                                checked_tokens = usage.completion_tokens
                                 if looping:  # repeating itself: stopped, and said so
                                     await self.engine.abort(item.id)
                                     answer.finish_reason = "loop"

@@ -15,7 +15,7 @@ import pytest
 
 from worker.engines import create_engine
 from worker.engines.base import AbortFlags, EngineRequest
-from worker.engines.openai import sse_data
+from worker.engines.openai import sse_batches
 from worker.engines.simulated import SimulatedEngine
 from worker.engines.vllm import openai_logprobs
 
@@ -188,6 +188,12 @@ class _Pieces:
     def __init__(self, body: bytes, cuts: list[int]) -> None:
         self.pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
 
+    def on_eof(self, callback) -> None:
+        pass
+
+    def is_eof(self) -> bool:
+        return False
+
     async def iter_any(self):
         for piece in self.pieces:
             yield piece
@@ -196,8 +202,62 @@ class _Pieces:
 async def test_sse_payloads_are_read_whole_however_the_body_is_cut():
     body = b'data: {"a": 1}\n\n: keep-alive\n\ndata: {"b": "x\\ny"}\n\ndata: [DONE]'
     for cuts in ([], [1], [5, 6, 7], list(range(1, len(body)))):
-        read = [data async for data in sse_data(_Pieces(body, cuts))]
+        read = [data async for batch in sse_batches(_Pieces(body, cuts)) for data in batch]
         assert read == ['{"a": 1}', '{"b": "x\\ny"}', "[DONE]"], cuts
+
+
+class _Arriving:
+    """An SSE body whose pieces arrive while it is read, handed over as aiohttp's StreamReader
+    does: all that has arrived in one piece, and callbacks called at the end."""
+
+    def __init__(self) -> None:
+        self.arrived: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.ended = False
+        self.callbacks = []
+
+    def arrive(self, piece: bytes) -> None:
+        self.arrived.put_nowait(piece)
+
+    def end(self) -> None:
+        self.ended = True
+        self.arrived.put_nowait(None)
+        for callback in self.callbacks:
+            callback()
+
+    def on_eof(self, callback) -> None:
+        self.callbacks.append(callback)
+
+    def is_eof(self) -> bool:
+        return self.ended
+
+    async def iter_any(self):
+        while True:
+            pieces = [await self.arrived.get()]
+            while not self.arrived.empty():
+                pieces.append(self.arrived.get_nowait())
+            data = b"".join(p for p in pieces if p)
+            if data:
+                yield data
+            if pieces[-1] is None:
+                return
+
+
+async def test_a_paused_read_takes_what_arrived_meanwhile_and_the_end_cuts_it_short():
+    """The first payload is handed over at once; the read after it waits, and takes the
+    chunks that came meanwhile in one batch; the body's end does not wait out the pause."""
+    body = _Arriving()
+    batches = sse_batches(body, pause=lambda: 30.0)
+    body.arrive(b"data: 1\n\n")
+    assert await asyncio.wait_for(anext(batches), 1) == ["1"]
+    reading = asyncio.ensure_future(anext(batches))
+    body.arrive(b"data: 2\n\n")
+    body.arrive(b"data: 3\n\ndata: [DONE]\n\n")
+    await asyncio.sleep(0.05)
+    assert not reading.done()  # in its pause: the two pieces wait to be read together
+    body.end()
+    assert await asyncio.wait_for(reading, 1) == ["2", "3", "[DONE]"]
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(anext(batches), 1)
 
 
 def test_abort_flags_hold_only_generations_under_way():

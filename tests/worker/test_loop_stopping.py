@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -15,10 +16,12 @@ from worker.__main__ import build_parser, stop_loops
 from worker.engines import create_engine
 
 REPEATS = 100
+TOKEN_SECONDS = 0.002
 
 
 class RepetitiveUpstream(BaseHTTPRequestHandler):
-    """An OpenAI-compatible upstream whose every answer is "tok" a hundred times."""
+    """An OpenAI-compatible upstream whose every answer is "tok" a hundred times, a token every
+    few milliseconds as a model streams them."""
 
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
@@ -28,6 +31,7 @@ class RepetitiveUpstream(BaseHTTPRequestHandler):
         for _ in range(REPEATS):
             chunk = {"choices": [{"delta": {"content": "tok "}, "finish_reason": None}]}
             self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            time.sleep(TOKEN_SECONDS)
         end = {"choices": [{"delta": {}, "finish_reason": "stop"}]}
         usage = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": REPEATS}}
         self.wfile.write(f"data: {json.dumps(end)}\n\ndata: {json.dumps(usage)}\n\n".encode())

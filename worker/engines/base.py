@@ -118,6 +118,11 @@ class AbortFlags:
             self._running.discard(request_id)
             self._aborted.discard(request_id)
 
+    @property
+    def under_way(self) -> int:
+        """Generations running now."""
+        return len(self._running)
+
     def abort(self, request_id: str) -> None:
         if request_id in self._running:
             self._aborted.add(request_id)

@@ -19,8 +19,9 @@ reads images (`--image-input`): an OpenAI-compatible server does not say what it
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 
@@ -39,6 +40,14 @@ from worker.tool_calls import new_call_id
 
 # Sent when the request sets them.
 PASSED_ON = ("seed", "presence_penalty", "frequency_penalty", "tool_choice", "parallel_tool_calls")
+# Once an answer's text flows, each read of its stream first waits this long per answer under
+# way, up to READ_PAUSE_MOST_SECONDS, so that it takes every chunk that came meanwhile: the relay
+# (engine, attempt, output buffer) then runs once per read instead of once per token, which the
+# output writer's clock (60-150 ms) made no finer anyway. The first token is never held and the
+# stream's end cuts a wait short; a Stop is seen at the next read. Measured on and off
+# (bench/openai_overhead.py --clients 100 --modes plain, two pairs): docs/benchmarks.md.
+READ_PAUSE_PER_ANSWER_SECONDS = 0.0005  # 100 answers under way: 50 ms
+READ_PAUSE_MOST_SECONDS = 0.05
 # An upstream's answer that blames the request (a schema it cannot enforce, say), not itself:
 # the client is told why, and the worker's circuit breaker does not count it.
 REQUEST_FAULTS = (400, 422)
@@ -111,6 +120,45 @@ class OpenAIEngine:
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         assert self._client is not None
         refuse_missing(request, self.capabilities)  # images, unless the operator said so
+        answer = UpstreamAnswer(request.max_tokens)
+        url = self.base_url + "/chat/completions"
+        with self._aborted.running(request.id):
+            async with self._client.post(url, json=self._body(request)) as response:
+                if response.status >= 400:
+                    detail = (await response.read()).decode(errors="replace")[:200]
+                    if response.status in REQUEST_FAULTS:  # the request's fault: said as such
+                        raise EngineRefused(f"the upstream refused it: {detail}")
+                    raise RuntimeError(f"upstream answered {response.status}: {detail}")
+
+                def pause() -> float:  # none before the first token: its time is not held
+                    return self._read_pause() if answer.completion_tokens else 0.0
+
+                async for batch in sse_batches(response.content, pause=pause):
+                    if request.id in self._aborted:
+                        yield answer.output("", "abort")
+                        return
+                    text, scores, reason = answer.read(batch)
+                    if text or scores or (reason and not answer.calls):
+                        output = answer.output(text, reason)
+                        if request.logprobs is not None:
+                            output.logprobs = scores
+                        yield output
+                    if answer.capped:  # leaving the stream closes it, which stops the upstream
+                        return
+                    if answer.ended:
+                        break
+            whole = answer.calls.whole()
+            if whole and answer.finish != "length":
+                yield EngineOutput(
+                    "", answer.prompt_tokens, answer.completion_tokens, "tool_calls", 0, whole
+                )
+                return
+            yield answer.output("", answer.finish or "stop")
+
+    def _read_pause(self) -> float:
+        return min(READ_PAUSE_MOST_SECONDS, self._aborted.under_way * READ_PAUSE_PER_ANSWER_SECONDS)
+
+    def _body(self, request: EngineRequest) -> dict:
         body = {
             "model": self.model,
             "messages": [_upstream_message(m) for m in request.messages],
@@ -134,55 +182,59 @@ class OpenAIEngine:
         for name in PASSED_ON:
             if getattr(request, name) is not None:
                 body[name] = getattr(request, name)
-        prompt_tokens = completion_tokens = 0
-        calls = CallDeltas()
-        finish = None  # the upstream's own reason, "length" included
-        url = self.base_url + "/chat/completions"
-        with self._aborted.running(request.id):
-            async with self._client.post(url, json=body) as response:
-                if response.status >= 400:
-                    detail = (await response.read()).decode(errors="replace")[:200]
-                    if response.status in REQUEST_FAULTS:  # the request's fault: said as such
-                        raise EngineRefused(f"the upstream refused it: {detail}")
-                    raise RuntimeError(f"upstream answered {response.status}: {detail}")
-                async for data in sse_data(response.content):
-                    if request.id in self._aborted:
-                        yield EngineOutput("", prompt_tokens, completion_tokens, "abort")
-                        return
-                    if data == "[DONE]":
-                        break
-                    chunk = json.loads(data)
-                    if chunk.get("usage"):
-                        prompt_tokens = chunk["usage"].get("prompt_tokens", prompt_tokens)
-                        completion_tokens = chunk["usage"].get(
-                            "completion_tokens", completion_tokens
-                        )
-                    for choice in chunk.get("choices", []):
-                        delta = choice.get("delta") or {}
-                        text = delta.get("content") or ""
-                        grew = calls.add(delta.get("tool_calls"))
-                        if (text or grew) and not chunk.get("usage"):
-                            completion_tokens += 1
-                        reason = choice.get("finish_reason")
-                        # The answer cap is Sluice's to keep: an upstream may ignore
-                        # `max_tokens` (or count differently), so the answer is cut here.
-                        capped = completion_tokens >= request.max_tokens and not reason
-                        if capped:
-                            reason = "length"
-                        finish = reason or finish
-                        logprobs = (choice.get("logprobs") or {}).get("content")
-                        if text or logprobs or (reason and not calls):
-                            output = EngineOutput(text, prompt_tokens, completion_tokens, reason)
-                            if request.logprobs is not None:
-                                output.logprobs = logprobs or []
-                            yield output
-                        if capped:  # leaving the stream closes it, which stops the upstream
-                            return
-            whole = calls.whole()
-            if whole and finish != "length":
-                yield EngineOutput("", prompt_tokens, completion_tokens, "tool_calls", 0, whole)
-                return
-            yield EngineOutput("", prompt_tokens, completion_tokens, finish or "stop")
+        return body
+
+
+class UpstreamAnswer:
+    """What an upstream's streamed answer has said so far, read a batch of chunks at a time:
+    one output per batch, so the relay (attempt, output buffer) runs once per read rather than
+    once per token."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self.prompt_tokens = self.completion_tokens = 0
+        self.calls = CallDeltas()
+        self.finish: str | None = None  # the upstream's own reason, "length" included
+        self.capped = False  # cut at max_tokens here
+        self.ended = False  # [DONE] came
+
+    def output(self, text: str, reason: str | None) -> EngineOutput:
+        return EngineOutput(text, self.prompt_tokens, self.completion_tokens, reason)
+
+    def read(self, batch: list[str]) -> tuple[str, list[dict], str | None]:
+        """The batch's text, its tokens' log probabilities, and its finish reason, if any."""
+        texts: list[str] = []
+        scores: list[dict] = []
+        reason = None
+        for data in batch:
+            if data == "[DONE]":
+                self.ended = True
+                break
+            chunk = json.loads(data)
+            usage = chunk.get("usage")
+            if usage:
+                self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
+                self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
+            for choice in chunk.get("choices", []):
+                delta = choice.get("delta") or {}
+                text = delta.get("content") or ""
+                grew = self.calls.add(delta.get("tool_calls"))
+                if (text or grew) and not usage:
+                    self.completion_tokens += 1
+                reason = choice.get("finish_reason") or reason
+                # The answer cap is Sluice's to keep: an upstream may ignore `max_tokens` (or
+                # count differently), so the answer is cut here.
+                if self.completion_tokens >= self.max_tokens and not reason:
+                    self.capped, reason = True, "length"
+                if text:
+                    texts.append(text)
+                scores += (choice.get("logprobs") or {}).get("content") or []
+                if self.capped:
+                    break
+            if self.capped:
+                break
+        self.finish = reason or self.finish
+        return "".join(texts), scores, reason
 
 
 def _upstream_message(message: dict) -> dict:
@@ -229,15 +281,38 @@ class CallDeltas:
         return calls
 
 
-async def sse_data(content) -> AsyncIterator[str]:
-    """The `data:` payloads of an SSE body, read in whatever pieces the network hands over:
-    one await per read rather than per line (a streamed answer is two lines per token)."""
+async def sse_batches(
+    content, *, pause: Callable[[], float] | None = None
+) -> AsyncIterator[list[str]]:
+    """The `data:` payloads of an SSE body, a list per read of whatever the network has handed
+    over (a streamed answer is two lines per token). Once a payload has come, each read first
+    waits `pause()` seconds, so that it takes every chunk that arrives meanwhile; the body's
+    end cuts the wait short, so the answer's end is not held."""
+    loop = asyncio.get_running_loop()
+    waking: list[asyncio.Future] = []  # the wait under way, if any
+
+    def wake() -> None:
+        if waking and not waking[0].done():
+            waking[0].set_result(None)
+
+    content.on_eof(wake)
     rest = b""
+    started = False
     async for piece in content.iter_any():
         lines = (rest + piece).split(b"\n")
         rest = lines.pop()
-        for line in lines:
-            if line.startswith(b"data:"):
-                yield line[5:].strip().decode()
+        batch = [line[5:].strip().decode() for line in lines if line.startswith(b"data:")]
+        if batch:
+            yield batch
+            started = True
+        wait = pause() if started and pause is not None else 0.0
+        if wait > 0 and not content.is_eof():
+            waking[:] = [loop.create_future()]
+            timer = loop.call_later(wait, wake)
+            try:
+                await waking[0]
+            finally:
+                timer.cancel()
+                waking.clear()
     if rest.startswith(b"data:"):  # a last line without its newline
-        yield rest[5:].strip().decode()
+        yield [rest[5:].strip().decode()]
