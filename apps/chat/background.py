@@ -178,6 +178,8 @@ def _after_answer(answer: Answer) -> None:
     user_id, conversation_id = int(answer.user_id), int(answer.conversation_id)
     followups = settings.SLUICE_FOLLOWUPS and answer.text.strip()
     every = settings.SLUICE_TAG_PROPOSAL_EVERY
+    if not followups and every <= 0 and not memory_writer.any_writes_memory():
+        return  # nothing to ask: the conversation is not read
     model = Conversation.objects.filter(id=conversation_id).values_list("model", flat=True)
     model = model.first() or ""
     try:  # memory is asked apart: a failure here must not cost the follow-ups

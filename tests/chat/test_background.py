@@ -9,6 +9,7 @@ import pytest
 from apps.accounts.models import Profile, Tag, TagProposal
 from apps.chat import background
 from apps.chat.models import Message
+from apps.chat.prompt import memory_writer
 from apps.chat.recorder import ensure_group, record_pending
 from apps.chat.services import conversation_create, message_create
 from apps.inbox.models import InboxMessage
@@ -108,6 +109,28 @@ def test_follow_ups_are_not_asked_when_turned_off(user, settings):
     settings.SLUICE_FOLLOWUPS = False
     conversation = conversation_create(owner=user)
     finish("answer-1", user.id, "Hi.", conversation_id=str(conversation.id))
+    assert background_items("followups") == []
+
+
+def test_an_answer_with_nothing_to_ask_after_it_reads_nothing(
+    user, settings, django_assert_num_queries
+):
+    """Follow-ups and tag proposals off and no model writing memory: the recorder's work after
+    an answer costs no statement (its conversation is read only when something is asked)."""
+    settings.SLUICE_FOLLOWUPS = False
+    settings.SLUICE_TAG_PROPOSAL_EVERY = 0
+    conversation = conversation_create(owner=user)
+    answer = Answer(
+        id="answer-1",
+        user_id=str(user.id),
+        conversation_id=str(conversation.id),
+        state=State.DONE,
+        text="Hi.",
+    )
+    memory_writer.writers_forget()
+    background.answers_recorded([answer], requests=[{}])  # reads who writes memory, once
+    with django_assert_num_queries(0):
+        background.answers_recorded([answer], requests=[{}])
     assert background_items("followups") == []
 
 

@@ -158,6 +158,17 @@ _writers: tuple[float, frozenset[str]] = (0.0, frozenset())
 def writes_memory(model: str) -> bool:
     """Whether the operator lets `model` write memory ("": the default model, named by its
     own row or by SLUICE_DEFAULT_MODEL's)."""
+    names = _writer_names()
+    return model in names or (not model and settings.SLUICE_DEFAULT_MODEL in names)
+
+
+def any_writes_memory() -> bool:
+    """Whether the operator lets any model write memory."""
+    return bool(_writer_names())
+
+
+def _writer_names() -> frozenset[str]:
+    """The models allowed to write memory, read at most every SETTING_SECONDS."""
     global _writers
     read_at, names = _writers
     if time.monotonic() - read_at > SETTING_SECONDS:
@@ -165,7 +176,7 @@ def writes_memory(model: str) -> bool:
             MemoryWriter.objects.filter(writes_memory=True).values_list("model", flat=True)
         )
         _writers = (time.monotonic(), names)
-    return model in names or (not model and settings.SLUICE_DEFAULT_MODEL in names)
+    return names
 
 
 def writers_forget() -> None:
