@@ -45,7 +45,9 @@ PASSED_ON = ("seed", "presence_penalty", "frequency_penalty", "tool_choice", "pa
 # (engine, attempt, output buffer) then runs once per read instead of once per token, which the
 # output writer's clock (60-150 ms) made no finer anyway. The first token is never held and the
 # stream's end cuts a wait short; a Stop is seen at the next read. Measured on and off
-# (bench/openai_overhead.py --clients 100 --modes plain, two pairs): docs/benchmarks.md.
+# (`bench/ab.py b2d4d55 openai_overhead --pairs 3 -- --clients 1,100 --modes plain`): CPU per
+# answer 7.9 -> 7.4 ms and 0.94 -> 0.97 of the upstream's answers/s at 100 streams
+# (docs/benchmarks.md).
 READ_PAUSE_PER_ANSWER_SECONDS = 0.0005  # 100 answers under way: 50 ms
 READ_PAUSE_MOST_SECONDS = 0.05
 # An upstream's answer that blames the request (a schema it cannot enforce, say), not itself:
