@@ -11,7 +11,9 @@ import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import aiohttp
 import pytest
+from aiohttp.base_protocol import BaseProtocol
 
 from worker.engines import create_engine
 from worker.engines.base import AbortFlags, EngineRequest
@@ -206,55 +208,22 @@ async def test_sse_payloads_are_read_whole_however_the_body_is_cut():
         assert read == ['{"a": 1}', '{"b": "x\\ny"}', "[DONE]"], cuts
 
 
-class _Arriving:
-    """An SSE body whose pieces arrive while it is read, handed over as aiohttp's StreamReader
-    does: all that has arrived in one piece, and callbacks called at the end."""
-
-    def __init__(self) -> None:
-        self.arrived: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self.ended = False
-        self.callbacks = []
-
-    def arrive(self, piece: bytes) -> None:
-        self.arrived.put_nowait(piece)
-
-    def end(self) -> None:
-        self.ended = True
-        self.arrived.put_nowait(None)
-        for callback in self.callbacks:
-            callback()
-
-    def on_eof(self, callback) -> None:
-        self.callbacks.append(callback)
-
-    def is_eof(self) -> bool:
-        return self.ended
-
-    async def iter_any(self):
-        while True:
-            pieces = [await self.arrived.get()]
-            while not self.arrived.empty():
-                pieces.append(self.arrived.get_nowait())
-            data = b"".join(p for p in pieces if p)
-            if data:
-                yield data
-            if pieces[-1] is None:
-                return
-
-
 async def test_a_paused_read_takes_what_arrived_meanwhile_and_the_end_cuts_it_short():
     """The first payload is handed over at once; the read after it waits, and takes the
-    chunks that came meanwhile in one batch; the body's end does not wait out the pause."""
-    body = _Arriving()
+    chunks that came meanwhile in one batch; the body's end does not wait out the pause.
+    The body is aiohttp's own StreamReader, fed as its HTTP parser feeds it."""
+    loop = asyncio.get_running_loop()
+    body = aiohttp.StreamReader(BaseProtocol(loop), 2**16, loop=loop)
     batches = sse_batches(body, pause=lambda: 30.0)
-    body.arrive(b"data: 1\n\n")
+    body.feed_data(b"data: 1\n\n")
     assert await asyncio.wait_for(anext(batches), 1) == ["1"]
     reading = asyncio.ensure_future(anext(batches))
-    body.arrive(b"data: 2\n\n")
-    body.arrive(b"data: 3\n\ndata: [DONE]\n\n")
+    await asyncio.sleep(0.01)  # the read is in its pause now
+    body.feed_data(b"data: 2\n\n")
+    body.feed_data(b"data: 3\n\ndata: [DONE]\n\n")
     await asyncio.sleep(0.05)
-    assert not reading.done()  # in its pause: the two pieces wait to be read together
-    body.end()
+    assert not reading.done()  # still pausing: the two pieces wait to be read together
+    body.feed_eof()
     assert await asyncio.wait_for(reading, 1) == ["2", "3", "[DONE]"]
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(anext(batches), 1)
