@@ -128,6 +128,15 @@ def conversation_released(pipe, keys: Keys, *, conversation_id: int | str, reque
     pipe.eval(scripts.RELEASE_IF_HELD, 1, keys.conversation_active(conversation_id), request_id)
 
 
+def answer_stored(pipe, keys: Keys, request_id: str) -> None:
+    """The web stored the ended answer itself (a question came before the recorder did): the
+    recorder reads this mark with the request and skips its own insert. The TTL is written
+    again so a hash that expired meanwhile is not brought back for good."""
+    request_key = keys.request(request_id)
+    pipe.hset(request_key, "stored", "1")
+    pipe.expire(request_key, protocol.REQUEST_TTL_SECONDS)
+
+
 def conversation_erased(pipe, keys: Keys, *, conversation_id: int | str) -> None:
     """A deleted conversation holds no request any more (the one it held was stopped)."""
     pipe.delete(keys.conversation_active(conversation_id))

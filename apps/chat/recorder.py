@@ -9,7 +9,8 @@ read or stored goes to the dead-letter stream with its reason: the loop never di
 It releases a conversation (its active key) once the answer is stored. A question sent after
 an answer ended but before the recorder stored it stores the answer itself from the final event
 (submission.ensure_conversation_free, through answer_store): the same record, so whichever
-stores second stores nothing.
+stores second stores nothing; the web marks the request when it did, and the recorder then
+skips the insert.
 """
 
 from __future__ import annotations
@@ -81,9 +82,9 @@ def answer_message(
 
 # What the recorder reads of each request's hash, for the whole batch in one round trip:
 # the citations the web attached, when and as what it was submitted (the inbox's "your answer is
-# ready"), the purpose of Sluice's own background requests, and the API key it came with (usage
-# accounting).
-REQUEST_FIELDS = ("citations", "created_ms", "kind", "purpose", "api_key")
+# ready"), the purpose of Sluice's own background requests, the API key it came with (usage
+# accounting), and whether the web stored the answer already (transitions.answer_stored).
+REQUEST_FIELDS = ("citations", "created_ms", "kind", "purpose", "api_key", "stored")
 
 
 def requests_read(answers: list[Answer]) -> list[dict[str, str | None]]:
@@ -174,7 +175,8 @@ def _record_batch(
         ]
         messages = [
             (entry_id, answer_message(answer, citations, cited=True))
-            for (entry_id, answer), citations in zip(parsed, cited, strict=True)
+            for (entry_id, answer), citations, fields in zip(parsed, cited, requests, strict=True)
+            if not fields["stored"]
         ]
         usage = usage_services.usage_rows(
             answers,

@@ -9,6 +9,7 @@ contract.transitions; its answer is stored in PostgreSQL keyed by the request id
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 
@@ -28,7 +29,7 @@ from apps.chat.publish import request_publish
 from apps.rag.prompting import citations_from, passages_block
 from apps.rag.services import Retrieval, RetrievalRefused, retrieval_for_prompt
 from apps.streams.hub_base import Entry
-from contract import protocol
+from contract import protocol, transitions
 from contract.protocol import EventType, WorkItem
 from core.redis_client import get_redis, keys
 
@@ -124,24 +125,26 @@ def active_request_id(*, conversation: Conversation) -> str | None:
     return get_redis().get(keys().conversation_active(conversation.id))
 
 
-def ensure_conversation_free(*, conversation: Conversation) -> bool:
+def ensure_conversation_free(*, conversation: Conversation) -> str | None:
     """Raises ConversationBusy while an answer is generating, QueueUnavailable when Redis
     cannot say. An answer that has ended but is not stored yet (the recorder stores it within
     a dispatcher pass) is stored here from its final event, the record the recorder would store
     (a second store of one request id is a no-op): the next question's prompt holds it, and
-    nothing waits on another process. Returns whether it found an ended answer."""
+    nothing waits on another process. Returns the id of the ended answer it stored (None when
+    there was none, or it was stored before or could not be)."""
     try:
         active = get_redis().get(keys().conversation_active(conversation.id))
         if not active:
-            return False
+            return None
         pipe = get_redis().pipeline(transaction=False)
         pipe.xrevrange(keys().output(active), count=1)
-        pipe.exists(keys().request(active))
-        entries, known = pipe.execute()
+        # user_id is written with every request: None means its state expired.
+        pipe.hmget(keys().request(active), ["user_id", "citations"])
+        entries, (known, citations) = pipe.execute()
     except RedisError as exc:
         raise QueueUnavailable from exc
-    if not known:
-        return False  # forgotten (its state expired): the next request takes its place
+    if known is None:
+        return None  # forgotten (its state expired): the next request takes its place
     if not entries or entries[0][1].get("type") != EventType.FINAL:
         raise ConversationBusy("Wait for the current answer to finish, or stop it.")
     answer = protocol.answer_from_final(
@@ -150,8 +153,10 @@ def ensure_conversation_free(*, conversation: Conversation) -> bool:
         user_id=str(conversation.owner_id),
         conversation_id=str(conversation.id),
     )
-    recorder.answer_store(answer=answer)
-    return True
+    stored = recorder.answer_store(
+        answer=answer, citations=json.loads(citations) if citations else []
+    )
+    return active if stored is not None else None
 
 
 def ensure_model_served(*, model: str) -> None:
@@ -186,7 +191,7 @@ def request_submit(question: Question, *, only_if: SqlCondition | None = None) -
         raise Http404
     if only_if is not None and (text is None or question.model is not None):
         raise ValueError("only_if guards a new question's insert, with the conversation's model")
-    ensure_conversation_free(conversation=conversation)
+    stored_ended = ensure_conversation_free(conversation=conversation)
     prompt, retrieved, asked, user_message = _question_and_prompt(question, only_if=only_if)
     item = WorkItem(
         id=question.request_id,
@@ -201,6 +206,8 @@ def request_submit(question: Question, *, only_if: SqlCondition | None = None) -
     )
 
     def tell_tabs(pipe) -> None:
+        if stored_ended:  # so the recorder does not insert it again
+            transitions.answer_stored(pipe, keys(), stored_ended)
         tab_sync.question_event(
             pipe,
             conversation=conversation,

@@ -195,8 +195,8 @@ def test_a_question_after_an_ended_answer_stores_it_from_its_final_event_without
         stored_now = submission.ensure_conversation_free(conversation=conversation)
     assert stored_now
     assert len(inserts(queries)) == 1
-    # the active request; its last event and state; its citations (recorder.answer_store)
-    assert len(redis_round_trips) == 3, redis_round_trips
+    # the active request; its last event and its request's fields, in one pipeline
+    assert len(redis_round_trips) == 2, redis_round_trips
     stored = Message.objects.get(request_id="r5")
     assert (stored.role, stored.text) == ("assistant", "Blue.")
 
@@ -271,6 +271,22 @@ def test_the_next_question_stores_the_ended_answer_and_its_prompt_holds_it_once(
     assert [t.text for t in history][:2] == ["And at night?", "Blue."]
     stored = list(conversation.messages.order_by("created", "id"))
     assert [(m.role, m.text) for m in stored] == [("assistant", "Blue."), ("user", "And at night?")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_recorder_skips_the_insert_of_an_answer_the_web_stored(user, fleet_cached):
+    """The web marks the request it stored with the question it sends: the recorder's pass
+    inserts no message for it, yet acknowledges its record and counts its usage."""
+    conversation = warm_chat_with_an_ended_answer(user, "r12")
+    submission.request_submit(
+        submission.Question(user=user, conversation=conversation, text="And at night?")
+    )
+    with CaptureQueriesContext(connection) as queries:
+        assert recorder.record_pending(consumer="c1", block_ms=None) == 1
+    assert inserts(queries) == []
+    assert any("usage" in q["sql"] for q in queries.captured_queries)
+    assert Message.objects.filter(request_id="r12").count() == 1
+    assert get_redis().xpending(keys().done, protocol.RECORDER_GROUP)["pending"] == 0
 
 
 def turns_sent(request_id: str) -> list[tuple[str, str]]:
