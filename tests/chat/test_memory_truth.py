@@ -156,6 +156,21 @@ def test_an_option_taken_from_a_list_by_its_place_or_its_name_is_kept_with_the_l
     assert [e.kind for e in merged(("assistant", answer), ("user", "Thank you dear."))] == []
 
 
+def test_an_assistant_turn_is_read_once_however_many_prompts_read_it():
+    """Every prompt reads the conversation's turns again: a turn's proposal is read the first
+    time only, and what later prompts keep of a reply to it is the same."""
+    from apps.chat.prompt.memory_proposals import proposal_of
+
+    names = "Some ideas: 1) Kittiwake, a seabird. 2) Puffin, a clown. 3) Gannet, a diver."
+    proposal_of.cache_clear()
+    kept = [merged(("assistant", names), ("user", "ok the second one it is")) for _ in range(3)]
+    assert proposal_of.cache_info().misses == 1
+    assert proposal_of.cache_info().hits >= 2
+    assert kept[0] == kept[1] == kept[2]
+    took = [e.context for e in kept[0] if e.kind == "took"]
+    assert took == ["1. Kittiwake; 2. Puffin; 3. Gannet"]
+
+
 def test_a_number_is_no_place_in_a_list_and_needs_a_list_to_be_one():
     options = "Some ideas: 1. Raspberry Pi 5; 2. Intel NUC 11; 3. Beelink EQ12."
     question = "Sensible. What is the plan for storage?"

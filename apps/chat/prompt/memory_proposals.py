@@ -8,6 +8,8 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 
 from apps.chat.prompt.memory_reading import (
     CLAUSE_END,
@@ -108,7 +110,7 @@ def _items(assistant_text: str) -> list[str]:
     return items
 
 
-def _item_heads(assistant_text: str) -> list[str]:
+def _read_item_heads(assistant_text: str) -> list[str]:
     """The heads of a list the assistant wrote (_items), one per item: what each option is
     called. An item called by a label and its index ("Route B - Southern Lakes: ...",
     "**Option 3 — Kalahari Dusk:**") keeps the name that follows the label."""
@@ -123,15 +125,14 @@ def _item_heads(assistant_text: str) -> list[str]:
     return [h for h in heads if h]
 
 
-def _suggestion(assistant_text: str) -> tuple[str, bool]:
-    """What the assistant proposed, and whether it named something: a list's item heads,
-    numbered, when it wrote a list (an option taken by its place, "the second one", stays
-    findable); else its sentences with a name, a number, a quoted or a highlighted word; else
-    its first sentences; up to SUGGESTION_CHARS."""
-    heads = _item_heads(assistant_text)
+def _read_suggestion(assistant_text: str, heads: Sequence[str]) -> str:
+    """What the assistant proposed: its list's item `heads`, numbered, when it wrote a list
+    (an option taken by its place, "the second one", stays findable); else its sentences with
+    a name, a number, a quoted or a highlighted word; else its first sentences; up to
+    SUGGESTION_CHARS."""
     if len(heads) >= 2:
         listed = "; ".join(f"{n}. {head}" for n, head in enumerate(heads, 1))
-        return listed[:SUGGESTION_CHARS], True
+        return listed[:SUGGESTION_CHARS]
     sentences = [raw.strip(" -*\u2022\t") for raw in sentences_of(assistant_text)]
     marked = [
         s
@@ -144,16 +145,16 @@ def _suggestion(assistant_text: str) -> tuple[str, bool]:
             break
         picked.append(sentence[:SUGGESTION_CHARS])
         used += len(sentence) + 1
-    return " ".join(picked), bool(marked)
+    return " ".join(picked)
 
 
-def _proposed_names(assistant_text: str) -> set[str]:
+def _read_proposed_names(assistant_text: str, heads: Sequence[str]) -> set[str]:
     """What names what the assistant proposed: the names in a list's item heads (their first
     word too when it is the only name in the head) and every pair of words in a row in a head
     ("keepsake box"), highlighted or quoted words, and the names in its sentences (capitalised
     past a sentence's first word). Single words and pairs, lower-cased."""
     names = set()
-    for head in _item_heads(assistant_text):
+    for head in heads:
         words = WORD.findall(head)
         capitalised = [w for w in words if w[0].isupper()]
         names.update(capitalised if len(capitalised) == 1 else capitalised[1:])
@@ -165,8 +166,35 @@ def _proposed_names(assistant_text: str) -> set[str]:
     return {w.lower() for w in names if len(w) > 3}
 
 
+# Assistant turns whose reading is kept: every prompt reads the conversation's turns again, so
+# each turn is read once per process instead of once per question (reading them again took a
+# third of the web's CPU in bench/overhead.py at 100 streams, by py-spy). Each entry holds the
+# turn's text as its key: a few MB for turns of a few KB.
+PROPOSALS_CACHED = 2048
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What one assistant turn proposed: its list's item heads, the names it gives, and the
+    suggestion a reply that takes it is kept with."""
+
+    heads: tuple[str, ...]
+    names: frozenset[str]
+    suggestion: str
+
+
+@lru_cache(maxsize=PROPOSALS_CACHED)
+def proposal_of(assistant_text: str) -> Proposal:
+    heads = tuple(_read_item_heads(assistant_text))
+    return Proposal(
+        heads,
+        frozenset(_read_proposed_names(assistant_text, heads)),
+        _read_suggestion(assistant_text, heads),
+    )
+
+
 def _said_names(sentence: str) -> set[str]:
-    """The sentence's words and pairs of words in a row, lower-cased (as _proposed_names)."""
+    """The sentence's words and pairs of words in a row, lower-cased (as a Proposal's names)."""
     words = [w.lower() for w in WORD.findall(sentence)]
     return {*words, *(f"{a} {b}" for a, b in itertools.pairwise(words))}
 
@@ -195,12 +223,12 @@ def points_at(reply: str, proposal: str) -> bool:
     """The reply says which of the proposal it takes: it names something the proposal names,
     a place in it, or points back with a pro-form ("the middle one", "that one")."""
     said = _said_names(reply)
-    return bool(said & (POSITIONS | CHOICE | ANAPHORS) or said & _proposed_names(proposal))
+    return bool(said & (POSITIONS | CHOICE | ANAPHORS) or said & proposal_of(proposal).names)
 
 
 def _lists(previous_assistant: str, earlier: Sequence[str]) -> list[str]:
     """The assistant's turns that gave a list of options, newest first."""
-    return [a for a in [previous_assistant, *earlier] if a and len(_item_heads(a)) >= 2]
+    return [a for a in [previous_assistant, *earlier] if a and len(proposal_of(a).heads) >= 2]
 
 
 def suggestion_taken(
@@ -227,7 +255,7 @@ def suggestion_taken(
     if previous_assistant and words and not read_sentence(opening).question:
         said = {w.lower() for w in WORD.findall(opening.replace("\u2019", "'"))}
         short = len(words) <= REPLY_MAX_WORDS
-        if len(_item_heads(previous_assistant)) >= 2 and len(first_clause) <= REPLY_MAX_WORDS:
+        if len(proposal_of(previous_assistant).heads) >= 2 and len(first_clause) <= REPLY_MAX_WORDS:
             # A short reply to a list of options answers it, in whatever words or language
             # ("Option 3 for sure", "vamos con la segunda", "2\ufe0f\u20e3"): kept with the
             # options, so the reply and the list together say which was taken.
@@ -252,7 +280,7 @@ def suggestion_taken(
         ]
         for assistant in [previous_assistant, *earlier]:
             theirs = (named_before or {}).get(assistant, frozenset())
-            names = _proposed_names(assistant) - theirs if assistant else set()
+            names = proposal_of(assistant).names - theirs if assistant else set()
             reply = next(
                 (s for s in statements if names & _said_names(s)),
                 "",
@@ -266,7 +294,7 @@ def suggestion_taken(
         listed = _lists(previous_assistant, earlier)
         reply = next((s for s in statements if _said_names(s) & CHOICE), "") if listed else ""
         taken = listed[0] if reply else ""
-    proposal = _suggestion(taken)[0] if taken else ""
+    proposal = proposal_of(taken).suggestion if taken else ""
     if not reply or not proposal:
         return None
     return " ".join(reply.split()), proposal
