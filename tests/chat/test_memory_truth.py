@@ -79,8 +79,15 @@ def test_statements_and_questions_that_speak_of_the_user_are_kept_word_for_word(
     assert said("the club moved me to the thursday squad.") == [
         "the club moved me to the thursday squad."
     ]
+    # Asked of a generic person, a question speaks of the user at one remove.
+    for generic in (
+        "is there a bread someone with celiac can eat with it?",
+        "Is it safe to use bleach on the grout when you've got a septic tank?",
+    ):
+        assert said(generic) == [generic]
     for nothing in (
         "How do tides work?",
+        "What do you think of that?",
         "Tell me about river number 16 and how its banks are shaped.",
         "Can you explain the 1929 crash to me?",
         "please give me three names for 2 kittens.",
@@ -163,9 +170,12 @@ def test_an_assistant_turn_is_read_once_however_many_prompts_read_it():
 
     names = "Some ideas: 1) Kittiwake, a seabird. 2) Puffin, a clown. 3) Gannet, a diver."
     proposal_of.cache_clear()
-    kept = [merged(("assistant", names), ("user", "ok the second one it is")) for _ in range(3)]
-    assert proposal_of.cache_info().misses == 1
-    assert proposal_of.cache_info().hits >= 2
+    kept = [merged(("assistant", names), ("user", "ok the second one it is"))]
+    first = proposal_of.cache_info()
+    kept += [merged(("assistant", names), ("user", "ok the second one it is")) for _ in range(2)]
+    assert first.misses > 0
+    assert proposal_of.cache_info().misses == first.misses
+    assert proposal_of.cache_info().hits > first.hits
     assert kept[0] == kept[1] == kept[2]
     took = [e.context for e in kept[0] if e.kind == "took"]
     assert took == ["1. Kittiwake; 2. Puffin; 3. Gannet"]
@@ -396,6 +406,12 @@ def test_a_reply_that_says_which_option_it_takes_outweighs_one_that_only_follows
     [chose] = [e for e in said if e.kind == memory_facts.TOOK]
     [only] = [e for e in followed if e.kind == memory_facts.TOOK]
     assert memory_facts.weight_of(chose) > memory_facts.weight_of(only) > 0
+    # "That" after a list of options takes the whole answer, not one of them.
+    plan = "Your days:\n1. Days 1-3 in Porto\n2. Days 4-5 in the Douro\n3. Day 6 in Coimbra"
+    [liked] = [
+        e for e in merged(("assistant", plan), ("user", "That looks smashing.")) if e.kind == "took"
+    ]
+    assert memory_facts.weight_of(chose) > memory_facts.weight_of(liked)
 
 
 def test_only_grounded_summary_sentences_that_repeat_no_instruction_are_kept():

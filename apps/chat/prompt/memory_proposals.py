@@ -221,9 +221,13 @@ def names_before(said_earlier: Sequence[str], turns: Sequence) -> dict[str, froz
 
 def points_at(reply: str, proposal: str) -> bool:
     """The reply says which of the proposal it takes: it names something the proposal names,
-    a place in it, or points back with a pro-form ("the middle one", "that one")."""
+    a place in it, or points back with a pro-form ("the middle one", "that one"). Pointing
+    back with "that" or "it" says which only of a single suggestion: after a list of options
+    ("That looks smashing.") it takes the whole answer, not one of them."""
     said = _said_names(reply)
-    return bool(said & (POSITIONS | CHOICE | ANAPHORS) or said & proposal_of(proposal).names)
+    read = proposal_of(proposal)
+    pointers = POSITIONS | CHOICE | (ANAPHORS if len(read.heads) < 2 else frozenset())
+    return bool(said & pointers or said & read.names)
 
 
 def _lists(previous_assistant: str, earlier: Sequence[str]) -> list[str]:

@@ -5,6 +5,7 @@ proposed, and a reply that takes it, is read in memory_proposals.py."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from collections import OrderedDict
@@ -31,6 +32,12 @@ OBJECT = frozenset({"me", "us"})
 ADDRESSED = frozenset("you your you're yours".split())
 # How far into a sentence "me" or "us" is still the object of a request that opens it.
 REQUEST_OPENING_WORDS = 3
+# The grammar's generic person, in which people ask about themselves at one remove: an
+# indefinite pronoun ("is it safe for someone with a pacemaker...?"), or "you" in a clause of
+# condition ("...when you've got a septic tank?").
+INDEFINITE = frozenset("someone somebody anyone anybody".split())
+CONDITION = frozenset({"when", "if", "while"})
+GENERIC_YOU = frozenset({"you", "you're", "you've"})
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class Sentence:
     possessive: bool
     details: int  # names and numbers in it
     addressed: bool  # speaks to the assistant: "you", or "me" as in "tell me"
+    generic: bool = False  # speaks of a generic person (INDEFINITE, GENERIC_YOU)
 
     @property
     def kept(self) -> bool:
@@ -48,7 +56,7 @@ class Sentence:
             return False
         if self.question:  # a question that says something of the user, or names something
             named = self.details > 0 and (self.first_person or not self.addressed)
-            return self.possessive or named
+            return self.possessive or named or self.generic
         # A name or a number alone counts in a statement, not in what is said to the
         # assistant ("Tell me about river 16", "Can you explain the 1929 crash").
         return self.first_person or (self.details > 0 and not self.addressed)
@@ -61,7 +69,7 @@ class Sentence:
         return (
             2.0 * min(self.details, 2)
             + 2.0 * subject
-            + self.possessive
+            + (self.possessive or self.generic)
             + (0.5 if not self.question else 0.0)
         )
 
@@ -85,6 +93,9 @@ def read_sentence(text: str) -> Sentence:
     request = any(w in OBJECT for w in opening) and not any(w in SUBJECT for w in opening)
     # Said to the assistant: "you", or such a request ("can you explain it to me").
     addressed = request or any(w in ADDRESSED for w in lower)
+    generic = any(w in INDEFINITE for w in lower) or any(
+        a in CONDITION and b in GENERIC_YOU for a, b in itertools.pairwise(lower)
+    )
     return Sentence(
         text=text,
         question=text.rstrip().endswith("?"),
@@ -93,6 +104,7 @@ def read_sentence(text: str) -> Sentence:
         possessive=any(w in POSSESSIVE for w in lower),
         details=details(words),
         addressed=addressed,
+        generic=generic,
     )
 
 
