@@ -265,8 +265,7 @@ def _statements_cached(text: str, at: int) -> tuple[tuple[Entry, float], ...]:
 
 
 def statements_forget() -> None:
-    """Empties the caches of statements and proposals read (bench/memory.py times a cold
-    prompt)."""
+    """Empties the caches of statements and proposals read (bench/memory.py: a cold prompt)."""
     _statements_cached.cache_clear()
     memory_proposals.proposal_of.cache_clear()
 
