@@ -139,12 +139,14 @@ def ensure_conversation_free(*, conversation: Conversation) -> str | None:
         pipe = get_redis().pipeline(transaction=False)
         pipe.xrevrange(keys().output(active), count=1)
         # user_id is written with every request: None means its state expired.
-        pipe.hmget(keys().request(active), ["user_id", "citations"])
-        entries, (known, citations) = pipe.execute()
+        pipe.hmget(keys().request(active), ["user_id", "citations", "stored"])
+        entries, (known, citations, stored_before) = pipe.execute()
     except RedisError as exc:
         raise QueueUnavailable from exc
     if known is None:
         return None  # forgotten (its state expired): the next request takes its place
+    if stored_before:
+        return None  # stored by an earlier question, or dropped since (answers_dropped)
     if not entries or entries[0][1].get("type") != EventType.FINAL:
         raise ConversationBusy("Wait for the current answer to finish, or stop it.")
     answer = protocol.answer_from_final(
@@ -157,6 +159,21 @@ def ensure_conversation_free(*, conversation: Conversation) -> str | None:
         answer=answer, citations=json.loads(citations) if citations else []
     )
     return active if stored is not None else None
+
+
+def answers_dropped(request_ids: list[str]) -> None:
+    """Answers the person drops (regenerate, an edit of an earlier question), marked before
+    they are deleted: one that ended moments ago may not be recorded yet, and neither the next
+    question's submit nor the recorder then stores it again."""
+    if not request_ids:
+        return
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for request_id in request_ids:
+            transitions.answer_stored(pipe, keys(), request_id)
+        pipe.execute()
+    except RedisError as exc:
+        raise QueueUnavailable from exc
 
 
 def ensure_model_served(*, model: str) -> None:

@@ -37,6 +37,7 @@ from apps.chat.submission import (
     ConversationBusy,
     Question,
     Submitted,
+    answers_dropped,
     ensure_conversation_free,
     request_submit,
 )
@@ -106,13 +107,15 @@ def message_edit(
         edited = conversation.messages.get(id=message_id, role=Message.Role.USER)
     except (Message.DoesNotExist, ValueError, TypeError):
         raise Http404("That message was not found.") from None
+    dropped = conversation.messages.filter(
+        Q(created__gt=edited.created) | Q(created=edited.created, id__gte=edited.id)
+    )
+    answers_dropped([r for r in dropped.values_list("request_id", flat=True) if r])
     with transaction.atomic():
         # A summary that covers the discarded turns speaks for them no more (memory.py
         # asks for a new one when the conversation grows long again).
         memory_summary.summary_discard_from(conversation_id=conversation.id, message_id=edited.id)
-        conversation.messages.filter(
-            Q(created__gt=edited.created) | Q(created=edited.created, id__gte=edited.id)
-        ).delete()
+        dropped.delete()
     question = Question(user=user, conversation=conversation, text=text, replaces=edited.id)
     return request_submit(_with_id(question, request_id)), edited.id
 
@@ -151,5 +154,6 @@ def answer_regenerate(*, user: User, conversation: Conversation, request_id: str
     if last is None:
         raise ConversationBusy("There is nothing to regenerate yet.")
     if last.role == Message.Role.ASSISTANT:
+        answers_dropped([last.request_id] if last.request_id else [])
         last.delete()
     return request_submit(_with_id(Question(user=user, conversation=conversation), request_id))

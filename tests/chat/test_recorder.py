@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from apps.chat import recorder, submission
 from apps.chat.models import Message
-from apps.chat.services import conversation_create
+from apps.chat.services import conversation_create, message_create
 from contract import protocol, transitions
 from contract.protocol import Answer, State, Usage, WorkItem
 from core.redis_client import get_redis, keys
@@ -344,3 +344,25 @@ def test_an_answer_that_cannot_be_stored_does_not_keep_its_next_question_out(use
     recorder.record_pending(consumer="c1", block_ms=None)
     assert "dead-lettering answer record" in caplog.text
     assert submission.active_request_id(conversation=conversation) == submitted.request_id
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("how", ["regenerate", "edit"])
+def test_an_answer_dropped_before_the_recorder_came_stays_dropped(user, fleet_cached, how):
+    """Regenerate (or edit the question) as soon as an answer ends: the web stores the ended
+    answer, then drops it; neither the new question's submit nor the recorder's pass brings it
+    back."""
+    from apps.chat import turns
+
+    conversation = warm_chat_with_an_ended_answer(user, "r13")
+    question = message_create(conversation=conversation, role="user", text="What colour?")
+    conversation.messages.filter(id=question.id).update(created=question.created.replace(year=2000))
+    if how == "regenerate":
+        turns.answer_regenerate(user=user, conversation=conversation)
+    else:
+        turns.message_edit(
+            user=user, conversation=conversation, message_id=question.id, text="What shade?"
+        )
+    assert not Message.objects.filter(request_id="r13").exists()
+    recorder.record_pending(consumer="c1", block_ms=None)
+    assert not Message.objects.filter(request_id="r13").exists()
