@@ -28,7 +28,9 @@ _EARLIER_LINE = re.compile(r"\s*(?:- )?Earlier\b")
 
 @cache
 def _value_re(value: str) -> re.Pattern[str]:
-    return re.compile(rf"\b{re.escape(value)}(s|es)?\b", re.IGNORECASE)
+    # Not a word's part on either side: "\b" would need a word character at the value's own
+    # edge, and so never find "£850", "$2,200" or "68%" in "now got £850." or "to 68% like".
+    return re.compile(rf"(?<!\w){re.escape(value)}(s|es)?(?!\w)", re.IGNORECASE)
 
 
 def has(value: str, text: str) -> bool:

@@ -1,0 +1,31 @@
+"""bench/memory_grade.py: a value is found in a prompt whatever characters it starts or ends
+with, and never inside a longer word or number."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import memory_grade
+from memory_data import Fact
+
+
+def test_a_value_that_starts_or_ends_with_a_sign_is_found():
+    assert memory_grade.has("£850", "ok birthday money came in, now got £850.")
+    assert memory_grade.has("68%", "i dropped it to 68% like u said")
+    assert memory_grade.has("$2,200", "so the budget's $2,200 now")
+    assert memory_grade.has("Kotlin", "six years of kotlin now")
+
+
+def test_a_value_inside_a_longer_word_or_number_is_not():
+    assert not memory_grade.has("£85", "now got £850.")
+    assert not memory_grade.has("68%", "it went to 168% of the plan")
+    assert not memory_grade.has("Pip", "a pipe cleaner")
+
+
+def test_an_old_value_with_a_sign_shown_as_current_is_counted():
+    fact = Fact(subject="budget", placement="corrected", value="£850", old="£700")
+    assert memory_grade.presents_old(fact, '- "my budget is £700 for the build."')
+    assert not memory_grade.presents_old(fact, '- Earlier: "my budget is £700 for the build."')
