@@ -61,6 +61,12 @@ def merged(*turns_said: tuple[str, str]) -> list[memory_facts.Entry]:
     return memory_facts.merge([], history, newer=lambda a, b: a > b)
 
 
+def taken(options: str, reply: str) -> memory_facts.Entry:
+    """The one entry of a reply that took the assistant's `options`."""
+    [took] = [e for e in merged(("assistant", options), ("user", reply)) if e.kind == "took"]
+    return took
+
+
 def test_statements_and_questions_that_speak_of_the_user_are_kept_word_for_word():
     assert said("Is it usually cold in winter near my flat in Tartu?") == [
         "Is it usually cold in winter near my flat in Tartu?"
@@ -85,6 +91,19 @@ def test_statements_and_questions_that_speak_of_the_user_are_kept_word_for_word(
         "Is it safe to use bleach on the grout when you've got a septic tank?",
     ):
         assert said(generic) == [generic]
+    # Whatever else the user asserts tells of their life, capitals or not; and a question in
+    # the first person is kept, weighing less than a statement.
+    assert said("marmaduke just knocked the saffron jar off the shelf.") == [
+        "marmaduke just knocked the saffron jar off the shelf."
+    ]
+    assert said("How do I puppy-proof a third-floor apartment with a balcony?") == [
+        "How do I puppy-proof a third-floor apartment with a balcony?"
+    ]
+    asked, stated = (
+        memory_facts.statements_of(text, at=1)[0][1]
+        for text in ("how do i undo a push to a feature branch?", "I'm an electrician by trade.")
+    )
+    assert stated > asked > 0
     for nothing in (
         "How do tides work?",
         "What do you think of that?",
@@ -224,7 +243,7 @@ def test_a_later_statement_on_the_same_subject_shows_the_older_as_earlier():
     )
     texts = [e.text() for e in entries]
     assert texts == [
-        'Earlier (a later line may replace it): "I live in Tallinn."',
+        'Earlier: "I live in Tallinn."',
         '"My cat is called Miso."',
         '"Quick update: we moved house last month, we\'re in Tartu now."',
     ]
@@ -245,9 +264,7 @@ def test_an_older_line_that_names_the_replaced_value_is_shown_as_earlier_too():
     shown = {e.value: e.text() for e in entries}
     assert shown["Leave is fixed by roster, I got 9 days for Japan."].startswith("Earlier")
     # The choice names the old value only in the suggestion it answers: earlier as a whole.
-    assert shown["Hokkaido sounds nice."].startswith(
-        'Earlier (a later line may replace it): You suggested: "With 9 days'
-    )
+    assert shown["Hokkaido sounds nice."].startswith('Earlier: You suggested: "With 9 days')
     assert shown["My brother Kenji lives in Osaka."] == '"My brother Kenji lives in Osaka."'
     assert not shown[
         "Actually it's 12 days now, my supervisor approved extra leave today!"
@@ -304,6 +321,30 @@ def test_options_called_by_a_label_and_an_index_keep_the_names_that_follow_the_l
     )
 
 
+def test_a_labels_words_leave_the_name_after_it_its_own_words():
+    options = (
+        "Three ways down:\n**Option A \u2014 The N1 straight shot (via Bloemfontein)**\nFast.\n"
+        "**Option B \u2014 Via Kimberley and the N12**\nThe Big Hole.\n"
+        "**Option C \u2014 Scenic route via the Garden Route**\nLonger."
+    )
+    took = taken(options, "Option B please.")
+    assert "2. Option B \u2013 Via Kimberley and the N12;" in took.context
+
+
+def test_a_reply_to_a_list_that_names_something_of_its_own_is_a_statement():
+    tips = "Before you tow:\n1. Check the towing capacity\n2. Fit extension mirrors\n3. Service it"
+    entries = merged(
+        ("assistant", tips), ("user", "Ok update: we traded it in for a Suzuki Ertiga on Saturday!")
+    )
+    assert [(e.kind, e.value) for e in entries] == [
+        (memory_facts.SAID, "Ok update: we traded it in for a Suzuki Ertiga on Saturday!")
+    ]
+    # Naming one of the options still takes the list, whatever else it names.
+    bikes = "Three bikes:\n1. Trek FX 2\n2. Giant Escape 2\n3. Cube Nature"
+    entries = merged(("assistant", bikes), ("user", "The Giant, Lotte rides one in Utrecht."))
+    assert entries[0].kind == memory_facts.TOOK
+
+
 def test_options_lettered_in_brackets_or_bulleted_with_dashes_are_a_list():
     for options in (
         "Three good bets:\n(a) 2018 Honda Fit: roomy.\n(b) 2017 Toyota Corolla: hard to kill.\n"
@@ -322,8 +363,7 @@ def test_a_markdown_tables_rows_are_a_list_of_options():
         "| Lava Camper Duo | 2WD | \u20ac95 |\n| Fjord 4x4 Explorer | 4x4 | \u20ac140 |\n"
         "| Nordic Roamer Highland | 4x4 | \u20ac165 |\nThe Duo is cheapest, but 2WD is risky."
     )
-    entries = merged(("assistant", table), ("user", "The last one please."))
-    [took] = [e for e in entries if e.kind == memory_facts.TOOK]
+    took = taken(table, "The last one please.")
     assert took.context == "1. Lava Camper Duo; 2. Fjord 4x4 Explorer; 3. Nordic Roamer Highland"
 
 
@@ -461,8 +501,8 @@ def test_a_correction_in_other_words_is_never_shown_as_current(user, small_windo
         text="The user lives in Tallinn.\nThe user's gym locker code is 4471.",
     )
     memory_block = system_of(conversation).split("\n\n", 1)[1]
-    assert 'Earlier (a later line may replace it): "I live in Tallinn."' in memory_block
-    assert 'Earlier (a later line may replace it): "My gym locker code is 4471."' in memory_block
+    assert 'Earlier: "I live in Tallinn."' in memory_block
+    assert 'Earlier: "My gym locker code is 4471."' in memory_block
     assert "we're in Tartu now." in memory_block and "my new locker code is 9902." in memory_block
     assert "The user lives in Tallinn." not in memory_block  # the summary's stale sentence
     assert "code is 4471." not in memory_block.replace('code is 4471."', "")
@@ -489,7 +529,7 @@ def test_a_correction_in_the_turns_sent_whole_bars_the_summarys_old_value():
     sent = " ".join(m["content"] for m in plan.turns)
     assert "we're in Tartu now" in sent  # the correction is in the turns sent whole...
     assert plan.remembered.summary == ["The user asked about rivers."]  # ...and bars Tallinn
-    assert 'Earlier (a later line may replace it): "I live in Tallinn."' in plan.system
+    assert 'Earlier: "I live in Tallinn."' in plan.system
 
 
 def test_a_summary_sentence_naming_a_replaced_value_with_digits_in_a_word_is_dropped():

@@ -117,7 +117,7 @@ def test_a_newer_noted_statement_on_the_same_subject_shows_the_older_as_earlier(
         )
         memory_writer.noted_store(conversation_id=conversation.id, message_id=at, noted=noted)
     system = prompt_build(conversation=conversation).messages[0]["content"]
-    assert 'Earlier (a later line may replace it): "I work as a nurse in Bradford"' in system
+    assert 'Earlier: "I work as a nurse in Bradford"' in system
     assert '"Update: I started a new job, teaching in York"' in system
 
 

@@ -1,14 +1,13 @@
 """What the user told Sluice, kept in the user's own words.
 
 No list of attributes, phrasings, jobs or relations decides what is a fact: a user turn is
-read sentence by sentence, and a sentence is kept verbatim (a *statement*, kind SAID) when it
-speaks of the user or carries a detail a later question may need:
+read sentence by sentence, each kept verbatim (a *statement*, kind SAID) when it is:
 
-- a statement (not a question) with a first-person subject or possessive (I, I'm, my, we,
-  our...: closed-class words of the grammar, not phrasings), or with a name or a number
-  ("The ferry back to Tartu was late again" implies where the user lives);
-- a question or request that says something of the user: a possessive ("near my office in
-  Leeds?"), or a first person beside a name or number ("what do I feed a beagle called Pip?").
+- a statement: whatever the user asserts, not what they say to the assistant ("Tell me
+  about..."); the first person (closed-class words of the grammar, not phrasings), a name or a
+  number weigh more ("The ferry back to Tartu was late again" implies where the user lives);
+- a question in the first person ("near my office in Leeds?"), of a generic person ("someone
+  with a pacemaker"), or naming something.
 
 A statement about someone in the user's life ("My sister lives in Porto") is kept as it was
 said, in quotes: the quote itself says whose detail it is, so it is never told as the
@@ -17,11 +16,10 @@ is kept with the suggestion it answers (kind TOOK).
 
 A newer statement that speaks of the same thing as an older one (the embedding model's cosine
 similarity of their closest clauses, MiniLM, already loaded for retrieval) marks the older one
-`later`: the prompt shows it as earlier, never as current. Nothing is deleted on
-a guess; order and source are shown instead.
+`later`: the prompt shows it as earlier, never as current. Nothing is deleted on a guess;
+order and source are shown instead.
 
-Entries the user corrected or deleted on the page (`edited`) win over what turns said before
-the edit.
+Entries the user corrected or deleted on the page (`edited`) win over the turns before the edit.
 """
 
 from __future__ import annotations
@@ -56,14 +54,16 @@ EARLIER_WEIGHT_COST = 1.0
 # The assistant's turns whose proposals a later statement may take by name: a choice is
 # sometimes made after a question or two about the options.
 PROPOSALS_READ = 2
-# The turns before those being merged that merge() reads (of its `before`) for the assistant's
-# proposals.
+# The turns before those merged that merge() reads (of `before`) for the assistant's proposals.
 CONTEXT_TURNS = 2 * PROPOSALS_READ
 # A reply that took a suggestion weighs 1 plus this per name or number of the proposal (up to
 # two) when it says which option it takes, or FOLLOWED_WEIGHT_PER_NAME when it only follows a
 # list (a list of steps or tips is answered by "lol ok." as often as options are by a choice).
 TOOK_WEIGHT_PER_NAME = 1.5
 FOLLOWED_WEIGHT_PER_NAME = 0.25
+# Starts a line a later one may replace (the block's heading says so): short, as half the lines
+# carry it, and the block's room is what loses facts.
+EARLIER_MARK = "Earlier: "
 # Statements a conversation keeps at most (the least telling leave first).
 ENTRIES_KEPT = 160
 
@@ -90,14 +90,14 @@ class Entry:
             # The suggestion's own double quotes made single: one pair of quotes per speaker.
             said = self.context.replace('"', "'").replace("\u201c", "'").replace("\u201d", "'")
             took = f'You suggested: "{said}"; the user replied: "{self.value}"'
-            return f"Earlier (a later line may replace it): {took}" if self.later else took
+            return f"{EARLIER_MARK}{took}" if self.later else took
         if self.kind in (USER, OTHER):
             sentence = self.template.replace("{}", self.value, 1)
             if self.former and self.former.lower() != self.value.lower():
                 sentence = f"{sentence.rstrip('.')} (formerly {self.former})."
             return sentence
         if self.later:
-            return f'Earlier (a later line may replace it): "{self.value}"'
+            return f'{EARLIER_MARK}"{self.value}"'
         return f'"{self.value}"'
 
     @classmethod

@@ -118,10 +118,11 @@ def _read_item_heads(assistant_text: str) -> list[str]:
     for item in _items(assistant_text):
         item = item.replace("**", "").replace("__", "")  # bold inside the head
         parts = [part.strip(' *_`";') for part in _ITEM_HEAD_END.split(item, maxsplit=2)]
-        head = parts[0]
+        head = " ".join(parts[0].split()[:ITEM_HEAD_WORDS])
         if _LABEL.match(head) and len(parts) > 1 and parts[1]:
-            head = f"{head} \u2013 {parts[1]}"
-        heads.append(" ".join(head.split()[:ITEM_HEAD_WORDS]))
+            # The label takes none of the name's words.
+            head = f"{head} \u2013 {' '.join(parts[1].split()[:ITEM_HEAD_WORDS])}"
+        heads.append(head)
     return [h for h in heads if h]
 
 
@@ -230,6 +231,14 @@ def points_at(reply: str, proposal: str) -> bool:
     return bool(said & pointers or said & read.names)
 
 
+def _says_its_own(reply: str, proposal: str) -> bool:
+    """The reply names something the proposal does not (a name or number of its own: "Ok
+    update: we traded it in for a Suzuki Ertiga") and points at none of its options: it is a
+    statement of its own, not an answer to the list."""
+    own = {w.lower() for w in detail_words(reply)} - _said_names(proposal)
+    return bool(own) and not points_at(reply, proposal)
+
+
 def _lists(previous_assistant: str, earlier: Sequence[str]) -> list[str]:
     """The assistant's turns that gave a list of options, newest first."""
     return [a for a in [previous_assistant, *earlier] if a and len(proposal_of(a).heads) >= 2]
@@ -259,7 +268,11 @@ def suggestion_taken(
     if previous_assistant and words and not read_sentence(opening).question:
         said = {w.lower() for w in WORD.findall(opening.replace("\u2019", "'"))}
         short = len(words) <= REPLY_MAX_WORDS
-        if len(proposal_of(previous_assistant).heads) >= 2 and len(first_clause) <= REPLY_MAX_WORDS:
+        if (
+            len(proposal_of(previous_assistant).heads) >= 2
+            and len(first_clause) <= REPLY_MAX_WORDS
+            and not _says_its_own(opening, previous_assistant)
+        ):
             # A short reply to a list of options answers it, in whatever words or language
             # ("Option 3 for sure", "vamos con la segunda", "2\ufe0f\u20e3"): kept with the
             # options, so the reply and the list together say which was taken.

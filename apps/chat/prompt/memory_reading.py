@@ -54,21 +54,24 @@ class Sentence:
     def kept(self) -> bool:
         if len(self.text.split()) < 3:
             return False
-        if self.question:  # a question that says something of the user, or names something
-            named = self.details > 0 and (self.first_person or not self.addressed)
-            return self.possessive or named or self.generic
-        # A name or a number alone counts in a statement, not in what is said to the
-        # assistant ("Tell me about river 16", "Can you explain the 1929 crash").
-        return self.first_person or (self.details > 0 and not self.addressed)
+        if self.first_person:  # "I", "my", "we": the user speaks of themselves
+            return True
+        if self.question:  # of a generic person, or naming something not asked of the assistant
+            return self.generic or (self.details > 0 and not self.addressed)
+        # Whatever else the user asserts ("marmaduke just knocked the jar off the shelf", typed
+        # without a capital) tells of their life; what is said to the assistant ("Tell me
+        # about river 16", "Can you explain the 1929 crash") does not. The weight ranks them.
+        return not self.addressed
 
     @property
     def weight(self) -> float:
         """How much the sentence is likely to tell: names and numbers, then the user as its
-        subject, then a possessive, then a statement over a question."""
+        subject (half as much in a question: "how do I undo a push"), then a possessive, then a
+        statement over a question."""
         subject = any(w.lower() in SUBJECT for w in WORD.findall(self.text.replace("\u2019", "'")))
         return (
             2.0 * min(self.details, 2)
-            + 2.0 * subject
+            + (1.0 if self.question else 2.0) * subject
             + (self.possessive or self.generic)
             + (0.5 if not self.question else 0.0)
         )
