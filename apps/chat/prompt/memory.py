@@ -139,8 +139,7 @@ def remembered(
         lines = "\n".join(f"- {e.text()}" for e in block.facts)
         parts.append(
             "What the user said earlier in this conversation, in their own words (oldest "
-            f"first; a line that starts with {facts.EARLIER_MARK.strip()!r} may be out of date: a "
-            f"later line may replace it):\n{lines}"
+            f"first; a line marked {facts.EARLIER_MARK.strip(': ')} may be out of date):\n{lines}"
         )
     if block.others:
         lines = "\n".join(f"- {e.text()}" for e in block.others)
