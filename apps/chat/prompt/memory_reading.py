@@ -10,8 +10,14 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
+
+# Readings of one text kept per process (read_sentence, detail_words, clauses_of, subject_of,
+# user_is_subject): a prompt compares every pair of the conversation's statements
+# (memory_facts._mark_replaced), and read again each time they took most of its building.
+READINGS_CACHED = 8192
 
 # A very long sentence is cut to its clauses that speak of the user (words, not tokens).
 LONG_SENTENCE_WORDS = 32
@@ -88,6 +94,7 @@ def details(words: list[str]) -> int:
     return found
 
 
+@lru_cache(maxsize=READINGS_CACHED)
 def read_sentence(text: str) -> Sentence:
     words = WORD.findall(text.replace("\u2019", "'"))
     lower = [w.lower() for w in words]
@@ -124,11 +131,12 @@ def shortened(sentence: Sentence) -> str:
     return " \u2026 ".join(kept) if kept else sentence.text
 
 
-def clauses_of(text: str) -> list[str]:
+@lru_cache(maxsize=READINGS_CACHED)
+def clauses_of(text: str) -> tuple[str, ...]:
     """The clauses of a sentence that have at least three words (the sentence itself when
     none has)."""
     clauses = [c.strip() for c in CLAUSE_END.split(text) if c and len(c.split()) >= 3]
-    return clauses or [text]
+    return tuple(clauses) or (text,)
 
 
 def detail_words_of(words: list[str]) -> list[str]:
@@ -140,9 +148,10 @@ def detail_words_of(words: list[str]) -> list[str]:
     ]
 
 
-def detail_words(text: str) -> list[str]:
+@lru_cache(maxsize=READINGS_CACHED)
+def detail_words(text: str) -> tuple[str, ...]:
     """The names and numbers in `text` (as _details counts them)."""
-    return detail_words_of(WORD.findall(text.replace("\u2019", "'")))
+    return tuple(detail_words_of(WORD.findall(text.replace("\u2019", "'"))))
 
 
 # -- what a statement is about ------------------------------------------------------------------
@@ -179,11 +188,14 @@ def vectors(texts: list[str]) -> np.ndarray:
 
 
 def vectors_forget() -> None:
-    """Empties the cache of vectors (bench/memory.py times a cold prompt)."""
+    """Empties the caches of vectors and readings (bench/memory.py times a cold prompt)."""
     with _vectors_lock:
         _VECTORS.clear()
+    for cached in (read_sentence, clauses_of, detail_words, user_is_subject, subject_of):
+        cached.cache_clear()
 
 
+@lru_cache(maxsize=READINGS_CACHED)
 def user_is_subject(text: str) -> bool:
     """The sentence speaks of the user as "I" or "we", or as "me" or "us" other than in a
     request ("they moved me"), not only of something of theirs ("My sister ...")."""
@@ -191,6 +203,7 @@ def user_is_subject(text: str) -> bool:
     return bool(lower & SUBJECT) or (bool(lower & OBJECT) and read_sentence(text).first_person)
 
 
+@lru_cache(maxsize=READINGS_CACHED)
 def subject_of(text: str) -> str:
     """The statement with its names and numbers masked: what it says something about, not the
     value it says ("I live in Tucson" and "we're in Tallinn now" both speak of where)."""
