@@ -241,6 +241,7 @@ def score(arm: str, fact: Fact, built: Built, tally: Tally) -> None:
     ok = grade.kept(fact, built.memory_block, built.recent)
     tally.kept[arm, fact.placement] += ok
     tally.old_current[arm] += grade.presents_old(fact, built.memory_block)
+    tally.hedged[arm] += ok and grade.only_as_earlier(fact, built.memory_block, built.recent)
     tally.carriers[arm, "summary"] += grade.has(fact.value, built.summary)
     tally.carriers[arm, "key lines"] += grade.has(fact.value, built.key_lines)
     tally.carriers[arm, "recent turns"] += grade.has(fact.value, built.recent)

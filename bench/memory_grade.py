@@ -68,6 +68,15 @@ def kept(fact: Fact, memory_block: str, recent: str) -> bool:
     return not presents_old(fact, memory_block)
 
 
+def only_as_earlier(fact: Fact, memory_block: str, recent: str) -> bool:
+    """The fact's current value is in the prompt only in lines marked as earlier: kept, but the
+    model is told it may be out of date (what marking too much costs)."""
+    if has(fact.value, recent):
+        return False
+    lines = [line for line in memory_block.splitlines() if has(fact.value, line)]
+    return bool(lines) and all(_EARLIER_LINE.match(line) for line in lines)
+
+
 def answered(fact: Fact, answer: str) -> bool:
     return has(fact.value, answer) and not (fact.old and has(fact.old, answer))
 
@@ -187,6 +196,7 @@ class Tally:
     needed: Counter = field(default_factory=Counter)  # placement → facts asked
     carriers: Counter = field(default_factory=Counter)  # (arm, carrier) → facts carried
     old_current: Counter = field(default_factory=Counter)  # arm → old value shown as current
+    hedged: Counter = field(default_factory=Counter)  # arm → current value only as earlier
     answered: Counter = field(default_factory=Counter)  # arm → right answers
     asked: Counter = field(default_factory=Counter)  # arm → questions asked
     perfect_sentences: int = 0  # the scripted summaries' sentences: the check's own error
@@ -290,7 +300,9 @@ def report(tally: Tally, args, conversations: int, seconds: float, exchanges: in
     # the model is told it may be out of date.
     print(
         f"  the user's words shown as earlier: {tally.earlier_lines} of {tally.words_lines} "
-        "lines in the closing memory blocks"
+        "lines in the closing memory blocks; current values shown only as earlier: "
+        f"{tally.hedged['summaries']} of {sum(tally.kept['summaries', p] for p in PLACEMENTS)} "
+        "facts kept"
     )
     cold, warm = (statistics.median(tally.prompt_ms[c] or [0]) for c in ("cold", "warm"))
     print(

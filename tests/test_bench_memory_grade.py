@@ -1,5 +1,6 @@
 """bench/memory_grade.py: a value is found in a prompt whatever characters it starts or ends
-with, and never inside a longer word or number."""
+with, and never inside a longer word or number; a current value the prompt shows only as
+earlier is counted."""
 
 from __future__ import annotations
 
@@ -29,3 +30,14 @@ def test_an_old_value_with_a_sign_shown_as_current_is_counted():
     fact = Fact(subject="budget", placement="corrected", value="£850", old="£700")
     assert memory_grade.presents_old(fact, '- "my budget is £700 for the build."')
     assert not memory_grade.presents_old(fact, '- Earlier: "my budget is £700 for the build."')
+
+
+def test_a_current_value_shown_only_in_lines_marked_earlier_is_counted():
+    fact = Fact(subject="dog", placement="user", value="Bramble")
+    hedged = '- Earlier: "I had to let Bramble in."\n- "I love the blackbirds."'
+    assert memory_grade.only_as_earlier(fact, hedged, recent="")
+    # Shown as current in another line, or said in the recent turns: not hedged.
+    assert not memory_grade.only_as_earlier(fact, hedged + '\n- "Bramble is a spaniel."', "")
+    assert not memory_grade.only_as_earlier(fact, hedged, recent="user: Bramble ate it.")
+    # Not in the prompt at all: lost, which the grade counts elsewhere.
+    assert not memory_grade.only_as_earlier(fact, '- "I love the blackbirds."', recent="")
