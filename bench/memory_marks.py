@@ -29,6 +29,7 @@ django.setup()
 from memory_data import TUNING  # noqa: E402
 
 from apps.chat.prompt import memory_facts as facts  # noqa: E402
+from apps.chat.prompt import memory_replaced as replaced  # noqa: E402
 from apps.chat.selectors import Turn  # noqa: E402
 
 
@@ -54,7 +55,7 @@ def marks(conversations: list[dict]) -> tuple[int, int, int, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--same-subject", default=f"{facts.SAME_SUBJECT},0.4,0.5")
+    parser.add_argument("--same-subject", default=f"{replaced.SAME_SUBJECT},0.4,0.5")
     parser.add_argument("--tuning-files", default="", help="comma-separated; all by default")
     args = parser.parse_args()
     chosen = {name.strip() for name in args.tuning_files.split(",") if name.strip()}
@@ -68,10 +69,10 @@ def main() -> None:
         if line.strip()
     ]
     print(f"{len(conversations)} conversations from {', '.join(p.name for p in paths)}")
-    product = facts.SAME_SUBJECT
+    product = replaced.SAME_SUBJECT
     parts = []
     for value in (float(v) for v in args.same_subject.split(",")):
-        facts.SAME_SUBJECT = value
+        replaced.SAME_SUBJECT = value
         marked, naming_old, found, corrections = marks(conversations)
         label = " (the product's)" if value == product else ""
         print(
@@ -83,7 +84,7 @@ def main() -> None:
             f"at SAME_SUBJECT {value}: {marked} lines marked earlier, {naming_old} name a "
             f"labelled old value, {found} of {corrections} corrections found"
         )
-    facts.SAME_SUBJECT = product
+    replaced.SAME_SUBJECT = product
     print("memory_marks: " + "; ".join(parts))
 
 

@@ -252,6 +252,32 @@ def test_a_later_statement_on_the_same_subject_shows_the_older_as_earlier():
     assert memory_summary.summary_lines(summary, entries) == ["The user asked about moving house."]
 
 
+def test_a_question_that_says_something_new_on_the_way_shows_the_older_as_earlier():
+    texts = [
+        e.text()
+        for e in merged(
+            ("user", "I've saved about £300 for a new bike."),
+            ("user", "Good news, I got a bonus so I now have £550 to spend, should I go electric?"),
+        )
+    ]
+    assert texts == [
+        'Earlier: "I\'ve saved about £300 for a new bike."',
+        '"Good news, I got a bonus so I now have £550 to spend, should I go electric?"',
+    ]
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Is a Brompton good for a short commute?",  # asks only
+        "If I sell the car, should I get a monthly train pass?",  # a condition, not a fact
+    ],
+)
+def test_a_question_that_asserts_nothing_replaces_nothing(question):
+    entries = merged(("user", "I drive a 2015 Golf to the office every day."), ("user", question))
+    assert [e.later for e in entries] == ["", ""]
+
+
 def test_an_older_line_that_names_the_replaced_value_is_shown_as_earlier_too():
     entries = merged(
         ("user", "Leave is fixed by roster, I got 9 days for Japan."),

@@ -15,9 +15,9 @@ user's. A short reply that takes the assistant's suggestion ("Perfect, going wit
 is kept with the suggestion it answers (kind TOOK).
 
 A newer statement that speaks of the same thing as an older one (the embedding model's cosine
-similarity of their closest clauses, MiniLM, already loaded for retrieval) marks the older one
-`later`: the prompt shows it as earlier, never as current. Nothing is deleted on a guess;
-order and source are shown instead.
+similarity of their closest clauses, MiniLM, already loaded for retrieval: memory_replaced.py)
+marks the older one `later`: the prompt shows it as earlier, never as current. Nothing is
+deleted on a guess; order and source are shown instead.
 
 Entries the user corrected or deleted on the page (`edited`) win over the turns before the edit.
 """
@@ -31,6 +31,7 @@ from functools import lru_cache
 
 from apps.chat.prompt import memory_proposals
 from apps.chat.prompt import memory_reading as reading
+from apps.chat.prompt import memory_replaced as replaced
 
 # USER and OTHER are kinds of entries stored by earlier releases (a subject and a value): they
 # are still read, shown and edited as they were.
@@ -39,16 +40,6 @@ USER, OTHER, SAID, TOOK = "user", "other", "said", "took"
 # stands in for this module's reading of that turn in merge().
 NOTED = "noted"
 
-# Two statements whose closest clauses' embeddings (names and numbers masked: subject_of) are
-# at least this similar speak of the same thing: the older is shown as earlier. Higher when
-# only one of the two has the user as its subject ("I ..." against "My sister ..."). Chosen on
-# the dev and tuning sets (bench/memory.py --set dev / tuning; docs/benchmarks.md has the
-# figures): lower shows fewer old values as current and more current ones as earlier.
-SAME_SUBJECT = 0.3
-SAME_SUBJECT_OTHER_PERSON = 0.45
-# Added to that similarity, times how alike the two statements' differing names and numbers
-# are: a correction puts a value of the same kind where the old one was.
-VALUE_WEIGHT = 0.5
 # What being shown as earlier costs a statement's weight (memory.py fills the block by weight).
 EARLIER_WEIGHT_COST = 1.0
 # The assistant's turns whose proposals a later statement may take by name: a choice is
@@ -153,72 +144,13 @@ def reply_to_suggestion(
 # -- the same subject ---------------------------------------------------------------------------
 
 
-def _subject_vectors(entries: list[Entry]) -> list:
-    """Each entry's clauses as the embedding model sees them, names and numbers masked
-    (reading.subject_of): a long sentence speaks of several things, and a correction matches
-    the clause it corrects, not the whole sentence around it."""
-    clauses = [reading.clauses_of(e.value) for e in entries]
-    flat = [reading.subject_of(c) for group in clauses for c in group]
-    vectors = reading.vectors(flat)
-    out, start = [], 0
-    for group in clauses:
-        out.append(vectors[start : start + len(group)])
-        start += len(group)
-    return out
-
-
-def _value_likeness(new: Entry, old: Entry, words: dict[str, object]) -> float:
-    """How alike the names and numbers of two statements are that differ between them ("90
-    guests" and "140 people", "N5" and "N4", "Madeira" and "Lanzarote"): a correction usually
-    puts a value of the same kind where the old one was. `words`: each word's vector."""
-    said_new = {w.lower(): w for w in reading.detail_words(new.value)}
-    said_old = {w.lower(): w for w in reading.detail_words(old.value)}
-    pairs = [(n, o) for n in said_new for o in said_old if n != o]
-    return max((float(words[said_new[n]] @ words[said_old[o]]) for n, o in pairs), default=0.0)
-
-
-def _same_subject(a, b) -> bool:
-    """Two statements' clause vectors (_subject_vectors) speak of the same thing."""
-    return float((a @ b.T).max()) >= SAME_SUBJECT
-
-
 def _mark_replaced(entries: list[Entry], newest: list[Entry]) -> None:
-    """Each of `newest` marks as earlier every older statement of another turn (or reply that
-    took a suggestion) that speaks of the same thing: their closest clauses, plus VALUE_WEIGHT
-    times how alike their differing names and numbers are, reach SAME_SUBJECT. Every one, not
-    only the closest: what a correction replaces was often said more than once, and a copy left
-    unmarked reads as current. A question marks nothing."""
+    """Each of `newest` marks as earlier the older statements of another turn (or replies that
+    took a suggestion) that it replaces (memory_replaced.replaced_by)."""
     older = [e for e in entries if e.kind in (SAID, TOOK) and e.value and not e.edited]
-    if not older or not newest:
-        return
-    vectors = _subject_vectors([*older, *newest])
-    old_vectors, new_vectors = vectors[: len(older)], vectors[len(older) :]
-    details = sorted({w for e in [*older, *newest] for w in reading.detail_words(e.value)})
-    words = dict(zip(details, reading.vectors(details), strict=True)) if details else {}
-    for entry, new in zip(newest, new_vectors, strict=True):
-        if entry.kind == SAID and reading.read_sentence(entry.value).question:
-            continue  # a question asserts nothing, so it replaces nothing
-        candidates = [
-            (
-                float((new @ old_vectors[col].T).max())
-                + VALUE_WEIGHT * _value_likeness(entry, old, words),
-                col,
-            )
-            for col, old in enumerate(older)
-            if old.at != entry.at and old.key != entry.key
-        ]
-        if not candidates:
-            continue
-        _, closest = max(candidates)
-        for score, col in candidates:
-            old = older[col]
-            same_person = reading.user_is_subject(old.value) == reading.user_is_subject(entry.value)
-            if score < (SAME_SUBJECT if same_person else SAME_SUBJECT_OTHER_PERSON):
-                continue
-            # Besides the closest, an older statement that says what the closest says (the
-            # value said twice) is replaced too.
-            if col == closest or _same_subject(old_vectors[col], old_vectors[closest]):
-                old.later = entry.key
+    asking = [e.kind == SAID and not reading.asserts(e.value) for e in newest]
+    for old, new in replaced.replaced_by(older, newest, asking):
+        older[old].later = newest[new].key
 
 
 def _mark_naming_replaced(entries: list[Entry]) -> None:

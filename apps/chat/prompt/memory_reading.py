@@ -14,9 +14,9 @@ from functools import lru_cache
 
 import numpy as np
 
-# Readings of one text kept per process (read_sentence, detail_words, clauses_of, subject_of,
-# user_is_subject): a prompt compares every pair of the conversation's statements
-# (memory_facts._mark_replaced), and read again each time they took most of its building.
+# Readings of one text kept per process (read_sentence, detail_words, clauses_of, asserts,
+# subject_of, user_is_subject): a prompt compares every pair of the conversation's statements
+# (memory_replaced.replaced_by), and read again each time they took most of its building.
 READINGS_CACHED = 8192
 
 # A very long sentence is cut to its clauses that speak of the user (words, not tokens).
@@ -139,6 +139,19 @@ def clauses_of(text: str) -> tuple[str, ...]:
     return tuple(clauses) or (text,)
 
 
+@lru_cache(maxsize=READINGS_CACHED)
+def asserts(text: str) -> bool:
+    """The sentence says that something is so: a statement, or a question that says it on the
+    way ("I sold my bike so budget's now $650, should I get two?"): a clause before the
+    question's last speaks of the user and is no condition ("if I move, ...")."""
+    if not read_sentence(text).question:
+        return True
+    return any(
+        read_sentence(clause).first_person and WORD.findall(clause.lower())[0] not in CONDITION
+        for clause in clauses_of(text)[:-1]
+    )
+
+
 def detail_words_of(words: list[str]) -> list[str]:
     return [
         w
@@ -191,7 +204,7 @@ def vectors_forget() -> None:
     """Empties the caches of vectors and readings (bench/memory.py times a cold prompt)."""
     with _vectors_lock:
         _VECTORS.clear()
-    for cached in (read_sentence, clauses_of, detail_words, user_is_subject, subject_of):
+    for cached in (read_sentence, clauses_of, detail_words, asserts, user_is_subject, subject_of):
         cached.cache_clear()
 
 

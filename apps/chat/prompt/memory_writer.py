@@ -11,7 +11,7 @@ What the model chose for a turn is kept as NOTED entries on the conversation's s
 (one empty entry when it found nothing) and stands in for memory_facts' own reading of that
 turn; a turn the model has not read yet (waiting in line, or a model that does not write
 memory) is read by memory_facts as before. Which statement supersedes which is the same for
-both: similarity (memory_facts._mark_replaced).
+both: similarity (memory_replaced.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,104 @@
+"""Which of the user's statements a newer one replaces (memory_facts.merge): the embedding
+model's similarity of their closest clauses, names and numbers masked (memory_reading.subject_of),
+plus how alike the names and numbers are that differ between them. Never a list of attributes or
+phrasings: "we're in Tartu now" replaces "I live in Tallinn" because both speak of where.
+
+A replaced statement is not deleted: the prompt shows it as earlier (it may be out of date), so
+a guess costs a hedge on a true line, never a fact. bench/memory.py counts both sides: old values
+shown as current, and current values shown only as earlier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from apps.chat.prompt import memory_reading as reading
+
+# Two statements whose closest clauses' embeddings are at least this similar speak of the same
+# thing: the older is shown as earlier. Higher when only one of the two has the user as its
+# subject ("I ..." against "My sister ..."). Chosen on the dev and tuning sets (bench/memory.py
+# --set dev / tuning; docs/benchmarks.md has the figures): lower shows fewer old values as
+# current and more current ones as earlier.
+SAME_SUBJECT = 0.3
+SAME_SUBJECT_OTHER_PERSON = 0.45
+# Added to that similarity, times how alike the two statements' differing names and numbers
+# are: a correction puts a value of the same kind where the old one was.
+VALUE_WEIGHT = 0.5
+
+
+class Statement(Protocol):
+    key: str
+    value: str
+    at: int
+
+
+def _subject_vectors(statements: Sequence[Statement]) -> list:
+    """Each statement's clauses as the embedding model sees them, names and numbers masked: a
+    long sentence speaks of several things, and a correction matches the clause it corrects,
+    not the whole sentence around it."""
+    clauses = [reading.clauses_of(s.value) for s in statements]
+    flat = [reading.subject_of(c) for group in clauses for c in group]
+    vectors = reading.vectors(flat)
+    out, start = [], 0
+    for group in clauses:
+        out.append(vectors[start : start + len(group)])
+        start += len(group)
+    return out
+
+
+def _value_likeness(new: Statement, old: Statement, words: dict[str, object]) -> float:
+    """How alike the names and numbers of two statements are that differ between them ("90
+    guests" and "140 people", "N5" and "N4", "Madeira" and "Lanzarote"). `words`: each word's
+    vector."""
+    said_new = {w.lower(): w for w in reading.detail_words(new.value)}
+    said_old = {w.lower(): w for w in reading.detail_words(old.value)}
+    pairs = [(n, o) for n in said_new for o in said_old if n != o]
+    return max((float(words[said_new[n]] @ words[said_old[o]]) for n, o in pairs), default=0.0)
+
+
+def _same_subject(a, b) -> bool:
+    """Two statements' clause vectors (_subject_vectors) speak of the same thing."""
+    return float((a @ b.T).max()) >= SAME_SUBJECT
+
+
+def replaced_by(
+    older: Sequence[Statement], newest: Sequence[Statement], asking: Sequence[bool]
+) -> list[tuple[int, int]]:
+    """(index in `older`, index in `newest`) for each older statement of another turn that a
+    newest one replaces: their closest clauses, plus VALUE_WEIGHT times how alike their
+    differing names and numbers are, reach SAME_SUBJECT. `asking`, one per newest: a question
+    that asserts nothing (memory_reading.asserts) replaces nothing. Every such one that says
+    what the closest says, not only the closest: what a correction replaces was often said
+    more than once, and a copy left unmarked reads as current."""
+    if not older or not newest:
+        return []
+    vectors = _subject_vectors([*older, *newest])
+    old_vectors, new_vectors = vectors[: len(older)], vectors[len(older) :]
+    details = sorted({w for s in [*older, *newest] for w in reading.detail_words(s.value)})
+    words = dict(zip(details, reading.vectors(details), strict=True)) if details else {}
+    found = []
+    for row, (statement, new, asks) in enumerate(zip(newest, new_vectors, asking, strict=True)):
+        if asks:
+            continue
+        candidates = [
+            (
+                float((new @ old_vectors[col].T).max())
+                + VALUE_WEIGHT * _value_likeness(statement, old, words),
+                col,
+            )
+            for col, old in enumerate(older)
+            if old.at != statement.at and old.key != statement.key
+        ]
+        if not candidates:
+            continue
+        _, closest = max(candidates)
+        subject = reading.user_is_subject(statement.value)
+        for score, col in candidates:
+            same_person = reading.user_is_subject(older[col].value) == subject
+            bar = SAME_SUBJECT if same_person else SAME_SUBJECT_OTHER_PERSON
+            if score < bar:
+                continue
+            if col == closest or _same_subject(old_vectors[col], old_vectors[closest]):
+                found.append((col, row))
+    return found
