@@ -296,13 +296,13 @@ def report(tally: Tally, args, conversations: int, seconds: float, exchanges: in
     )
     for line in [*tally.instruction_lines, *tally.stale_shown][:10]:
         print(f"    {line[:200]!r}")
+    kept_facts = sum(tally.kept["summaries", p] for p in PLACEMENTS)
     # What hedging costs: a line shown as earlier that nothing replaced is still true, but
     # the model is told it may be out of date.
     print(
         f"  the user's words shown as earlier: {tally.earlier_lines} of {tally.words_lines} "
         "lines in the closing memory blocks; current values shown only as earlier: "
-        f"{tally.hedged['summaries']} of {sum(tally.kept['summaries', p] for p in PLACEMENTS)} "
-        "facts kept"
+        f"{tally.hedged['summaries']} of {kept_facts} facts kept"
     )
     cold, warm = (statistics.median(tally.prompt_ms[c] or [0]) for c in ("cold", "warm"))
     print(
@@ -318,7 +318,8 @@ def report(tally: Tally, args, conversations: int, seconds: float, exchanges: in
     line = (
         f"facts kept {s:.0f} % with summaries vs {w:.0f} % sliding window{ceiling}; by "
         f"placement {'/'.join(f'{v:.0f}' for v in mine)} %; old value shown as current "
-        f"{tally.old_current['summaries']} of {tally.needed['corrected']}; instruction text "
+        f"{tally.old_current['summaries']} of {tally.needed['corrected']}; current values only "
+        f"as earlier {tally.hedged['summaries']} of {kept_facts}; instruction text "
         f"{len(tally.instruction_lines)}, invented {tally.final_invented}, others as the "
         f"user's {tally.others_as_user['summaries']}"
     )

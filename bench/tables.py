@@ -37,8 +37,9 @@ COMPARES = {
     "time",
     "memory": "facts in five placements kept by the user's statements (their own words) vs a "
     "sliding window, on 40 frozen conversations written by people who never read the rules "
-    "(the headline) and on the sets it was tuned on; old values shown as current, "
-    "instruction text, others' statements shown as the user's",
+    "(the headline) and on the sets it was tuned on; old values shown as current, current "
+    "values shown only as possibly out of date, instruction text, others' statements shown as "
+    "the user's",
     "rag": "hit@5 and MRR on 80 questions over `docs/` written by a reader who never saw the "
     "retrieval rules (the headline) and on the 162 it was tuned on; answer among the passages "
     "cited; off-topic questions given passages; the service's search vs exact",
