@@ -146,10 +146,13 @@ def asserts(text: str) -> bool:
     question's last speaks of the user and is no condition ("if I move, ...")."""
     if not read_sentence(text).question:
         return True
-    return any(
-        read_sentence(clause).first_person and WORD.findall(clause.lower())[0] not in CONDITION
-        for clause in clauses_of(text)[:-1]
-    )
+    return any(_states_of_the_user(clause) for clause in clauses_of(text)[:-1])
+
+
+def _states_of_the_user(clause: str) -> bool:
+    """A clause in the first person that does not open with a condition ("if I move")."""
+    words = WORD.findall(clause.lower())
+    return bool(words) and words[0] not in CONDITION and read_sentence(clause).first_person
 
 
 def detail_words_of(words: list[str]) -> list[str]:
