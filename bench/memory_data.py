@@ -48,8 +48,8 @@ __all__ = [
 # The independent set: conversations written by people who never read the memory's code or
 # this generator, frozen before the first run against it (never edited to fit).
 INDEPENDENT = sorted((Path(__file__).resolve().parent / "data").glob("memory_independent_*.jsonl"))
-# Written sets for tuning: by seven more writers who never read the memory's code, in the same
-# form; rules are tuned on them (and on the generated set), never on the independent set.
+# Written sets for tuning: by more writers who never read the memory's code, in the same form;
+# rules are tuned on them (and on the generated set), never on the independent set.
 TUNING = sorted((Path(__file__).resolve().parent / "data").glob("memory_tuning*.jsonl"))
 # Held-out sets, written like the independent one by writers who never read the code or the
 # other sets, each frozen before its first run: for rules chosen after the independent set (and

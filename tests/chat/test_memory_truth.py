@@ -15,6 +15,7 @@ from apps.chat import background, turns
 from apps.chat.data.export import conversation_export_data, conversation_import
 from apps.chat.models import ConversationSummary, Message
 from apps.chat.prompt import memory, memory_facts, memory_summary
+from apps.chat.prompt.memory_proposals import proposal_of
 from apps.chat.prompt.prompting import prompt_build
 from apps.chat.selectors import PromptSources, Turn, prompt_sources
 from apps.chat.services import conversation_create, message_create
@@ -185,7 +186,6 @@ def test_an_option_taken_from_a_list_by_its_place_or_its_name_is_kept_with_the_l
 def test_an_assistant_turn_is_read_once_however_many_prompts_read_it():
     """Every prompt reads the conversation's turns again: a turn's proposal is read the first
     time only, and what later prompts keep of a reply to it is the same."""
-    from apps.chat.prompt.memory_proposals import proposal_of
 
     names = "Some ideas: 1) Kittiwake, a seabird. 2) Puffin, a clown. 3) Gannet, a diver."
     proposal_of.cache_clear()
@@ -332,6 +332,24 @@ def test_options_written_in_prose_and_taken_by_pointing_at_one_are_kept_with_the
     # Without options before it, "one" chooses nothing.
     entries = merged(("assistant", "Rain tomorrow, sadly."), ("user", "I have one brother, Tom."))
     assert [e.kind for e in entries] == [memory_facts.SAID]
+
+
+def test_options_listed_in_one_sentence_between_semicolons_are_a_list():
+    options = (
+        "Some cakes that travel well: a lemon drizzle loaf, sturdy and easy to slice; a "
+        "parkin, dark and sticky, better after a day or two; or a Victoria sponge, though the "
+        "cream needs a cool bag. Any of them will survive the drive."
+    )
+    took = taken(options, "The sticky one, my dad loves treacle.")
+    assert took.context == "1. a lemon drizzle loaf; 2. a parkin; 3. a Victoria sponge"
+    assert took.value == "The sticky one, my dad loves treacle."
+    # Two clauses joined by a semicolon offer nothing to choose from; "or" before the last
+    # part makes two of them options.
+    assert proposal_of("Keep the loaf wrapped; it dries out fast.").heads == ()
+    assert proposal_of("Bake it tonight; or freeze it for Sunday.").heads == (
+        "Bake it tonight",
+        "freeze it for Sunday",
+    )
 
 
 def test_options_called_by_a_label_and_an_index_keep_the_names_that_follow_the_label():

@@ -55,6 +55,10 @@ _INLINE_SEGMENT_END = re.compile(r"(?<=[.!?;])\s+|\s*\n+\s*")
 _INLINE_ITEM = re.compile(r"^(?:[^:\u2014\u2013]{0,120}:\s+)?(.{1,80}?)\s+[-\u2013\u2014]\s+\S")
 
 
+# The last of options in a sentence: "...; or a crescent moon", "...; and finally X".
+_LAST_OPTION = re.compile(r"^(?:or|and|and finally|or else|or even)\s+", re.IGNORECASE)
+
+
 # A Markdown table's delimiter row, under its header: hyphens between pipes ("|---|:--:|",
 # "--- | ---", "| --- |"); a lone "---" is a horizontal rule, not a table.
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$|^\s*\|\s*:?-+:?\s*\|\s*$")
@@ -107,7 +111,26 @@ def _items(assistant_text: str) -> list[str]:
         items = [
             segment[m.start(1) :] for segment in segments if (m := _INLINE_ITEM.match(segment))
         ]
+    if len(items) < 2:
+        items = _items_in_a_sentence(assistant_text)
     return items
+
+
+def _items_in_a_sentence(assistant_text: str) -> list[str]:
+    """Options listed in one sentence, set apart by semicolons, the last often after "or":
+    "A few ideas: Queen Boudicca, for a warrior; Henrietta Pankhurst, a campaigner; or Lady
+    Cluckington, if she is more of a duchess." Each item whole, its introduction left out."""
+    for sentence in sentences_of(assistant_text):
+        parts = [part.strip() for part in sentence.split(";")]
+        if len(parts) < 2 or not all(parts):
+            continue
+        last_is_option = bool(_LAST_OPTION.match(parts[-1]))
+        if len(parts) < 3 and not last_is_option:
+            continue
+        parts[0] = parts[0].rsplit(":", 1)[-1].strip()
+        parts[-1] = _LAST_OPTION.sub("", parts[-1]).rstrip(".!")
+        return [part for part in parts if part]
+    return []
 
 
 def _read_item_heads(assistant_text: str) -> list[str]:
