@@ -343,13 +343,21 @@ def test_options_listed_in_one_sentence_between_semicolons_are_a_list():
     took = taken(options, "The sticky one, my dad loves treacle.")
     assert took.context == "1. a lemon drizzle loaf; 2. a parkin; 3. a Victoria sponge"
     assert took.value == "The sticky one, my dad loves treacle."
-    # Two clauses joined by a semicolon offer nothing to choose from; "or" before the last
-    # part makes two of them options.
-    assert proposal_of("Keep the loaf wrapped; it dries out fast.").heads == ()
+    # "or" before the last part makes two parts options; steps, remarks and code strung
+    # together by semicolons offer nothing to choose from, and a reply to them takes nothing.
     assert proposal_of("Bake it tonight; or freeze it for Sunday.").heads == (
         "Bake it tonight",
         "freeze it for Sunday",
     )
+    for text in (
+        "Keep the loaf wrapped; it dries out fast.",
+        "Your knee is likely tendinitis; rest it; see a doctor if it persists.",
+        "The loaf keeps well; and it freezes too.",
+        "Write it as for (int i = 0; i < n; i++) instead.",
+        "Set it like this: color: red; margin: 0; padding: 4px.",
+    ):
+        assert proposal_of(text).heads == (), text
+        assert [e.kind for e in merged(("assistant", text), ("user", "ok"))] == [], text
 
 
 def test_options_called_by_a_label_and_an_index_keep_the_names_that_follow_the_label():

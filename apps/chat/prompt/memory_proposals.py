@@ -55,8 +55,8 @@ _INLINE_SEGMENT_END = re.compile(r"(?<=[.!?;])\s+|\s*\n+\s*")
 _INLINE_ITEM = re.compile(r"^(?:[^:\u2014\u2013]{0,120}:\s+)?(.{1,80}?)\s+[-\u2013\u2014]\s+\S")
 
 
-# The last of options in a sentence: "...; or a crescent moon", "...; and finally X".
-_LAST_OPTION = re.compile(r"^(?:or|and|and finally|or else|or even)\s+", re.IGNORECASE)
+# The last of options in a sentence: "...; or a crescent moon", "...; or even X".
+_LAST_OPTION = re.compile(r"^(?:or(?:\s+else|\s+even)?|and\s+finally)\s+", re.IGNORECASE)
 
 
 # A Markdown table's delimiter row, under its header: hyphens between pipes ("|---|:--:|",
@@ -100,7 +100,8 @@ def _table_rows(assistant_text: str) -> list[str]:
 
 def _items(assistant_text: str) -> list[str]:
     """The items of a list the assistant wrote, each whole: bulleted or numbered, a Markdown
-    table's rows, or written in prose as heads with dashed descriptions."""
+    table's rows, or written in prose as heads with dashed descriptions or in one sentence
+    between semicolons."""
     items = _headings(assistant_text)
     if len(items) < 2:
         items = [match.group(1) for match in _LIST_ITEM.finditer(assistant_text)]
@@ -117,19 +118,26 @@ def _items(assistant_text: str) -> list[str]:
 
 
 def _items_in_a_sentence(assistant_text: str) -> list[str]:
-    """Options listed in one sentence, set apart by semicolons, the last often after "or":
-    "A few ideas: Queen Boudicca, for a warrior; Henrietta Pankhurst, a campaigner; or Lady
-    Cluckington, if she is more of a duchess." Each item whole, its introduction left out."""
+    """Options listed in one sentence, set apart by semicolons, the last after "or" or the
+    list after an introduction that ends in a colon: "A few ideas: Queen Boudicca, for a
+    warrior; Henrietta Pankhurst, a campaigner; or Lady Cluckington, if she is more of a
+    duchess." Each item whole, its introduction left out. Steps or remarks strung together by
+    semicolons ("rest it; ice it; see a doctor") offer nothing to choose from, nor do code or
+    style rules, whose parts carry colons or brackets of their own."""
     for sentence in sentences_of(assistant_text):
         parts = [part.strip() for part in sentence.split(";")]
         if len(parts) < 2 or not all(parts):
             continue
+        introduced, _, first = parts[0].rpartition(": ")
         last_is_option = bool(_LAST_OPTION.match(parts[-1]))
-        if len(parts) < 3 and not last_is_option:
+        if not (last_is_option or (introduced and len(parts) >= 3)):
             continue
-        parts[0] = parts[0].rsplit(":", 1)[-1].strip()
-        parts[-1] = _LAST_OPTION.sub("", parts[-1]).rstrip(".!")
-        return [part for part in parts if part]
+        if any(mark in part for part in parts[1:] for mark in ":{}()[]=<>"):
+            continue
+        items = [first.strip(), *parts[1:-1], _LAST_OPTION.sub("", parts[-1]).rstrip(".!?")]
+        items = [item for item in items if item]
+        if len(items) >= 2:
+            return items
     return []
 
 
