@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from memory_facts import (
@@ -65,6 +67,30 @@ class Fact:
     old: str = ""  # corrected facts: the value that must not be presented as current
     asked: str = ""  # how the closing question asks for it ("which city I live in")
     question: str = ""  # how a single question asks for it ("Which city do I live in?")
+    # Corrected facts: the user's turn that first names the current value, the correction. Its
+    # own sentences that name the old value ("Valencia had no places left.") are the correction
+    # too, not the old value presented as current.
+    corrected_in: str = ""
+
+
+@cache
+def _value_re(value: str) -> re.Pattern[str]:
+    # Not a word's part on either side: "\b" would need a word character at the value's own
+    # edge, and so never find "£850", "$2,200" or "68%" in "now got £850." or "to 68% like".
+    return re.compile(rf"(?<!\w){re.escape(value)}(s|es)?(?!\w)", re.IGNORECASE)
+
+
+def has(value: str, text: str) -> bool:
+    return bool(_value_re(value).search(text))
+
+
+def with_corrections(turns: list[Turn], facts: list[Fact]) -> None:
+    """Sets each corrected fact's `corrected_in`: the first user turn that names its value."""
+    for fact in facts:
+        if fact.old:
+            fact.corrected_in = next(
+                (t.text for t in turns if t.role == "user" and has(fact.value, t.text)), ""
+            )
 
 
 @dataclass
@@ -238,6 +264,7 @@ def make_conversation(rng: random.Random, *, exchanges: int) -> Conversation:
         if fact.value.lower() in last.lower() or (fact.old and fact.old.lower() in last.lower()):
             raise ValueError(f"closing question names {fact.value!r}")
     add("user", last)
+    with_corrections(turns, facts)
     return Conversation(
         turns=turns, facts=facts, question=last, known_at=known_at, others=set(OTHERS_SAID)
     )
@@ -265,6 +292,7 @@ def load_independent(paths: list[Path] = INDEPENDENT) -> list[Conversation]:
                 )
                 for f in row["facts"]
             ]
+            with_corrections(turns, facts)
             out.append(
                 Conversation(
                     turns=turns,

@@ -8,9 +8,8 @@ import re
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cache
 
-from memory_data import PLACEMENTS, Conversation, Fact
+from memory_data import PLACEMENTS, Conversation, Fact, has
 
 from apps.chat.prompt import memory_summary
 
@@ -26,23 +25,13 @@ _SENTENCES = re.compile(r"[^.!?\n]+[.!?]?")
 _EARLIER_LINE = re.compile(r"\s*(?:- )?Earlier\b")
 
 
-@cache
-def _value_re(value: str) -> re.Pattern[str]:
-    # Not a word's part on either side: "\b" would need a word character at the value's own
-    # edge, and so never find "£850", "$2,200" or "68%" in "now got £850." or "to 68% like".
-    return re.compile(rf"(?<!\w){re.escape(value)}(s|es)?(?!\w)", re.IGNORECASE)
-
-
-def has(value: str, text: str) -> bool:
-    return bool(_value_re(value).search(text))
-
-
 def presents_old(fact: Fact, memory_block: str) -> bool:
     """The corrected fact's old value stated as current somewhere in the memory block (the
     summary and kept lines, which sit before the turns and carry no order of their own): a
     sentence naming it without a word that marks it as past. Not counted: a line marked as
     earlier as a whole (every sentence of it), and a sentence that names the current value
-    too, which is the correction itself ("it's the 13th now, not the 12th")."""
+    too, which is the correction itself ("it's the 13th now, not the 12th"), nor one quoted from
+    the correction's own turn ("Valencia had no more places!" before "So I will run Seville.")."""
     if not fact.old:
         return False
     for line in memory_block.splitlines():
@@ -54,9 +43,23 @@ def presents_old(fact: Fact, memory_block: str) -> bool:
                 has(fact.old, sentence)
                 and not _FORMER.search(sentence)
                 and not has(fact.value, sentence)
+                and not _quoted_from(sentence, fact.corrected_in)
             ):
                 return True
     return False
+
+
+_QUOTE_EDGES = " \t-\"'\u201c\u201d"
+
+
+def _quoted_from(sentence: str, turn: str) -> bool:
+    """The sentence of a kept line is the user's words from `turn`: each of its parts, where
+    the memory cut a long sentence to its clauses (joined by " \u2026 ")."""
+    quote = sentence.removeprefix("- ").strip(_QUOTE_EDGES)
+    if not turn or len(quote) < 8:
+        return False
+    parts = [part.strip(_QUOTE_EDGES) for part in quote.split("\u2026")]
+    return all(part in turn for part in parts if part)
 
 
 def kept(fact: Fact, memory_block: str, recent: str) -> bool:

@@ -32,6 +32,17 @@ def test_an_old_value_with_a_sign_shown_as_current_is_counted():
     assert not memory_grade.presents_old(fact, '- Earlier: "my budget is £700 for the build."')
 
 
+def test_the_corrections_own_words_naming_the_old_value_are_not_it_shown_as_current():
+    turn = "Change of plan. Valencia had no more places! So I will run Seville in February."
+    fact = Fact("race", "corrected", "Seville", "Valencia", corrected_in=turn)
+    assert not memory_grade.presents_old(fact, '- "Valencia had no more places!"')
+    # The same words from any other turn, or retold, still count.
+    assert memory_grade.presents_old(fact, '- "I run Valencia in December."')
+    assert memory_grade.presents_old(fact, "- The user has no more places in Valencia.")
+    elsewhere = Fact("race", "corrected", "Seville", "Valencia", corrected_in="So, Seville.")
+    assert memory_grade.presents_old(elsewhere, '- "Valencia had no more places!"')
+
+
 def test_a_current_value_shown_only_in_lines_marked_earlier_is_counted():
     fact = Fact(subject="dog", placement="user", value="Bramble")
     hedged = '- Earlier: "I had to let Bramble in."\n- "I love the blackbirds."'
