@@ -306,6 +306,17 @@ def test_a_correction_is_matched_by_the_clause_it_corrects_not_the_whole_sentenc
     assert [bool(e.later) for e in entries] == [True, False, False]
 
 
+def test_each_clause_of_a_newer_statement_replaces_what_it_speaks_of():
+    # The first clause speaks of Tomasz, whom an older line names; the last corrects the hives.
+    entries = merged(
+        ("user", "I keep two hives of bees at the bottom of the garden."),
+        ("user", "Tomasz is my neighbour, by the way."),
+        ("user", "Tomasz came on Sunday and helped me split a colony, so I have three hives now."),
+    )
+    assert entries[0].text().startswith("Earlier")
+    assert not entries[2].later
+
+
 def test_a_correction_that_puts_a_value_of_the_same_kind_in_place_links_to_the_old_one():
     entries = merged(
         ("user", "The interview is on Thursday the 14th at 2pm, competency-based."),

@@ -68,9 +68,10 @@ def replaced_by(
     """(index in `older`, index in `newest`) for each older statement of another turn that a
     newest one replaces: their closest clauses, plus VALUE_WEIGHT times how alike their
     differing names and numbers are, reach SAME_SUBJECT. `asking`, one per newest: a question
-    that asserts nothing (memory_reading.asserts) replaces nothing. Every such one that says
-    what the closest says, not only the closest: what a correction replaces was often said
-    more than once, and a copy left unmarked reads as current."""
+    that asserts nothing (memory_reading.asserts) replaces nothing. The closest is found for each
+    clause of the newest statement, as one sentence may speak of two things; and every older
+    one that says what a closest says is replaced with it: what a correction replaces was often
+    said more than once, and a copy left unmarked reads as current."""
     if not older or not newest:
         return []
     vectors = _subject_vectors([*older, *newest])
@@ -81,24 +82,30 @@ def replaced_by(
     for row, (statement, new, asks) in enumerate(zip(newest, new_vectors, asking, strict=True)):
         if asks:
             continue
-        candidates = [
-            (
-                float((new @ old_vectors[col].T).max())
-                + VALUE_WEIGHT * _value_likeness(statement, old, words),
-                col,
-            )
+        cols = [
+            col
             for col, old in enumerate(older)
             if old.at != statement.at and old.key != statement.key
         ]
-        if not candidates:
+        if not cols:
             continue
-        _, closest = max(candidates)
         subject = reading.user_is_subject(statement.value)
-        for score, col in candidates:
-            same_person = reading.user_is_subject(older[col].value) == subject
-            bar = SAME_SUBJECT if same_person else SAME_SUBJECT_OTHER_PERSON
-            if score < bar:
-                continue
-            if col == closest or _same_subject(old_vectors[col], old_vectors[closest]):
-                found.append((col, row))
+        likeness = {
+            col: VALUE_WEIGHT * _value_likeness(statement, older[col], words) for col in cols
+        }
+        # Per clause of the newest statement: in "Tomasz came by and helped me split a colony,
+        # so I have three hives now" the line closest to the first clause speaks of Tomasz, and
+        # the hives would go unmarked, shown as current.
+        by_clause = {col: (new @ old_vectors[col].T).max(axis=1) + likeness[col] for col in cols}
+        linked = set()
+        for clause in range(len(new)):
+            closest = max(cols, key=lambda col: by_clause[col][clause])
+            for col in cols:
+                same_person = reading.user_is_subject(older[col].value) == subject
+                bar = SAME_SUBJECT if same_person else SAME_SUBJECT_OTHER_PERSON
+                if by_clause[col][clause] < bar or col in linked:
+                    continue
+                if col == closest or _same_subject(old_vectors[col], old_vectors[closest]):
+                    linked.add(col)
+                    found.append((col, row))
     return found
