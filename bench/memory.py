@@ -40,7 +40,8 @@ at the same token budget (the model's context minus the answer's share, as in pr
 
 Graded on the prompt: a fact counts when its current value is in it and, for a corrected fact,
 the old value is not presented as current (in the summary or kept lines, a sentence naming it
-without "formerly", "no longer"...; in the raw turns the correction follows it). Reported, not
+without "formerly", "no longer"..., other than one quoted from the correction's own turn; in the
+raw turns the correction follows it). Reported, not
 targeted: the demo model's answer to a single question per sampled fact, built the same way.
 Also printed: the share of summary sentences not grounded in the turns they summarise (a name,
 number or most content words absent from those turns): what the summary invents.

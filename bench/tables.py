@@ -37,8 +37,8 @@ COMPARES = {
     "time",
     "memory": "facts in five placements kept by the user's statements (their own words) vs a "
     "sliding window, on 40 frozen conversations written by people who never read the rules "
-    "(the headline; its misses were read for the one-sentence option lists of "
-    "docs/benchmarks.md's memory step 12, where the unread held-out sets' figures stand) and on "
+    "(the headline; its misses were read for docs/benchmarks.md's memory steps 12 and 13, where "
+    "the unread held-out sets' figures stand) and on "
     "the sets it was tuned on; old values shown as current, current "
     "values shown only as possibly out of date, instruction text, others' statements shown as "
     "the user's",
