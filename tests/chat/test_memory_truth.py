@@ -252,6 +252,22 @@ def test_a_later_statement_on_the_same_subject_shows_the_older_as_earlier():
     assert memory_summary.summary_lines(summary, entries) == ["The user asked about moving house."]
 
 
+def test_a_summary_sentence_that_only_repeats_a_replaced_statement_is_dropped():
+    # Written in lower case, the old language is no name: only the words say it is out of date.
+    entries = merged(
+        ("user", "pea it is. also learning japanese, 3 months in."),
+        ("user", "My cat is called Miso."),
+        ("user", "update. dropped it, switched to korean. hangul way easier"),
+    )
+    [japanese] = [e for e in entries if "japanese" in e.value]
+    assert japanese.text().startswith("Earlier")
+    summary = "also learning japanese.\nThe user is learning korean now.\nThe user has a cat."
+    assert memory_summary.summary_lines(summary, entries) == [
+        "The user is learning korean now.",
+        "The user has a cat.",
+    ]
+
+
 def test_a_question_that_says_something_new_on_the_way_shows_the_older_as_earlier():
     texts = [
         e.text()

@@ -281,15 +281,19 @@ def summary_lines(summary: str, entries: list[Entry]) -> list[str]:
     none that names a detail the user gave only of something of theirs without "I" or "we"
     (_unsure_values: a sister's city told as the user's), and none that says what the user
     said only of another without naming that other (_tells_as_the_users: a neighbour's
-    allergy told as the user's)."""
+    allergy told as the user's), and none that only repeats a replaced statement
+    (_repeats_only)."""
     stale = _stale_words(entries)
     unsure = _unsure_values(entries)
     told = _told_of_others(entries)
+    replaced, current = _said_stems(entries)
     kept = []
     for sentence in _sentences(summary):
         # Read as the statements' details are ("2TB" one word, as _stale_words has it).
         words = {w.lower() for w in reading.WORD.findall(sentence)}
         if words & stale or {w.lower() for w in reading.detail_words(sentence)} & unsure:
+            continue
+        if _repeats_only(_content_stems(sentence), replaced, current):
             continue
         if _tells_as_the_users(sentence, told):
             continue
@@ -299,6 +303,27 @@ def summary_lines(summary: str, entries: list[Entry]) -> list[str]:
 
 def _content_stems(text: str) -> set[str]:
     return {_stem(w.lower()) for w in _WORDS.findall(text) if w.lower() not in _STOP}
+
+
+def _said_stems(entries: Iterable[Entry]) -> tuple[list[set[str]], list[set[str]]]:
+    """The content stems of each statement a later one replaced, and of each other one."""
+    replaced, current = [], []
+    for e in entries:
+        if e.value and e.kind in (facts.SAID, facts.TOOK):
+            (replaced if e.later else current).append(_content_stems(e.value))
+    return replaced, current
+
+
+def _repeats_only(stems: set[str], replaced: list[set[str]], current: list[set[str]]) -> bool:
+    """Whether a summary sentence only repeats a statement a later one replaced: all its
+    content words are that statement's, and no statement still current says them all ("also
+    learning japanese." copied after "switched to korean.": a name written in lower case is no
+    name to _stale_words)."""
+    return (
+        len(stems) >= 2
+        and any(stems <= said for said in replaced)
+        and not any(stems <= said for said in current)
+    )
 
 
 def _told_of_others(entries: Iterable[Entry]) -> list[tuple[set[str], set[str]]]:
