@@ -14,7 +14,7 @@ import pytest
 from apps.chat import background, turns
 from apps.chat.data.export import conversation_export_data, conversation_import
 from apps.chat.models import ConversationSummary, Message
-from apps.chat.prompt import memory, memory_facts, memory_summary
+from apps.chat.prompt import memory, memory_facts, memory_summary, memory_summary_lines
 from apps.chat.prompt.memory_proposals import proposal_of
 from apps.chat.prompt.prompting import prompt_build
 from apps.chat.selectors import PromptSources, Turn, prompt_sources
@@ -124,9 +124,9 @@ def test_what_the_user_said_of_someone_else_stays_in_their_words():
     ]
     # A summary may not retell the sister's detail as the user's; the user's own may stay.
     summary = "The user lives in Porto.\nThe user asked about night shifts in Porto hospitals."
-    assert memory_summary.summary_lines(summary, entries) == []
+    assert memory_summary_lines.summary_lines(summary, entries) == []
     entries += merged(("user", "We live in Porto too."))
-    assert memory_summary.summary_lines(summary, entries) == summary.split("\n")
+    assert memory_summary_lines.summary_lines(summary, entries) == summary.split("\n")
 
 
 def test_a_summary_may_not_retell_what_the_user_said_of_another_as_the_users_own():
@@ -143,10 +143,12 @@ def test_a_summary_may_not_retell_what_the_user_said_of_another_as_the_users_own
             "The user's boss has a cat that sleeps on the printer.",
         ]
     )
-    assert memory_summary.summary_lines(summary, entries) == summary.split("\n")[2:]
+    assert memory_summary_lines.summary_lines(summary, entries) == summary.split("\n")[2:]
     # Once the user says it of themselves too, it is theirs as well.
     entries += merged(("user", "Funny thing is I'm allergic to sesame too."))
-    assert memory_summary.summary_lines(summary, entries)[0] == "The user is allergic to sesame."
+    assert (
+        memory_summary_lines.summary_lines(summary, entries)[0] == "The user is allergic to sesame."
+    )
 
 
 def test_a_reply_that_takes_the_assistants_suggestion_is_kept_with_it():
@@ -249,7 +251,9 @@ def test_a_later_statement_on_the_same_subject_shows_the_older_as_earlier():
     ]
     # A summary written before the move may not say Tallinn any more.
     summary = "The user lives in Tallinn.\nThe user asked about moving house."
-    assert memory_summary.summary_lines(summary, entries) == ["The user asked about moving house."]
+    assert memory_summary_lines.summary_lines(summary, entries) == [
+        "The user asked about moving house."
+    ]
 
 
 def test_a_summary_sentence_that_only_repeats_a_replaced_statement_is_dropped():
@@ -262,7 +266,7 @@ def test_a_summary_sentence_that_only_repeats_a_replaced_statement_is_dropped():
     [japanese] = [e for e in entries if "japanese" in e.value]
     assert japanese.text().startswith("Earlier")
     summary = "also learning japanese.\nThe user is learning korean now.\nThe user has a cat."
-    assert memory_summary.summary_lines(summary, entries) == [
+    assert memory_summary_lines.summary_lines(summary, entries) == [
         "The user is learning korean now.",
         "The user has a cat.",
     ]
@@ -617,7 +621,7 @@ def test_a_summary_sentence_naming_a_replaced_value_with_digits_in_a_word_is_dro
         ("user", "wait no, just checked the label, the drive is 4TB not what i said."),
     )
     summary = "target is a 2TB usb drive plugged into the pi.\nThe user asked about backups."
-    assert memory_summary.summary_lines(summary, entries) == ["The user asked about backups."]
+    assert memory_summary_lines.summary_lines(summary, entries) == ["The user asked about backups."]
 
 
 def test_the_memory_block_has_a_budget_and_keeps_the_most_telling_in_order():

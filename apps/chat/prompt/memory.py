@@ -30,8 +30,9 @@ from apps.chat import selectors
 from apps.chat.models import Conversation, ConversationSummary, Message
 from apps.chat.prompt import memory_facts as facts
 from apps.chat.prompt.memory_facts import Entry
-from apps.chat.prompt.memory_summary import SUMMARY_INPUT_TOKENS, summary_lines
+from apps.chat.prompt.memory_summary import SUMMARY_INPUT_TOKENS
 from apps.chat.prompt.memory_summary import clip as _clip
+from apps.chat.prompt.memory_summary_lines import summary_lines
 from apps.chat.selectors import PromptSources, Turn
 
 # The share of the turns' token budget the memory block may take, so recent turns always keep

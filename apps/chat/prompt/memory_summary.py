@@ -1,8 +1,9 @@
 """The rolling summary: the background request that folds turns falling out of the prompt into
 it, the check that keeps only its grounded sentences, and its storage (with the user's
 statements as of its last turn, memory_facts.py). memory.py decides when a summary is due and
-puts it in the prompt (summary_lines: none of its sentences that names an out-of-date value, a
-detail the user did not give as their own, or what they said of another without naming whom).
+puts it in the prompt (memory_summary_lines.py: none of its sentences that names an out-of-date
+value, a detail the user did not give as their own, or what they said of another without naming
+whom).
 
 The statements carry what the user said, in their words; the summary carries what they asked
 about, which no single sentence of theirs says. A model's rewrite of a fact ("The user lives in
@@ -14,14 +15,11 @@ that detail as their own.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 
 from django.db import transaction
 
 from apps.chat.models import Conversation, ConversationSummary, Message
 from apps.chat.prompt import memory_facts as facts
-from apps.chat.prompt import memory_reading as reading
-from apps.chat.prompt.memory_facts import Entry
 from apps.chat.selectors import Turn
 
 # The most of the conversation one summary request reads (the summariser's own window is the
@@ -68,8 +66,8 @@ def summary_messages(*, previous: str, turns: list[Turn]) -> list[dict[str, str]
 # Where a note or a sentence ends: a line break, or an end mark before a space or the end.
 _COMPLETE = re.compile(r"\n|[.!?\u2026][\"')\]\u201d\u2019]*(?=\s|$)")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
-_WORDS = re.compile(r"[A-Za-z][A-Za-z'-]*|\d+")
-_STOP = frozenset(
+WORDS = re.compile(r"[A-Za-z][A-Za-z'-]*|\d+")
+STOP = frozenset(
     """a an the and or but if of to in on at by for with from as is are was were be been it its
     this that these those there they them their he she his her not no do does did have has had
     can could would should will may might so than then too very also just about into over more
@@ -81,7 +79,7 @@ _OPENS_AS_USER = re.compile(r"^(?:i|i'm|i've|i'd|my|we|we're|our|me)\b", re.IGNO
 _ADDRESSES = re.compile(r"\b(?:you|your|yours|you're|i|i'm|me|my|we|our|us)\b", re.IGNORECASE)
 
 
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
     """Enough of a word to match "lives" with "live" and "working" with "work"."""
     for suffix in ("ing", "ed", "es", "s", "ly"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
@@ -90,7 +88,7 @@ def _stem(word: str) -> str:
     return word.rstrip("e")[:5]
 
 
-def _sentences(text: str) -> list[str]:
+def sentences(text: str) -> list[str]:
     found = []
     for match in _SENTENCE.finditer(text):
         sentence = re.sub(r"^[\s\-*\u2022\d.)]+", "", match.group()).strip()
@@ -103,25 +101,25 @@ def grounded(sentence: str, source: str) -> bool:
     """Whether the summary sentence says only what `source` (the turns it summarises, and the
     notes it rewrites) says: every name and number in it occurs there, and at least two thirds
     of its other content words do (by stem)."""
-    words = _WORDS.findall(source)
+    words = WORDS.findall(source)
     exact = {w.lower() for w in words}
-    stems = {_stem(w.lower()) for w in words}
+    stems = {stem(w.lower()) for w in words}
     content = []
-    for word in _WORDS.findall(sentence):
+    for word in WORDS.findall(sentence):
         lower = word.lower()
-        if lower in _STOP:
+        if lower in STOP:
             continue
         if (word.isdigit() or word[0].isupper()) and lower not in exact:
             return False
         content.append(lower)
-    return sum(_stem(w) in stems for w in content) * 3 >= len(content) * 2
+    return sum(stem(w) in stems for w in content) * 3 >= len(content) * 2
 
 
 def _echoes(sentence: str, text: str) -> bool:
     """Whether most of the sentence's content words are the summary request's own (its
     instruction or system prompt, repeated as if it were a note)."""
-    own = {_stem(w.lower()) for w in _WORDS.findall(text) if w.lower() not in _STOP}
-    content = [_stem(w.lower()) for w in _WORDS.findall(sentence) if w.lower() not in _STOP]
+    own = {stem(w.lower()) for w in WORDS.findall(text) if w.lower() not in STOP}
+    content = [stem(w.lower()) for w in WORDS.findall(sentence) if w.lower() not in STOP]
     return bool(content) and sum(w in own for w in content) * 2 > len(content)
 
 
@@ -133,7 +131,7 @@ _THIRD_PERSON = frozenset("he he's him his she she's her hers".split())
 
 
 def _dangling(sentence: str) -> bool:
-    words = _WORDS.findall(sentence.replace("\u2019", "'"))
+    words = WORDS.findall(sentence.replace("\u2019", "'"))
     for index, word in enumerate(words):
         if word.lower() in _THIRD_PERSON:
             return True
@@ -157,7 +155,7 @@ def summary_text(*, previous: str, answer: str, finish_reason: str = "", said: s
     source = f"{previous}\n{said}"
     request = f"{SUMMARY_SYSTEM} {SUMMARY_INSTRUCTIONS}"
     kept = []
-    for sentence in _sentences(text):
+    for sentence in sentences(text):
         if not grounded(sentence, source) or _echoes(sentence, request):
             continue
         if _OPENS_AS_USER.match(sentence) or _ADDRESSES.search(sentence):
@@ -273,123 +271,6 @@ def _comes_after(conversation_id: int, later: int, earlier: int) -> bool:
     if later not in created:
         return False
     return earlier not in created or (created[later], later) > (created[earlier], earlier)
-
-
-def summary_lines(summary: str, entries: list[Entry]) -> list[str]:
-    """The stored summary's sentences that the statements do not contradict: none that names
-    a value a later statement may have replaced or the user corrected or deleted on the page,
-    none that names a detail the user gave only of something of theirs without "I" or "we"
-    (_unsure_values: a sister's city told as the user's), and none that says what the user
-    said only of another without naming that other (_tells_as_the_users: a neighbour's
-    allergy told as the user's), and none that only repeats a replaced statement
-    (_repeats_only)."""
-    stale = _stale_words(entries)
-    unsure = _unsure_values(entries)
-    told = _told_of_others(entries)
-    replaced, current = _said_stems(entries)
-    kept = []
-    for sentence in _sentences(summary):
-        # Read as the statements' details are ("2TB" one word, as _stale_words has it).
-        words = {w.lower() for w in reading.WORD.findall(sentence)}
-        if words & stale or {w.lower() for w in reading.detail_words(sentence)} & unsure:
-            continue
-        if _repeats_only(_content_stems(sentence), replaced, current):
-            continue
-        if _tells_as_the_users(sentence, told):
-            continue
-        kept.append(sentence)
-    return kept
-
-
-def _content_stems(text: str) -> set[str]:
-    return {_stem(w.lower()) for w in _WORDS.findall(text) if w.lower() not in _STOP}
-
-
-def _said_stems(entries: Iterable[Entry]) -> tuple[list[set[str]], list[set[str]]]:
-    """The content stems of each statement a later one replaced, and of each other one."""
-    replaced, current = [], []
-    for e in entries:
-        if e.value and e.kind in (facts.SAID, facts.TOOK):
-            (replaced if e.later else current).append(_content_stems(e.value))
-    return replaced, current
-
-
-def _repeats_only(stems: set[str], replaced: list[set[str]], current: list[set[str]]) -> bool:
-    """Whether a summary sentence only repeats a statement a later one replaced: all its
-    content words are that statement's, and no statement still current says them all ("also
-    learning japanese." copied after "switched to korean.": a name written in lower case is no
-    name to _stale_words)."""
-    return (
-        len(stems) >= 2
-        and any(stems <= said for said in replaced)
-        and not any(stems <= said for said in current)
-    )
-
-
-def _told_of_others(entries: Iterable[Entry]) -> list[tuple[set[str], set[str]]]:
-    """What the user said only of someone or something of theirs ("My neighbour is allergic
-    to sesame"): for each clause that opens with "my X" or "our X" (not "she chews my
-    shoes": the pup is what that speaks of), the stem of X, which says whose it is, and the
-    clause's other content stems that no clause in the user's own first person carries."""
-    own: set[str] = set()
-    theirs: list[tuple[set[str], set[str]]] = []
-    said = [e.value for e in entries if e.value and e.kind == facts.SAID]
-    for clause in (c for value in said for c in reading.clauses_of(value)):
-        words = [w.lower() for w in reading.WORD.findall(clause.replace("\u2019", "'"))]
-        if set(words) & reading.SUBJECT:
-            own |= _content_stems(clause)
-        elif set(words[:2]) & reading.POSSESSIVE:  # "my X" opens it: X is what it speaks of
-            owners = {
-                _stem(words[at + 1].removesuffix("'s"))
-                for at, word in enumerate(words[:-1])
-                if word in reading.POSSESSIVE
-            }
-            theirs.append((owners, _content_stems(clause) - owners - reading.POSSESSIVE))
-    return [(owners, content - own) for owners, content in theirs if content - own]
-
-
-def _tells_as_the_users(sentence: str, told: list[tuple[set[str], set[str]]]) -> bool:
-    """Whether a summary sentence carries what the user said only of another without naming
-    that other: "The user is allergic to sesame" from "My neighbour is allergic to sesame"
-    (a rewrite that lost whose it is; "The user's neighbour is allergic..." names them)."""
-    stems = _content_stems(sentence)
-    return any(stems & content and not stems & owners for owners, content in told)
-
-
-def _unsure_values(entries: Iterable[Entry]) -> set[str]:
-    """The names and numbers a summary may not tell as the user's: those the user said only
-    in sentences that speak of something of theirs without saying "I" or "we" ("My sister
-    lives in Porto", "My boss's cat is Nimbus": whose the detail is, the quote shows, a
-    rewrite loses). A detail also said in a sentence of the user's own first person ("I
-    live in Porto") is theirs; one said in no kept statement is a topic."""
-    own, unsure = set(), set()
-    for e in entries:
-        if not e.value or e.kind != facts.SAID:
-            continue
-        words = reading.WORD.findall(e.value.replace("\u2019", "'"))
-        lower = {w.lower() for w in words}
-        details = {w.lower() for w in reading.detail_words_of(words)}
-        if lower & reading.SUBJECT:
-            own |= details
-        elif lower & reading.POSSESSIVE:
-            unsure |= details
-    return unsure - own
-
-
-def _stale_words(entries: Iterable[Entry]) -> set[str]:
-    """Names and numbers of earlier statements that their later statement does not repeat:
-    values that may be out of date (and every value the user replaced on the page)."""
-    entries = list(entries)
-    by_key = {e.key: e for e in entries}
-    stale = set()
-    for e in entries:
-        if e.edited and e.former:
-            stale.update(w.lower() for w in reading.detail_words(e.former) or [e.former])
-        successor = by_key.get(e.later)
-        if successor is not None:
-            now = {w.lower() for w in reading.detail_words(successor.value)}
-            stale.update(w.lower() for w in reading.detail_words(e.value) if w.lower() not in now)
-    return stale
 
 
 def summary_discard_from(*, conversation_id: int, message_id: int) -> None:
