@@ -31,9 +31,8 @@ def summary_lines(summary: str, entries: list[Entry]) -> list[str]:
         words = {w.lower() for w in reading.WORD.findall(sentence)}
         if words & stale or {w.lower() for w in reading.detail_words(sentence)} & unsure:
             continue
-        if _repeats_only(_content_stems(sentence), replaced, current):
-            continue
-        if _tells_as_the_users(sentence, told):
+        stems = _content_stems(sentence)
+        if _repeats_only(stems, replaced, current) or _tells_as_the_users(stems, told):
             continue
         kept.append(sentence)
     return kept
@@ -86,11 +85,11 @@ def _told_of_others(entries: Iterable[Entry]) -> list[tuple[set[str], set[str]]]
     return [(owners, content - own) for owners, content in theirs if content - own]
 
 
-def _tells_as_the_users(sentence: str, told: list[tuple[set[str], set[str]]]) -> bool:
-    """Whether a summary sentence carries what the user said only of another without naming
-    that other: "The user is allergic to sesame" from "My neighbour is allergic to sesame"
-    (a rewrite that lost whose it is; "The user's neighbour is allergic..." names them)."""
-    stems = _content_stems(sentence)
+def _tells_as_the_users(stems: set[str], told: list[tuple[set[str], set[str]]]) -> bool:
+    """Whether a summary sentence (its content stems) carries what the user said only of another
+    without naming that other: "The user is allergic to sesame" from "My neighbour is allergic
+    to sesame" (a rewrite that lost whose it is; "The user's neighbour is allergic..." names
+    them)."""
     return any(stems & content and not stems & owners for owners, content in told)
 
 
