@@ -337,6 +337,25 @@ def test_each_clause_of_a_newer_statement_replaces_what_it_speaks_of():
     assert not entries[2].later
 
 
+@pytest.mark.parametrize(
+    "first, correction",
+    [
+        (
+            "I swim 20 lengths every morning before work.",
+            "Pushed it up this month, it's thirty lengths a day now.",
+        ),
+        ("The quiz team is 4 of us on Tuesdays.", "Two more joined last week so we're six now."),
+    ],
+)
+def test_a_number_corrected_in_words_replaces_the_one_in_digits(first, correction):
+    entries = merged(
+        ("user", first),
+        ("user", "My friend Oskar runs marathons in Oslo."),
+        ("user", correction),
+    )
+    assert [bool(e.later) for e in entries] == [True, False, False]
+
+
 def test_a_correction_that_puts_a_value_of_the_same_kind_in_place_links_to_the_old_one():
     entries = merged(
         ("user", "The interview is on Thursday the 14th at 2pm, competency-based."),

@@ -164,6 +164,24 @@ def detail_words_of(words: list[str]) -> list[str]:
     ]
 
 
+# Numbers written as words are values as much as digits are ("three to six players" after "2-4
+# players"): the grammar's cardinals, not "one", which is as often a pronoun ("the red one").
+NUMBER_WORDS = frozenset(
+    "two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety "
+    "hundred thousand million dozen".split()
+)
+
+
+@lru_cache(maxsize=READINGS_CACHED)
+def value_words(text: str) -> tuple[str, ...]:
+    """The names and numbers in `text`, numbers written as words included: what a correction
+    puts in place of the old value (memory_replaced.py)."""
+    words = WORD.findall(text.replace("\u2019", "'"))
+    masked = set(detail_words_of(words))
+    return tuple(w for w in words if w in masked or w.lower() in NUMBER_WORDS)
+
+
 @lru_cache(maxsize=READINGS_CACHED)
 def detail_words(text: str) -> tuple[str, ...]:
     """The names and numbers in `text` (as _details counts them)."""
@@ -207,7 +225,15 @@ def vectors_forget() -> None:
     """Empties the caches of vectors and readings (bench/memory.py times a cold prompt)."""
     with _vectors_lock:
         _VECTORS.clear()
-    for cached in (read_sentence, clauses_of, detail_words, asserts, user_is_subject, subject_of):
+    for cached in (
+        read_sentence,
+        clauses_of,
+        detail_words,
+        value_words,
+        asserts,
+        user_is_subject,
+        subject_of,
+    ):
         cached.cache_clear()
 
 
@@ -224,5 +250,5 @@ def subject_of(text: str) -> str:
     """The statement with its names and numbers masked: what it says something about, not the
     value it says ("I live in Tucson" and "we're in Tallinn now" both speak of where)."""
     words = WORD.findall(text.replace("\u2019", "'"))
-    masked = set(detail_words_of(words))
+    masked = set(value_words(text))
     return " ".join("something" if w in masked else w for w in words)

@@ -51,8 +51,8 @@ def _value_likeness(new: Statement, old: Statement, words: dict[str, object]) ->
     """How alike the names and numbers of two statements are that differ between them ("90
     guests" and "140 people", "N5" and "N4", "Madeira" and "Lanzarote"). `words`: each word's
     vector."""
-    said_new = {w.lower(): w for w in reading.detail_words(new.value)}
-    said_old = {w.lower(): w for w in reading.detail_words(old.value)}
+    said_new = {w.lower(): w for w in reading.value_words(new.value)}
+    said_old = {w.lower(): w for w in reading.value_words(old.value)}
     pairs = [(n, o) for n in said_new for o in said_old if n != o]
     return max((float(words[said_new[n]] @ words[said_old[o]]) for n, o in pairs), default=0.0)
 
@@ -76,7 +76,7 @@ def replaced_by(
         return []
     vectors = _subject_vectors([*older, *newest])
     old_vectors, new_vectors = vectors[: len(older)], vectors[len(older) :]
-    details = sorted({w for s in [*older, *newest] for w in reading.detail_words(s.value)})
+    details = sorted({w for s in [*older, *newest] for w in reading.value_words(s.value)})
     words = dict(zip(details, reading.vectors(details), strict=True)) if details else {}
     found = []
     for row, (statement, new, asks) in enumerate(zip(newest, new_vectors, asking, strict=True)):
