@@ -345,9 +345,13 @@ def test_each_clause_of_a_newer_statement_replaces_what_it_speaks_of():
             "Pushed it up this month, it's thirty lengths a day now.",
         ),
         ("The quiz team is 4 of us on Tuesdays.", "Two more joined last week so we're six now."),
+        (
+            "The fencing man quoted twenty-two hundred for the whole garden.",
+            "He came back after measuring, the real price is thirty-five hundred.",
+        ),
     ],
 )
-def test_a_number_corrected_in_words_replaces_the_one_in_digits(first, correction):
+def test_a_number_corrected_in_words_replaces_the_older_one(first, correction):
     entries = merged(
         ("user", first),
         ("user", "My friend Oskar runs marathons in Oslo."),

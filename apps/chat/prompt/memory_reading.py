@@ -179,7 +179,13 @@ def value_words(text: str) -> tuple[str, ...]:
     puts in place of the old value (memory_replaced.py)."""
     words = WORD.findall(text.replace("\u2019", "'"))
     masked = set(detail_words_of(words))
-    return tuple(w for w in words if w in masked or w.lower() in NUMBER_WORDS)
+    return tuple(w for w in words if w in masked or is_number_word(w))
+
+
+def is_number_word(word: str) -> bool:
+    """A cardinal written as a word, or compounded with hyphens ("thirty-one", "sixty-eight")."""
+    parts = word.lower().split("-")
+    return all(part in NUMBER_WORDS or part == "one" for part in parts) and parts[0] != "one"
 
 
 @lru_cache(maxsize=READINGS_CACHED)
