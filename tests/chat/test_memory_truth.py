@@ -14,7 +14,13 @@ import pytest
 from apps.chat import background, turns
 from apps.chat.data.export import conversation_export_data, conversation_import
 from apps.chat.models import ConversationSummary, Message
-from apps.chat.prompt import memory, memory_facts, memory_summary, memory_summary_lines
+from apps.chat.prompt import (
+    memory,
+    memory_facts,
+    memory_reading,
+    memory_summary,
+    memory_summary_lines,
+)
 from apps.chat.prompt.memory_proposals import proposal_of
 from apps.chat.prompt.prompting import prompt_build
 from apps.chat.selectors import PromptSources, Turn, prompt_sources
@@ -358,6 +364,23 @@ def test_a_number_corrected_in_words_replaces_the_older_one(first, correction):
         ("user", correction),
     )
     assert [bool(e.later) for e in entries] == [True, False, False]
+
+
+@pytest.mark.parametrize(
+    "word, number",
+    [
+        ("three", True),
+        ("Twenty", True),
+        ("thirty-one", True),
+        ("sixty-eight", True),
+        ("one", False),  # as often a pronoun: "the red one"
+        ("one-off", False),
+        ("well-known", False),
+        ("two-thirds", False),
+    ],
+)
+def test_a_cardinal_written_as_a_word_is_a_number(word, number):
+    assert memory_reading.is_number_word(word) is number
 
 
 def test_a_correction_that_puts_a_value_of_the_same_kind_in_place_links_to_the_old_one():

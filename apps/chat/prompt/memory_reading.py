@@ -183,9 +183,10 @@ def value_words(text: str) -> tuple[str, ...]:
 
 
 def is_number_word(word: str) -> bool:
-    """A cardinal written as a word, or compounded with hyphens ("thirty-one", "sixty-eight")."""
-    parts = word.lower().split("-")
-    return all(part in NUMBER_WORDS or part == "one" for part in parts) and parts[0] != "one"
+    """A cardinal written as a word, or compounded with hyphens ("sixty-eight", "thirty-one":
+    "one" only after another, as "one-off" is no number)."""
+    first, *rest = word.lower().split("-")
+    return first in NUMBER_WORDS and all(part in NUMBER_WORDS or part == "one" for part in rest)
 
 
 @lru_cache(maxsize=READINGS_CACHED)
