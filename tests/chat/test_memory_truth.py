@@ -567,6 +567,53 @@ def test_a_name_the_user_said_first_is_no_proposal_when_the_assistant_repeats_it
     assert "Fusion Pro" in took.context and took.value == "Fine, Fusion Pro it is then."
 
 
+TRAVEL_OPTIONS = (
+    "Three ways to get to the festival:\n1. Overnight sleeper train\n2. Budget coach with one "
+    "change\n3. Hire a campervan and split petrol"
+)
+CAMPERVAN_COSTS = (
+    "Roughly:\n- Rental: 90 pounds a day\n- Fuel: about 60 pounds each way\n- Excess cover: "
+    "15 pounds a day"
+)
+COACH_DETAILS = "Usually:\n- Free wifi on most routes\n- A socket at every seat\n- Slow in traffic"
+
+
+@pytest.mark.parametrize(
+    "reply, option",
+    [
+        ("sleeper it is, I'd rather arrive rested.", "1. Overnight sleeper train"),
+        ("Booked the campervan for the Thursday.", "3. Hire a campervan"),
+        ("We'll take the petrol-splitting one with Dan's lot.", "3. Hire a campervan"),
+    ],
+)
+def test_an_option_named_after_questions_answered_with_lists_is_kept_with_its_options(
+    reply, option
+):
+    """Questions about the options were answered with lists of their own (costs, details): the
+    choice names its option by a word no other option has, and is kept with the options."""
+    entries = merged(
+        ("assistant", TRAVEL_OPTIONS),
+        ("user", "What would the campervan cost us with fuel?"),
+        ("assistant", CAMPERVAN_COSTS),
+        ("user", "And is there wifi on the coach?"),
+        ("assistant", COACH_DETAILS),
+        ("user", reply),
+    )
+    [took] = [e for e in entries if e.kind == memory_facts.TOOK]
+    assert option in took.context and took.value == reply
+
+
+def test_a_topic_talked_of_before_the_options_is_no_choice_among_them():
+    entries = merged(
+        ("user", "My brother drove us in his campervan last year and it broke down twice."),
+        ("assistant", TRAVEL_OPTIONS),
+        ("user", "Is there wifi on the coach?"),
+        ("assistant", COACH_DETAILS),
+        ("user", "Campervan rentals near us are all booked anyway."),
+    )
+    assert not [e for e in entries if "Overnight sleeper" in e.context]
+
+
 def test_a_reply_that_says_which_option_it_takes_outweighs_one_that_only_follows_a_list():
     steps = "To fix a puncture:\n1. Remove the wheel\n2. Find the cause\n3. Put in a new tube"
     bikes = "Three bikes:\n1. Trek FX 2\n2. Giant Escape 2\n3. Cube Nature"

@@ -45,8 +45,11 @@ EARLIER_WEIGHT_COST = 1.0
 # The assistant's turns whose proposals a later statement may take by name: a choice is
 # sometimes made after a question or two about the options.
 PROPOSALS_READ = 2
+# The assistant's turns whose lists a later statement may choose from by a word that tells one
+# option from the rest: a choice is made after questions about the options, answered at length.
+OPTION_LISTS_READ = 5
 # The turns before those merged that merge() reads (of `before`) for the assistant's proposals.
-CONTEXT_TURNS = 2 * PROPOSALS_READ
+CONTEXT_TURNS = 2 * max(PROPOSALS_READ, OPTION_LISTS_READ)
 # A reply that took a suggestion weighs 1 plus this per name or number of the proposal (up to
 # two) when it says which option it takes, or FOLLOWED_WEIGHT_PER_NAME when it only follows a
 # list (a list of steps or tips is answered by "lol ok." as often as options are by a choice).
@@ -131,10 +134,14 @@ def reply_to_suggestion(
     at: int,
     earlier: Sequence[str] = (),
     named: Mapping[str, frozenset[str]] | None = None,
+    heard: Mapping[str, frozenset[str]] | None = None,
 ) -> Entry | None:
     """The turn's reply that takes what the assistant proposed, kept with the proposal
-    (memory_proposals.suggestion_taken), or None."""
-    taken = memory_proposals.suggestion_taken(text, previous_assistant, earlier, named)
+    (memory_proposals.suggestion_taken), or None. `earlier`: the assistant's turns before the
+    last, newest first (OPTION_LISTS_READ - 1 of them; names are read in PROPOSALS_READ - 1)."""
+    taken = memory_proposals.suggestion_taken(
+        text, previous_assistant, earlier[: PROPOSALS_READ - 1], named, lists=earlier, heard=heard
+    )
     if taken is None:
         return None
     reply, proposal = taken
@@ -199,7 +206,7 @@ def _statements_cached(text: str, at: int) -> tuple[tuple[Entry, float], ...]:
 def statements_forget() -> None:
     """Empties the caches of statements and proposals read (bench/memory.py: a cold prompt)."""
     _statements_cached.cache_clear()
-    memory_proposals.proposal_of.cache_clear()
+    memory_proposals.proposals_forget()
 
 
 def noted_read(noted: list[Entry], at: int) -> list[tuple[Entry, float]]:
@@ -251,20 +258,26 @@ def merge(
     read_ids = {turn.id for turn, _ in read}
     earlier = [e.value for e in merged if e.kind == SAID and e.at not in read_ids]
     named_before = memory_proposals.names_before(earlier, [turn for turn, _ in read])
+    heard = memory_proposals.heard_before(earlier, [turn for turn, _ in read])
     for turn, merging in read:
         if turn.role != USER:
             previous_assistant = turn.text
             continue
         if not merging:
             if previous_assistant:
-                proposals = [previous_assistant, *proposals][: PROPOSALS_READ - 1]
+                proposals = [previous_assistant, *proposals][: OPTION_LISTS_READ - 1]
             previous_assistant = ""
             continue
         if turn.id in noted:
             said = noted_read(noted[turn.id], turn.id)
         else:
             took = reply_to_suggestion(
-                turn.text, previous_assistant, at=turn.id, earlier=proposals, named=named_before
+                turn.text,
+                previous_assistant,
+                at=turn.id,
+                earlier=proposals,
+                named=named_before,
+                heard=heard,
             )
             said = [(took, weight_of(took))] if took else []
             said += [
@@ -273,7 +286,7 @@ def merge(
                 if not took or e.value != took.value  # the reply is kept once, with its proposal
             ]
         if previous_assistant:
-            proposals = [previous_assistant, *proposals][: PROPOSALS_READ - 1]
+            proposals = [previous_assistant, *proposals][: OPTION_LISTS_READ - 1]
         previous_assistant = ""
         fresh = []
         for entry, weight in said:

@@ -225,6 +225,93 @@ def proposal_of(assistant_text: str) -> Proposal:
     )
 
 
+# Numbers written as words, as digits: "the twelve weeks one" names "12-week polarised plan".
+_UNITS = "two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen"
+_TEENS = "sixteen seventeen eighteen nineteen twenty"
+_TENS = "thirty forty fifty sixty seventy eighty ninety"
+_NUMBERS = {
+    **{w: str(n) for n, w in enumerate(f"{_UNITS} {_TEENS}".split(), 2)},
+    **{w: str(n) for w, n in zip(_TENS.split(), range(30, 100, 10), strict=True)},
+}
+# A word shorter than this tells options apart only as a number ("go with the app" is no name).
+TELLING_CHARS = 4
+
+
+@lru_cache(maxsize=PROPOSALS_CACHED)
+def _telling_words(text: str) -> frozenset[str]:
+    """The words of `text` as options are told apart: lower-cased, split at hyphens and dots
+    ("12-week", "B.Des"), a plural's "s" dropped ("the gravdals"), numbers written as words
+    as digits; places in a list and pro-forms left out (the position rules read those)."""
+    words = set()
+    for word in re.findall(r"[^\W_]+", text.lower()):
+        word = _NUMBERS.get(word, word)
+        if word in POSITIONS | CHOICE | ANAPHORS:
+            continue
+        if len(word) > TELLING_CHARS and word.endswith("s") and not word.endswith("ss"):
+            word = word[:-1]
+        if word.isdigit() or len(word) >= TELLING_CHARS:
+            words.add(word)
+    return frozenset(words)
+
+
+@lru_cache(maxsize=PROPOSALS_CACHED)
+def _options_told_apart(assistant_text: str) -> tuple[frozenset[str], ...]:
+    """Each option's head words that no other option of the list has: what tells it from the
+    rest ("junior apprentice" among "second qualified baker" and "casual counter hand")."""
+    heads = [_telling_words(head) for head in proposal_of(assistant_text).heads]
+    return tuple(
+        words.difference(*(other for j, other in enumerate(heads) if j != i))
+        for i, words in enumerate(heads)
+    )
+
+
+# "the <words> one" or "the one <words>": what the pro-form says of the option it takes.
+_POINTED = re.compile(r"\bthe\s+((?:[^\s,.;:!?]+\s+){0,3}?)ones?\b([^,.;:!?]*)", re.IGNORECASE)
+
+
+def _pointed_at(sentence: str) -> str:
+    """The words a choice pro-form is described by: "the green-white one" (before it), "the
+    one where you line up the mirror" (after it, to the clause's end); "" without one."""
+    match = _POINTED.search(sentence)
+    if not match:
+        return ""
+    return (match.group(1) or match.group(2)).strip()
+
+
+def list_named(sentence: str, lists: Sequence[str], heard: Mapping[str, frozenset[str]]) -> str:
+    """The newest of `lists` (assistant turns with options, newest first) one of whose options
+    the sentence names by a word no other option of that list has and no turn had said before
+    it (`heard`, from heard_before: a topic already talked of is no choice among the list's
+    options): "apprentice it is" after a question about apprentices' wages answered with a
+    list of costs; or ""."""
+    said = _telling_words(sentence)
+    for text in lists:
+        before = heard.get(text, frozenset())
+        if any((said & words) - before for words in _options_told_apart(text)):
+            return text
+    return ""
+
+
+def heard_before(said_earlier: Sequence[str], turns: Sequence) -> dict[str, frozenset[str]]:
+    """Each assistant turn's text (of `turns`, oldest first) to the words (_telling_words) said
+    before it, by either side: `said_earlier` (the user's words before these turns), then the
+    turns as they come."""
+    heard = _telling_words(" ".join(said_earlier))
+    before = {}
+    for turn in turns:
+        if turn.role != "user":
+            before[turn.text] = heard
+        heard = heard | _telling_words(turn.text)
+    return before
+
+
+def proposals_forget() -> None:
+    """Empties the caches of the assistant's turns read (bench/memory.py: a cold prompt)."""
+    proposal_of.cache_clear()
+    _options_told_apart.cache_clear()
+    _telling_words.cache_clear()
+
+
 def _said_names(sentence: str) -> set[str]:
     """The sentence's words and pairs of words in a row, lower-cased (as a Proposal's names)."""
     words = [w.lower() for w in WORD.findall(sentence)]
@@ -280,23 +367,46 @@ def suggestion_taken(
     previous_assistant: str,
     earlier: Sequence[str] = (),
     named_before: Mapping[str, frozenset[str]] | None = None,
+    lists: Sequence[str] = (),
+    heard: Mapping[str, frozenset[str]] | None = None,
 ) -> tuple[str, str] | None:
-    """A turn that takes what the assistant proposed: its opening is a short reply (not a
-    question; its first clause, when the sentence goes on to give reasons) to a list of options
-    the turn just before it gave, in any words; or a short reply that points back at that turn
-    and says nothing of its own ("Perfect, going with that one."); or one of its statements
-    repeats a name that turn or one of the `earlier` assistant turns (newest first) proposed
-    ("kittiwake it is", said after a question about the options); a name the user had said
-    before that assistant turn (`named_before`, from names_before) is theirs, not proposed.
+    """A turn that takes what the assistant proposed: its opening, or a sentence that points
+    with "the ... one", names an option of the turn before it or of one of the `lists` (the
+    assistant's turns before that, newest first) by a word no other option of that list has
+    (list_named; `heard`, from heard_before: the words said before each list); or its opening
+    is a short reply (not a question; its first clause, when the sentence goes on to give
+    reasons) to a list of options the turn just before it gave, in any words; or a short reply
+    that points back at that turn and says nothing of its own ("Perfect, going with that
+    one."); or one of its statements repeats a name that turn or one of the `earlier` assistant
+    turns (newest first) proposed ("kittiwake it is", said after a question about the
+    options); a name the user had said before that assistant turn (`named_before`, from
+    names_before) is theirs, not proposed.
     That sentence is kept with the proposal, since a reply alone says nothing. Whatever else
     the turn says is read as usual; an acknowledgement ("Thank you.", "Ok.") after anything but
     a list takes nothing."""
     sentences = sentences_of(text)
     opening = next(iter(sentences), "")
     reply, taken = "", ""
+    statements = [
+        s
+        for s in sentences
+        if len(s.split()) <= REPLY_MAX_WORDS * 2 and not read_sentence(s).question
+    ]
+    listed = _lists(previous_assistant, lists or earlier)
+    for statement in statements:
+        # The opening, or a sentence that takes "the ... one": a choice named by a word that
+        # tells one option from the rest, in whichever of the lists gave that option. A word
+        # said before the list counts only beside the pro-form ("the design one"): alone, it
+        # is the topic going on ("Negative, no asbestos.").
+        pointed = _pointed_at(statement)
+        if statement != opening and not pointed:
+            continue
+        if named := list_named(pointed or statement, listed, {} if pointed else heard or {}):
+            reply, taken = statement, named
+            break
     words = opening.split()
     first_clause = next(iter(CLAUSE_END.split(opening)), "").split()
-    if previous_assistant and words and not read_sentence(opening).question:
+    if not reply and previous_assistant and words and not read_sentence(opening).question:
         said = {w.lower() for w in WORD.findall(opening.replace("\u2019", "'"))}
         short = len(words) <= REPLY_MAX_WORDS
         if (
@@ -321,11 +431,6 @@ def suggestion_taken(
             # name or a number of its own, "two" counts something ("so two 4TB drives").
             reply, taken = opening, listed[0]
     if not reply:
-        statements = [
-            s
-            for s in sentences
-            if len(s.split()) <= REPLY_MAX_WORDS * 2 and not read_sentence(s).question
-        ]
         for assistant in [previous_assistant, *earlier]:
             theirs = (named_before or {}).get(assistant, frozenset())
             names = proposal_of(assistant).names - theirs if assistant else set()
