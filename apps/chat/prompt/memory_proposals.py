@@ -1,7 +1,8 @@
 """What the assistant proposed, and a user turn that takes it (memory_facts.py keeps such a
-reply with the proposal): a list's items, whatever its layout (numbered, lettered, bulleted,
-headings, a Markdown table's rows or columns, options in prose), the names a proposal gives,
-and a reply that answers a list, points back, names a place in a list or repeats a name."""
+reply with the proposal): a list's options (their heads read by memory_reading.item_heads),
+the names a proposal gives, what tells one option from the rest, and a reply that answers a
+list, points back, names a place in a list, names an option of a recent list or repeats a
+name."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from apps.chat.prompt.memory_reading import (
     WORD,
     detail_words,
     details,
+    item_heads,
     read_sentence,
     sentences_of,
     shortened,
@@ -35,126 +37,7 @@ CHOICE = frozenset({"one", "ones"})
 REPLY_MAX_WORDS = 14
 # The assistant's suggestion kept with such a reply (characters).
 SUGGESTION_CHARS = 200
-_LIST_ITEM = re.compile(
-    r"(?:^[ \t]*(?:[-*\u2022\u2013\u2014]|\(?[A-Ha-h][.)])|(?:^|(?<=\s))(?:\*\*|__)?\d{1,2}[.)])"
-    r"[ \t]+(.+?)"
-    r"(?=\s\d{1,2}[.)]\s|$)",
-    re.MULTILINE,
-)
-# An item's head ends at its first dash, comma, colon or bracket: "**Kittiwake** - a seabird".
-_ITEM_HEAD_END = re.compile(r"\s+[-\u2013\u2014]\s+|[,:(]")
-ITEM_HEAD_WORDS = 6
-# A head that is only a label and its index: one word, then a letter or a number.
-_LABEL = re.compile(r"^\w+\s+(?:[A-Za-z]|\d{1,2})$")
 _HIGHLIGHTED = re.compile(r"(?:\*\*|[\"\u201c`])([^*\"\u201d`\n]{1,40})(?:\*\*|[\"\u201d`])")
-
-
-# Options written in prose, each a head and a description set apart by a dash, one per
-# sentence or semicolon: "Some ideas: Ledgerline — suggests tracking. Mortise — a joint."
-_INLINE_SEGMENT_END = re.compile(r"(?<=[.!?;])\s+|\s*\n+\s*")
-_INLINE_ITEM = re.compile(r"^(?:[^:\u2014\u2013]{0,120}:\s+)?(.{1,80}?)\s+[-\u2013\u2014]\s+\S")
-
-
-# The last of options in a sentence: "...; or a crescent moon", "...; or even X".
-_LAST_OPTION = re.compile(r"^(?:or(?:\s+else|\s+even)?|and\s+finally)\s+", re.IGNORECASE)
-
-
-# A Markdown table's delimiter row, under its header: hyphens between pipes ("|---|:--:|",
-# "--- | ---", "| --- |"); a lone "---" is a horizontal rule, not a table.
-_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$|^\s*\|\s*:?-+:?\s*\|\s*$")
-
-
-# A line that is a heading: Markdown's "#", or bold as a whole ("**2. Higdon Plan**", "**Emerald
-# & Ivory** \U0001f49a"), with nothing but marks after it.
-_HEADING = re.compile(
-    r"^[ \t]*(?:#{1,4}[ \t]+(.{2,80}?)|(?:\*\*|__)(.{2,80}?)(?:\*\*|__)[^\w\n]*)$", re.MULTILINE
-)
-
-
-def _headings(assistant_text: str) -> list[str]:
-    """The headings of the turn's sections: when there are several, the options it lays out,
-    each with its details below it (the bullets under a heading are not options)."""
-    found = [(a or b).strip() for a, b in _HEADING.findall(assistant_text)]
-    return [re.sub(r"^\d{1,2}[.)]\s*", "", heading) for heading in found]
-
-
-def _table_rows(assistant_text: str) -> list[str]:
-    """The first cells of a Markdown table's rows below its header: one option per row; or,
-    when the header's first cell is empty, the header's cells: one option per column."""
-    lines = assistant_text.splitlines()
-    rows = []
-    for index, line in enumerate(lines):
-        if index and _TABLE_RULE.match(line) and "|" in lines[index - 1]:
-            header = [cell.strip() for cell in lines[index - 1].strip().strip("|").split("|")]
-            if len(header) > 2 and not header[0]:
-                return [cell for cell in header[1:] if cell]
-            for row in lines[index + 1 :]:
-                if "|" not in row:
-                    break
-                cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
-                if cells and cells[0]:
-                    rows.append(cells[0])
-            break
-    return rows
-
-
-def _items(assistant_text: str) -> list[str]:
-    """The items of a list the assistant wrote, each whole: bulleted or numbered, a Markdown
-    table's rows, or written in prose as heads with dashed descriptions or in one sentence
-    between semicolons."""
-    items = _headings(assistant_text)
-    if len(items) < 2:
-        items = [match.group(1) for match in _LIST_ITEM.finditer(assistant_text)]
-    if len(items) < 2:
-        items = _table_rows(assistant_text)
-    if len(items) < 2:
-        segments = _INLINE_SEGMENT_END.split(assistant_text)
-        items = [
-            segment[m.start(1) :] for segment in segments if (m := _INLINE_ITEM.match(segment))
-        ]
-    if len(items) < 2:
-        items = _items_in_a_sentence(assistant_text)
-    return items
-
-
-def _items_in_a_sentence(assistant_text: str) -> list[str]:
-    """Options listed in one sentence, set apart by semicolons, the last after "or" or the
-    list after an introduction that ends in a colon: "A few ideas: Queen Boudicca, for a
-    warrior; Henrietta Pankhurst, a campaigner; or Lady Cluckington, if she is more of a
-    duchess." Each item whole, its introduction left out. Steps or remarks strung together by
-    semicolons ("rest it; ice it; see a doctor") offer nothing to choose from, nor do code or
-    style rules, whose parts carry colons or brackets of their own."""
-    for sentence in sentences_of(assistant_text):
-        parts = [part.strip() for part in sentence.split(";")]
-        if len(parts) < 2 or not all(parts):
-            continue
-        introduced, _, first = parts[0].rpartition(": ")
-        last_is_option = bool(_LAST_OPTION.match(parts[-1]))
-        if not (last_is_option or (introduced and len(parts) >= 3)):
-            continue
-        if any(mark in part for part in parts[1:] for mark in ":{}()[]=<>"):
-            continue
-        items = [first.strip(), *parts[1:-1], _LAST_OPTION.sub("", parts[-1]).rstrip(".!?")]
-        items = [item for item in items if item]
-        if len(items) >= 2:
-            return items
-    return []
-
-
-def _read_item_heads(assistant_text: str) -> list[str]:
-    """The heads of a list the assistant wrote (_items), one per item: what each option is
-    called. An item called by a label and its index ("Route B - Southern Lakes: ...",
-    "**Option 3 — Kalahari Dusk:**") keeps the name that follows the label."""
-    heads = []
-    for item in _items(assistant_text):
-        item = item.replace("**", "").replace("__", "")  # bold inside the head
-        parts = [part.strip(' *_`";') for part in _ITEM_HEAD_END.split(item, maxsplit=2)]
-        head = " ".join(parts[0].split()[:ITEM_HEAD_WORDS])
-        if _LABEL.match(head) and len(parts) > 1 and parts[1]:
-            # The label takes none of the name's words.
-            head = f"{head} \u2013 {' '.join(parts[1].split()[:ITEM_HEAD_WORDS])}"
-        heads.append(head)
-    return [h for h in heads if h]
 
 
 def _read_suggestion(assistant_text: str, heads: Sequence[str]) -> str:
@@ -217,7 +100,7 @@ class Proposal:
 
 @lru_cache(maxsize=PROPOSALS_CACHED)
 def proposal_of(assistant_text: str) -> Proposal:
-    heads = tuple(_read_item_heads(assistant_text))
+    heads = tuple(item_heads(assistant_text))
     return Proposal(
         heads,
         frozenset(_read_proposed_names(assistant_text, heads)),
@@ -226,11 +109,13 @@ def proposal_of(assistant_text: str) -> Proposal:
 
 
 # Numbers written as words, as digits: "the twelve weeks one" names "12-week polarised plan".
-_UNITS = "two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen"
-_TEENS = "sixteen seventeen eighteen nineteen twenty"
+_TWO_TO_TWENTY = (
+    "two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen twenty"
+)
 _TENS = "thirty forty fifty sixty seventy eighty ninety"
 _NUMBERS = {
-    **{w: str(n) for n, w in enumerate(f"{_UNITS} {_TEENS}".split(), 2)},
+    **{w: str(n) for n, w in enumerate(_TWO_TO_TWENTY.split(), 2)},
     **{w: str(n) for w, n in zip(_TENS.split(), range(30, 100, 10), strict=True)},
 }
 # A word shorter than this tells options apart only as a number ("go with the app" is no name).

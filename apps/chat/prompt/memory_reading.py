@@ -259,3 +259,129 @@ def subject_of(text: str) -> str:
     words = WORD.findall(text.replace("\u2019", "'"))
     masked = set(value_words(text))
     return " ".join("something" if w in masked else w for w in words)
+
+
+# -- the options of a list the assistant wrote ---------------------------------------------------
+# Whatever its layout: numbered, lettered or bulleted items, headings, a Markdown table's rows or
+# columns, options in prose set apart by dashes or semicolons; each option's head (what it is
+# called), read by memory_proposals.py.
+
+_LIST_ITEM = re.compile(
+    r"(?:^[ \t]*(?:[-*\u2022\u2013\u2014]|\(?[A-Ha-h][.)])|(?:^|(?<=\s))(?:\*\*|__)?\d{1,2}[.)])"
+    r"[ \t]+(.+?)"
+    r"(?=\s\d{1,2}[.)]\s|$)",
+    re.MULTILINE,
+)
+# An item's head ends at its first dash, comma, colon or bracket: "**Kittiwake** - a seabird".
+_ITEM_HEAD_END = re.compile(r"\s+[-\u2013\u2014]\s+|[,:(]")
+ITEM_HEAD_WORDS = 6
+# A head that is only a label and its index: one word, then a letter or a number.
+_LABEL = re.compile(r"^\w+\s+(?:[A-Za-z]|\d{1,2})$")
+
+
+# Options written in prose, each a head and a description set apart by a dash, one per
+# sentence or semicolon: "Some ideas: Ledgerline — suggests tracking. Mortise — a joint."
+_INLINE_SEGMENT_END = re.compile(r"(?<=[.!?;])\s+|\s*\n+\s*")
+_INLINE_ITEM = re.compile(r"^(?:[^:\u2014\u2013]{0,120}:\s+)?(.{1,80}?)\s+[-\u2013\u2014]\s+\S")
+
+
+# The last of options in a sentence: "...; or a crescent moon", "...; or even X".
+_LAST_OPTION = re.compile(r"^(?:or(?:\s+else|\s+even)?|and\s+finally)\s+", re.IGNORECASE)
+
+
+# A Markdown table's delimiter row, under its header: hyphens between pipes ("|---|:--:|",
+# "--- | ---", "| --- |"); a lone "---" is a horizontal rule, not a table.
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)+\|?\s*$|^\s*\|\s*:?-+:?\s*\|\s*$")
+
+
+# A line that is a heading: Markdown's "#", or bold as a whole ("**2. Higdon Plan**", "**Emerald
+# & Ivory** \U0001f49a"), with nothing but marks after it.
+_HEADING = re.compile(
+    r"^[ \t]*(?:#{1,4}[ \t]+(.{2,80}?)|(?:\*\*|__)(.{2,80}?)(?:\*\*|__)[^\w\n]*)$", re.MULTILINE
+)
+
+
+def _headings(assistant_text: str) -> list[str]:
+    """The headings of the turn's sections: when there are several, the options it lays out,
+    each with its details below it (the bullets under a heading are not options)."""
+    found = [(a or b).strip() for a, b in _HEADING.findall(assistant_text)]
+    return [re.sub(r"^\d{1,2}[.)]\s*", "", heading) for heading in found]
+
+
+def _table_rows(assistant_text: str) -> list[str]:
+    """The first cells of a Markdown table's rows below its header: one option per row; or,
+    when the header's first cell is empty, the header's cells: one option per column."""
+    lines = assistant_text.splitlines()
+    rows = []
+    for index, line in enumerate(lines):
+        if index and _TABLE_RULE.match(line) and "|" in lines[index - 1]:
+            header = [cell.strip() for cell in lines[index - 1].strip().strip("|").split("|")]
+            if len(header) > 2 and not header[0]:
+                return [cell for cell in header[1:] if cell]
+            for row in lines[index + 1 :]:
+                if "|" not in row:
+                    break
+                cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+                if cells and cells[0]:
+                    rows.append(cells[0])
+            break
+    return rows
+
+
+def _items(assistant_text: str) -> list[str]:
+    """The items of a list the assistant wrote, each whole: bulleted or numbered, a Markdown
+    table's rows, or written in prose as heads with dashed descriptions or in one sentence
+    between semicolons."""
+    items = _headings(assistant_text)
+    if len(items) < 2:
+        items = [match.group(1) for match in _LIST_ITEM.finditer(assistant_text)]
+    if len(items) < 2:
+        items = _table_rows(assistant_text)
+    if len(items) < 2:
+        segments = _INLINE_SEGMENT_END.split(assistant_text)
+        items = [
+            segment[m.start(1) :] for segment in segments if (m := _INLINE_ITEM.match(segment))
+        ]
+    if len(items) < 2:
+        items = _items_in_a_sentence(assistant_text)
+    return items
+
+
+def _items_in_a_sentence(assistant_text: str) -> list[str]:
+    """Options listed in one sentence, set apart by semicolons, the last after "or" or the
+    list after an introduction that ends in a colon: "A few ideas: Queen Boudicca, for a
+    warrior; Henrietta Pankhurst, a campaigner; or Lady Cluckington, if she is more of a
+    duchess." Each item whole, its introduction left out. Steps or remarks strung together by
+    semicolons ("rest it; ice it; see a doctor") offer nothing to choose from, nor do code or
+    style rules, whose parts carry colons or brackets of their own."""
+    for sentence in sentences_of(assistant_text):
+        parts = [part.strip() for part in sentence.split(";")]
+        if len(parts) < 2 or not all(parts):
+            continue
+        introduced, _, first = parts[0].rpartition(": ")
+        last_is_option = bool(_LAST_OPTION.match(parts[-1]))
+        if not (last_is_option or (introduced and len(parts) >= 3)):
+            continue
+        if any(mark in part for part in parts[1:] for mark in ":{}()[]=<>"):
+            continue
+        items = [first.strip(), *parts[1:-1], _LAST_OPTION.sub("", parts[-1]).rstrip(".!?")]
+        items = [item for item in items if item]
+        if len(items) >= 2:
+            return items
+    return []
+
+
+def item_heads(assistant_text: str) -> list[str]:
+    """The heads of a list the assistant wrote (_items), one per item: what each option is
+    called. An item called by a label and its index ("Route B - Southern Lakes: ...",
+    "**Option 3 — Kalahari Dusk:**") keeps the name that follows the label."""
+    heads = []
+    for item in _items(assistant_text):
+        item = item.replace("**", "").replace("__", "")  # bold inside the head
+        parts = [part.strip(' *_`";') for part in _ITEM_HEAD_END.split(item, maxsplit=2)]
+        head = " ".join(parts[0].split()[:ITEM_HEAD_WORDS])
+        if _LABEL.match(head) and len(parts) > 1 and parts[1]:
+            # The label takes none of the name's words.
+            head = f"{head} \u2013 {' '.join(parts[1].split()[:ITEM_HEAD_WORDS])}"
+        heads.append(head)
+    return [h for h in heads if h]
