@@ -84,9 +84,6 @@ def answered(fact: Fact, answer: str) -> bool:
     return has(fact.value, answer) and not (fact.old and has(fact.old, answer))
 
 
-_QUOTED = re.compile(r'"([^"]+)"')
-
-
 def others_as_user(c: Conversation, lines: list[str]) -> list[tuple[str, str]]:
     """The lines of the memory block that name something the user said of another person
     other than inside a verbatim quote of the user's own words (a quote says whose it is),
@@ -97,8 +94,7 @@ def others_as_user(c: Conversation, lines: list[str]) -> list[tuple[str, str]]:
         named = [v for v in c.others if has(v, line)]
         if not named:
             continue
-        quotes = [q for q in _QUOTED.findall(line) if _quotes_user(q, said_by_user)]
-        outside = _QUOTED.sub(" ", line) if quotes else line
+        outside = _outside_user_quotes(line, said_by_user)
         if not any(has(v, outside) for v in named):
             continue
         said = next(
@@ -107,6 +103,19 @@ def others_as_user(c: Conversation, lines: list[str]) -> list[tuple[str, str]]:
         )
         found.append((line, said))
     return found
+
+
+def _outside_user_quotes(line: str, said_by_user: list[str]) -> str:
+    """The line less its quotes of the user's words. A quote runs from a quotation mark to any
+    later one, so that the user's own quotation marks inside it ('Earlier: "Ingrid suggested
+    "Olav"."') do not end it."""
+    marks = [index for index, char in enumerate(line) if char == '"']
+    quoted = [False] * len(line)
+    for n, start in enumerate(marks):
+        for end in marks[n + 1 :]:
+            if _quotes_user(line[start + 1 : end], said_by_user):
+                quoted[start : end + 1] = [True] * (end + 1 - start)
+    return "".join(" " if inside else char for char, inside in zip(line, quoted, strict=True))
 
 
 def _quotes_user(quote: str, said_by_user: list[str]) -> bool:

@@ -52,3 +52,16 @@ def test_a_current_value_shown_only_in_lines_marked_earlier_is_counted():
     assert not memory_grade.only_as_earlier(fact, hedged, recent="user: Bramble ate it.")
     # Not in the prompt at all: lost, which the grade counts elsewhere.
     assert not memory_grade.only_as_earlier(fact, '- "I love the blackbirds."', recent="")
+
+
+def test_a_quote_of_the_user_holding_quotation_marks_of_their_own_shows_no_other_as_theirs():
+    from memory_data import Conversation, Turn
+
+    said = 'Ingrid suggested "Olav".'
+    conversation = Conversation(
+        turns=[Turn(1, "user", said)], facts=[], question="", known_at={}, others={"Olav"}
+    )
+    assert not memory_grade.others_as_user(conversation, [f'- Earlier: "{said}"'])
+    # Outside a quote of the user's words, it is shown as theirs.
+    shown = memory_grade.others_as_user(conversation, ["- The user's choice: Olav."])
+    assert [line for line, _ in shown] == ["- The user's choice: Olav."]
