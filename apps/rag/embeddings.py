@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from functools import cache
 from pathlib import Path
 
@@ -139,6 +140,42 @@ def embed_texts(
         show_progress_bar=progress,
     )
     return np.asarray(vectors, dtype=np.float32)
+
+
+# Texts embedded once per process (embed_cached): the chat's memory reads a conversation's
+# statements again at every prompt; the least recently used leave first.
+_CACHED: OrderedDict[str, np.ndarray] = OrderedDict()
+CACHED_KEPT = 4096
+_cached_lock = threading.Lock()
+
+
+def embed_cached(texts: list[str]) -> np.ndarray:
+    """Unit vectors of `texts` from the default model, each text embedded once per process."""
+    if not texts:
+        return np.zeros((0, 1))
+    found: dict[str, np.ndarray] = {}
+    with _cached_lock:
+        for text in dict.fromkeys(texts):
+            if text in _CACHED:
+                _CACHED.move_to_end(text)
+                found[text] = _CACHED[text]
+    missing = [t for t in dict.fromkeys(texts) if t not in found]
+    if missing:
+        computed = embed_texts(missing)
+        found.update(zip(missing, computed, strict=True))
+        with _cached_lock:
+            for text, vector in zip(missing, computed, strict=True):
+                _CACHED[text] = vector
+            while len(_CACHED) > CACHED_KEPT:
+                _CACHED.popitem(last=False)
+    # From this call's own copies: another call may have evicted them from the cache meanwhile.
+    return np.stack([found[t] for t in texts])
+
+
+def embed_cached_forget() -> None:
+    """Empties embed_cached's texts (bench/memory.py times a cold prompt)."""
+    with _cached_lock:
+        _CACHED.clear()
 
 
 def dimensions_of(model: str) -> int:

@@ -614,6 +614,60 @@ def test_a_topic_talked_of_before_the_options_is_no_choice_among_them():
     assert not [e for e in entries if "Overnight sleeper" in e.context]
 
 
+@pytest.mark.parametrize(
+    "reply",
+    ["Decided, Dan books it tonight.", "Vamos con el tren de noche, Dan lo reserva hoy."],
+)
+def test_a_choice_the_assistant_answer_names_is_kept_with_its_options(reply):
+    """The turn takes an option in words none of the options has (or in another language);
+    the assistant's answer names it: the turn is kept with the list that offered it, not
+    with the newer list of details."""
+    entries = merged(
+        ("assistant", TRAVEL_OPTIONS),
+        ("user", "Is there wifi on the coach?"),
+        ("assistant", COACH_DETAILS),
+        ("user", reply),
+        ("assistant", "Good call: the overnight sleeper train gets you there rested."),
+    )
+    [took] = [e for e in entries if e.kind == memory_facts.TOOK]
+    assert "1. Overnight sleeper train" in took.context and took.value == reply
+
+
+def test_an_answer_naming_several_options_or_one_asked_about_confirms_no_choice():
+    compared = merged(
+        ("assistant", TRAVEL_OPTIONS),
+        ("user", "Decided, Dan books it tonight."),
+        ("assistant", "The overnight sleeper train beats the budget coach on comfort."),
+    )
+    asked = merged(
+        ("assistant", TRAVEL_OPTIONS),
+        ("user", "Decided. Is the overnight sleeper train quiet?"),
+        ("assistant", "Mostly: the overnight sleeper train has sleeping cabins."),
+    )
+    # Two of an option's words, but not as the option says them: a chance, not its name.
+    by_chance = merged(
+        ("assistant", TRAVEL_OPTIONS),
+        ("user", "Decided, Dan books it tonight."),
+        ("assistant", "Good. Hire whoever drives best and split the driving."),
+    )
+    assert not [e for e in compared + asked + by_chance if e.kind == memory_facts.TOOK]
+
+
+def test_a_reply_after_a_list_is_no_choice_when_the_answer_names_no_option():
+    """Before the assistant answers, a short reply to a list may have taken one of its options in
+    any words; once its answer names none, the reply took nothing (a list of tips)."""
+    tips = "For shift work:\n- Ask for swap-friendly bookings\n- Keep a backup carer\n- Book early"
+    reply = "changes every fortnight which is the annoying bit"
+    unanswered = merged(("assistant", tips), ("user", reply))
+    answered = merged(
+        ("assistant", tips),
+        ("user", reply),
+        ("assistant", "That makes a fixed roster hard; ask the centre how they handle it."),
+    )
+    assert [e.kind for e in unanswered if e.value == reply] == [memory_facts.TOOK]
+    assert [e.kind for e in answered if e.value == reply] == [memory_facts.SAID]
+
+
 def test_a_reply_that_says_which_option_it_takes_outweighs_one_that_only_follows_a_list():
     steps = "To fix a puncture:\n1. Remove the wheel\n2. Find the cause\n3. Put in a new tube"
     bikes = "Three bikes:\n1. Trek FX 2\n2. Giant Escape 2\n3. Cube Nature"

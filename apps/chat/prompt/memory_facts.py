@@ -135,12 +135,19 @@ def reply_to_suggestion(
     earlier: Sequence[str] = (),
     named: Mapping[str, frozenset[str]] | None = None,
     heard: Mapping[str, frozenset[str]] | None = None,
+    answer: str = "",
 ) -> Entry | None:
     """The turn's reply that takes what the assistant proposed, kept with the proposal
     (memory_proposals.suggestion_taken), or None. `earlier`: the assistant's turns before the
     last, newest first (OPTION_LISTS_READ - 1 of them; names are read in PROPOSALS_READ - 1)."""
     taken = memory_proposals.suggestion_taken(
-        text, previous_assistant, earlier[: PROPOSALS_READ - 1], named, lists=earlier, heard=heard
+        text,
+        previous_assistant,
+        earlier[: PROPOSALS_READ - 1],
+        named,
+        lists=earlier,
+        heard=heard,
+        answer=answer,
     )
     if taken is None:
         return None
@@ -207,6 +214,7 @@ def statements_forget() -> None:
     """Empties the caches of statements and proposals read (bench/memory.py: a cold prompt)."""
     _statements_cached.cache_clear()
     memory_proposals.proposals_forget()
+    replaced.replaced_forget()
 
 
 def noted_read(noted: list[Entry], at: int) -> list[tuple[Entry, float]]:
@@ -259,7 +267,7 @@ def merge(
     earlier = [e.value for e in merged if e.kind == SAID and e.at not in read_ids]
     named_before = memory_proposals.names_before(earlier, [turn for turn, _ in read])
     heard = memory_proposals.heard_before(earlier, [turn for turn, _ in read])
-    for turn, merging in read:
+    for index, (turn, merging) in enumerate(read):
         if turn.role != USER:
             previous_assistant = turn.text
             continue
@@ -278,6 +286,7 @@ def merge(
                 earlier=proposals,
                 named=named_before,
                 heard=heard,
+                answer=_answer_to(read, index),
             )
             said = [(took, weight_of(took))] if took else []
             said += [
@@ -304,6 +313,12 @@ def merge(
         merged.extend(fresh)
     _mark_naming_replaced(merged)
     return _bounded(merged, weights)
+
+
+def _answer_to(read: Sequence[tuple], index: int) -> str:
+    """The assistant's turn right after the user's turn read[index], or "" (none yet)."""
+    following = read[index + 1][0] if index + 1 < len(read) else None
+    return following.text if following is not None and following.role != USER else ""
 
 
 def _bounded(entries: list[Entry], weights: dict[str, float]) -> list[Entry]:

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from apps.chat.prompt.memory_reading import (
+    ANAPHORS,
+    CHOICE,
     CLAUSE_END,
+    POSITIONS,
     WORD,
     detail_words,
     details,
@@ -21,16 +24,8 @@ from apps.chat.prompt.memory_reading import (
     read_sentence,
     sentences_of,
     shortened,
+    telling_words,
 )
-
-# Words that point back at something said before ("that one", "love it").
-ANAPHORS = frozenset("that that's it it's those them one".split())
-# An option taken by its place in a list ("the second", "number two", "the last one").
-POSITIONS = frozenset(
-    "first second third fourth fifth last latter former two three four five".split()
-)
-# The pro-form a choice among options takes ("the blue one", "the one north of the station").
-CHOICE = frozenset({"one", "ones"})
 
 # A reply's opening this short that points back answers the assistant's turn before it (and a
 # sentence that repeats one of its names, up to twice this long).
@@ -108,42 +103,11 @@ def proposal_of(assistant_text: str) -> Proposal:
     )
 
 
-# Numbers written as words, as digits: "the twelve weeks one" names "12-week polarised plan".
-_TWO_TO_TWENTY = (
-    "two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-    "sixteen seventeen eighteen nineteen twenty"
-)
-_TENS = "thirty forty fifty sixty seventy eighty ninety"
-_NUMBERS = {
-    **{w: str(n) for n, w in enumerate(_TWO_TO_TWENTY.split(), 2)},
-    **{w: str(n) for w, n in zip(_TENS.split(), range(30, 100, 10), strict=True)},
-}
-# A word shorter than this tells options apart only as a number ("go with the app" is no name).
-TELLING_CHARS = 4
-
-
-@lru_cache(maxsize=PROPOSALS_CACHED)
-def _telling_words(text: str) -> frozenset[str]:
-    """The words of `text` as options are told apart: lower-cased, split at hyphens and dots
-    ("12-week", "B.Des"), a plural's "s" dropped ("the gravdals"), numbers written as words
-    as digits; places in a list and pro-forms left out (the position rules read those)."""
-    words = set()
-    for word in re.findall(r"[^\W_]+", text.lower()):
-        word = _NUMBERS.get(word, word)
-        if word in POSITIONS | CHOICE | ANAPHORS:
-            continue
-        if len(word) > TELLING_CHARS and word.endswith("s") and not word.endswith("ss"):
-            word = word[:-1]
-        if word.isdigit() or len(word) >= TELLING_CHARS:
-            words.add(word)
-    return frozenset(words)
-
-
 @lru_cache(maxsize=PROPOSALS_CACHED)
 def _options_told_apart(assistant_text: str) -> tuple[frozenset[str], ...]:
     """Each option's head words that no other option of the list has: what tells it from the
     rest ("junior apprentice" among "second qualified baker" and "casual counter hand")."""
-    heads = [_telling_words(head) for head in proposal_of(assistant_text).heads]
+    heads = [telling_words(head) for head in proposal_of(assistant_text).heads]
     return tuple(
         words.difference(*(other for j, other in enumerate(heads) if j != i))
         for i, words in enumerate(heads)
@@ -169,7 +133,7 @@ def list_named(sentence: str, lists: Sequence[str], heard: Mapping[str, frozense
     it (`heard`, from heard_before: a topic already talked of is no choice among the list's
     options): "apprentice it is" after a question about apprentices' wages answered with a
     list of costs; or ""."""
-    said = _telling_words(sentence)
+    said = telling_words(sentence)
     for text in lists:
         before = heard.get(text, frozenset())
         if any((said & words) - before for words in _options_told_apart(text)):
@@ -178,23 +142,83 @@ def list_named(sentence: str, lists: Sequence[str], heard: Mapping[str, frozense
 
 
 def heard_before(said_earlier: Sequence[str], turns: Sequence) -> dict[str, frozenset[str]]:
-    """Each assistant turn's text (of `turns`, oldest first) to the words (_telling_words) said
+    """Each assistant turn's text (of `turns`, oldest first) to the words (telling_words) said
     before it, by either side: `said_earlier` (the user's words before these turns), then the
     turns as they come."""
-    heard = _telling_words(" ".join(said_earlier))
+    # Each statement's words are read (and cached) alone: a joined text would be a new key
+    # each time the conversation grows.
+    heard = frozenset().union(*(telling_words(said) for said in said_earlier))
     before = {}
     for turn in turns:
         if turn.role != "user":
             before[turn.text] = heard
-        heard = heard | _telling_words(turn.text)
+        heard = heard | telling_words(turn.text)
     return before
+
+
+# The sentences of the assistant's answer read for the option it confirms ("Good call - Plan B,
+# shower over bath, it is."): its opening, before whatever it goes on to explain or list.
+CONFIRMING_SENTENCES = 2
+
+
+@lru_cache(maxsize=PROPOSALS_CACHED)
+def _written_as_names(head: str) -> frozenset[str]:
+    """The head's words written as names: capitalised past its first word, or with a capital
+    or a digit inside ("WBC", "Saint-Henri", "2-3-1"), as telling_words reads them."""
+    words = WORD.findall(head)
+    return telling_words(
+        " ".join(
+            w
+            for index, w in enumerate(words)
+            if (index and w[0].isupper()) or any(c.isupper() or c.isdigit() for c in w[1:])
+        )
+    )
+
+
+def _names(said: str, option: frozenset[str], head: str) -> bool:
+    """`said` names the option told apart by `option`'s words (its `head`'s): by one of them
+    written as a name, by its only one ("Rosemont"), or by two telling words of the head in a
+    row, one of them its own ("shower over bath"). Such words apart may be a chance ("choose
+    it ... hive" beside "Choose a hive type")."""
+    shared = telling_words(said) & option
+    if shared & _written_as_names(head) or (shared and len(option) == 1):
+        return True
+    pairs = [telling_words(pair) for pair in _said_names(head) & _said_names(said) if " " in pair]
+    return any(len(words) == 2 and words & option for words in pairs)
+
+
+def confirmed_choice(
+    statements: Sequence[str], questions: Sequence[str], answer: str, lists: Sequence[str]
+) -> tuple[str, str] | None:
+    """A choice the assistant's `answer` to the turn confirms: its opening names one option
+    of the newest of `lists` (assistant turns with options, newest first) it names any of,
+    and only one ("No problem - Saint-Henri is a great pick for you!" after "Gut, dann nehme
+    ich das Viertel am Kanal."). The turn must state something (`statements`) and not ask
+    about that option (`questions`: an answer to "is Saint-Henri safe?" names it without a
+    choice). The statement kept is the one that shares most words with the answer's opening
+    (how the user described it), else the first. Returns (statement, the list's text)."""
+    if not statements or not answer:
+        return None
+    opening = " ".join(sentences_of(answer)[:CONFIRMING_SENTENCES])
+    asked = telling_words(" ".join(questions))
+    for text in lists:
+        told_apart = zip(_options_told_apart(text), proposal_of(text).heads, strict=True)
+        named = [words for words, head in told_apart if _names(opening, words, head)]
+        if not named:
+            continue
+        if len(named) > 1 or named[0] & asked:
+            return None
+        confirming = telling_words(opening)
+        reply = max(statements, key=lambda s: len(telling_words(s) & confirming))
+        return reply, text
+    return None
 
 
 def proposals_forget() -> None:
     """Empties the caches of the assistant's turns read (bench/memory.py: a cold prompt)."""
     proposal_of.cache_clear()
     _options_told_apart.cache_clear()
-    _telling_words.cache_clear()
+    _written_as_names.cache_clear()
 
 
 def _said_names(sentence: str) -> set[str]:
@@ -234,6 +258,10 @@ def points_at(reply: str, proposal: str) -> bool:
     return bool(said & pointers or said & read.names)
 
 
+def _has_digit(text: str) -> bool:
+    return any(character.isdigit() for character in text)
+
+
 def _says_its_own(reply: str, proposal: str) -> bool:
     """The reply names something the proposal does not (a name or number of its own: "Ok
     update: we traded it in for a Suzuki Ertiga") and points at none of its options: it is a
@@ -254,13 +282,16 @@ def suggestion_taken(
     named_before: Mapping[str, frozenset[str]] | None = None,
     lists: Sequence[str] = (),
     heard: Mapping[str, frozenset[str]] | None = None,
+    answer: str = "",
 ) -> tuple[str, str] | None:
     """A turn that takes what the assistant proposed: its opening, or a sentence that points
     with "the ... one", names an option of the turn before it or of one of the `lists` (the
     assistant's turns before that, newest first) by a word no other option of that list has
-    (list_named; `heard`, from heard_before: the words said before each list); or its opening
-    is a short reply (not a question; its first clause, when the sentence goes on to give
-    reasons) to a list of options the turn just before it gave, in any words; or a short reply
+    (list_named; `heard`, from heard_before: the words said before each list); or the
+    assistant's `answer` to the turn names one option of a list (confirmed_choice); or its
+    opening is a short reply (not a question; its first clause, when the sentence goes on to
+    give reasons) to a list of options the turn just before it gave, in any words until the
+    assistant has answered (then it must point or name a place); or a short reply
     that points back at that turn and says nothing of its own ("Perfect, going with that
     one."); or one of its statements repeats a name that turn or one of the `earlier` assistant
     turns (newest first) proposed ("kittiwake it is", said after a question about the
@@ -289,6 +320,16 @@ def suggestion_taken(
         if named := list_named(pointed or statement, listed, {} if pointed else heard or {}):
             reply, taken = statement, named
             break
+    if not reply and (
+        confirmed := confirmed_choice(
+            statements,
+            [s for s in sentences if read_sentence(s).question],
+            answer,
+            listed,
+        )
+    ):
+        # The assistant's answer names the option the turn took, in whatever words it took it.
+        reply, taken = confirmed
     words = opening.split()
     first_clause = next(iter(CLAUSE_END.split(opening)), "").split()
     if not reply and previous_assistant and words and not read_sentence(opening).question:
@@ -298,6 +339,16 @@ def suggestion_taken(
             len(proposal_of(previous_assistant).heads) >= 2
             and len(first_clause) <= REPLY_MAX_WORDS
             and not _says_its_own(opening, previous_assistant)
+            # Once the assistant has answered, a reply in none of the list's words, with no
+            # place in it and not pointing back ("ok ordered it"), took an option only if
+            # the answer names it (confirmed_choice): "changes every fortnight" after a list
+            # of tips took nothing.
+            and (
+                not answer
+                or said & ANAPHORS
+                or points_at(opening, previous_assistant)
+                or _has_digit(opening)
+            )
         ):
             # A short reply to a list of options answers it, in whatever words or language
             # ("Option 3 for sure", "vamos con la segunda", "2\ufe0f\u20e3"): kept with the

@@ -1,18 +1,15 @@
 """Reading the user's words for memory (memory_facts.py): sentences, whether a sentence speaks
 of the user (the grammar's first person, never a list of phrasings), the names and numbers it
-carries, and what it is about as the embedding model sees it (subject_of). What the assistant
-proposed, and a reply that takes it, is read in memory_proposals.py."""
+carries, the words that tell a list's options apart, and the options of a list. What the
+assistant proposed, and a reply that takes it, is read in memory_proposals.py; what a statement
+is about, as the embedding model sees it, in memory_replaced.py."""
 
 from __future__ import annotations
 
 import itertools
 import re
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
-
-import numpy as np
 
 # Readings of one text kept per process (read_sentence, detail_words, clauses_of, asserts,
 # subject_of, user_is_subject): a prompt compares every pair of the conversation's statements
@@ -197,68 +194,68 @@ def detail_words(text: str) -> tuple[str, ...]:
 
 # -- what a statement is about ------------------------------------------------------------------
 
-_VECTORS: OrderedDict[str, np.ndarray] = OrderedDict()
-_VECTORS_KEPT = 4096
-_vectors_lock = threading.Lock()
-
-
-def vectors(texts: list[str]) -> np.ndarray:
-    """Unit vectors of `texts`, each embedded once per process (every prompt of a
-    conversation reads its statements again); the least recently used leave first."""
-    from apps.rag.embeddings import embed_texts
-
-    if not texts:
-        return np.zeros((0, 1))
-    found: dict[str, np.ndarray] = {}
-    with _vectors_lock:
-        for text in dict.fromkeys(texts):
-            if text in _VECTORS:
-                _VECTORS.move_to_end(text)
-                found[text] = _VECTORS[text]
-    missing = [t for t in dict.fromkeys(texts) if t not in found]
-    if missing:
-        computed = embed_texts(missing)
-        found.update(zip(missing, computed, strict=True))
-        with _vectors_lock:
-            for text, vector in zip(missing, computed, strict=True):
-                _VECTORS[text] = vector
-            while len(_VECTORS) > _VECTORS_KEPT:
-                _VECTORS.popitem(last=False)
-    # From this call's own copies: another call may have evicted them from the cache meanwhile.
-    return np.stack([found[t] for t in texts])
-
 
 def vectors_forget() -> None:
     """Empties the caches of vectors and readings (bench/memory.py times a cold prompt)."""
-    with _vectors_lock:
-        _VECTORS.clear()
+    from apps.rag.embeddings import embed_cached_forget
+
+    embed_cached_forget()
     for cached in (
         read_sentence,
         clauses_of,
         detail_words,
         value_words,
         asserts,
-        user_is_subject,
-        subject_of,
+        telling_words,
     ):
         cached.cache_clear()
 
 
-@lru_cache(maxsize=READINGS_CACHED)
-def user_is_subject(text: str) -> bool:
-    """The sentence speaks of the user as "I" or "we", or as "me" or "us" other than in a
-    request ("they moved me"), not only of something of theirs ("My sister ...")."""
-    lower = {w.lower() for w in WORD.findall(text.replace("\u2019", "'"))}
-    return bool(lower & SUBJECT) or (bool(lower & OBJECT) and read_sentence(text).first_person)
+# -- the words that tell options apart (memory_proposals.py) -------------------------------------
+
+# Words that point back at something said before ("that one", "love it").
+ANAPHORS = frozenset("that that's it it's those them one".split())
+# An option taken by its place in a list ("the second", "number two", "the last one").
+POSITIONS = frozenset(
+    "first second third fourth fifth last latter former two three four five".split()
+)
+# The pro-form a choice among options takes ("the blue one", "the one north of the station").
+CHOICE = frozenset({"one", "ones"})
+
+# Numbers written as words, as digits: "the twelve weeks one" names "12-week polarised plan".
+_TWO_TO_TWENTY = (
+    "two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen twenty"
+)
+_TENS = "thirty forty fifty sixty seventy eighty ninety"
+_NUMBERS = {
+    **{w: str(n) for n, w in enumerate(_TWO_TO_TWENTY.split(), 2)},
+    **{w: str(n) for w, n in zip(_TENS.split(), range(30, 100, 10), strict=True)},
+}
+# A word shorter than this tells options apart only as a number ("go with the app" is no name).
+TELLING_CHARS = 4
 
 
 @lru_cache(maxsize=READINGS_CACHED)
-def subject_of(text: str) -> str:
-    """The statement with its names and numbers masked: what it says something about, not the
-    value it says ("I live in Tucson" and "we're in Tallinn now" both speak of where)."""
-    words = WORD.findall(text.replace("\u2019", "'"))
-    masked = set(value_words(text))
-    return " ".join("something" if w in masked else w for w in words)
+def telling_words(text: str) -> frozenset[str]:
+    """The words of `text` as options are told apart: lower-cased, split at hyphens and dots
+    ("12-week", "B.Des"), a plural's "s" dropped ("the gravdals"), numbers written as words
+    as digits; places in a list and pro-forms left out (the position rules read those)."""
+    words = set()
+    for written in re.findall(r"[^\W_]+", text):
+        word = _NUMBERS.get(written.lower(), written.lower())
+        if word in POSITIONS | CHOICE | ANAPHORS:
+            continue
+        if len(word) > TELLING_CHARS and word.endswith("s") and not word.endswith("ss"):
+            word = word[:-1]
+        if word.isdigit() or len(word) >= TELLING_CHARS or _acronym(written):
+            words.add(word)
+    return frozenset(words)
+
+
+def _acronym(word: str) -> bool:
+    """A short word in capitals names something ("WBC", "NHS"): it tells options apart."""
+    return len(word) >= 2 and word.isupper()
 
 
 # -- the options of a list the assistant wrote ---------------------------------------------------

@@ -1,5 +1,5 @@
 """Which of the user's statements a newer one replaces (memory_facts.merge): the embedding
-model's similarity of their closest clauses, names and numbers masked (memory_reading.subject_of),
+model's similarity of their closest clauses, names and numbers masked (subject_of),
 plus how alike the names and numbers are that differ between them. Never a list of attributes or
 phrasings: "we're in Tartu now" replaces "I live in Tallinn" because both speak of where.
 
@@ -11,9 +11,13 @@ shown as current, and current values shown only as earlier.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Protocol
 
+import numpy as np
+
 from apps.chat.prompt import memory_reading as reading
+from apps.chat.prompt.memory_reading import OBJECT, READINGS_CACHED, SUBJECT, WORD
 
 # Two statements whose closest clauses' embeddings are at least this similar speak of the same
 # thing: the older is shown as earlier. Higher when only one of the two has the user as its
@@ -33,13 +37,48 @@ class Statement(Protocol):
     at: int
 
 
+# -- what a statement is about ------------------------------------------------------------------
+
+
+def vectors_of(texts: list[str]) -> np.ndarray:
+    """Unit vectors of `texts`, each embedded once per process (every prompt of a
+    conversation reads its statements again)."""
+    from apps.rag.embeddings import embed_cached
+
+    return embed_cached(texts)
+
+
+@lru_cache(maxsize=READINGS_CACHED)
+def user_is_subject(text: str) -> bool:
+    """The sentence speaks of the user as "I" or "we", or as "me" or "us" other than in a
+    request ("they moved me"), not only of something of theirs ("My sister ...")."""
+    lower = {w.lower() for w in WORD.findall(text.replace("\u2019", "'"))}
+    first_person = bool(lower & OBJECT) and reading.read_sentence(text).first_person
+    return bool(lower & SUBJECT) or first_person
+
+
+@lru_cache(maxsize=READINGS_CACHED)
+def subject_of(text: str) -> str:
+    """The statement with its names and numbers masked: what it says something about, not the
+    value it says ("I live in Tucson" and "we're in Tallinn now" both speak of where)."""
+    words = WORD.findall(text.replace("\u2019", "'"))
+    masked = set(reading.value_words(text))
+    return " ".join("something" if w in masked else w for w in words)
+
+
+def replaced_forget() -> None:
+    """Empties the caches of what statements are about (bench/memory.py: a cold prompt)."""
+    user_is_subject.cache_clear()
+    subject_of.cache_clear()
+
+
 def _subject_vectors(statements: Sequence[Statement]) -> list:
     """Each statement's clauses as the embedding model sees them, names and numbers masked: a
     long sentence speaks of several things, and a correction matches the clause it corrects,
     not the whole sentence around it."""
     clauses = [reading.clauses_of(s.value) for s in statements]
-    flat = [reading.subject_of(c) for group in clauses for c in group]
-    vectors = reading.vectors(flat)
+    flat = [subject_of(c) for group in clauses for c in group]
+    vectors = vectors_of(flat)
     out, start = [], 0
     for group in clauses:
         out.append(vectors[start : start + len(group)])
@@ -77,7 +116,7 @@ def replaced_by(
     vectors = _subject_vectors([*older, *newest])
     old_vectors, new_vectors = vectors[: len(older)], vectors[len(older) :]
     details = sorted({w for s in [*older, *newest] for w in reading.value_words(s.value)})
-    words = dict(zip(details, reading.vectors(details), strict=True)) if details else {}
+    words = dict(zip(details, vectors_of(details), strict=True)) if details else {}
     found = []
     for row, (statement, new, asks) in enumerate(zip(newest, new_vectors, asking, strict=True)):
         if asks:
@@ -89,7 +128,7 @@ def replaced_by(
         ]
         if not cols:
             continue
-        subject = reading.user_is_subject(statement.value)
+        subject = user_is_subject(statement.value)
         likeness = {
             col: VALUE_WEIGHT * _value_likeness(statement, older[col], words) for col in cols
         }
@@ -101,7 +140,7 @@ def replaced_by(
         for clause in range(len(new)):
             closest = max(cols, key=lambda col: by_clause[col][clause])
             for col in cols:
-                same_person = reading.user_is_subject(older[col].value) == subject
+                same_person = user_is_subject(older[col].value) == subject
                 bar = SAME_SUBJECT if same_person else SAME_SUBJECT_OTHER_PERSON
                 if by_clause[col][clause] < bar or col in linked:
                     continue
