@@ -105,17 +105,24 @@ def others_as_user(c: Conversation, lines: list[str]) -> list[tuple[str, str]]:
     return found
 
 
+_QUOTED = re.compile(r'"([^"]+)"')
+
+
 def _outside_user_quotes(line: str, said_by_user: list[str]) -> str:
-    """The line less its quotes of the user's words. A quote runs from a quotation mark to any
-    later one, so that the user's own quotation marks inside it ('Earlier: "Ingrid suggested
-    "Olav"."') do not end it."""
+    """The line less its quotes of the user's words, and, in a line that quotes them, less the
+    other quotes too (the assistant's, in 'You suggested: "..."; the user replied: "..."').
+    A quote runs from a quotation mark to any later one, so that the user's own quotation
+    marks inside it ('Earlier: "Ingrid suggested "Olav"."') do not end it."""
     marks = [index for index, char in enumerate(line) if char == '"']
     quoted = [False] * len(line)
     for n, start in enumerate(marks):
         for end in marks[n + 1 :]:
             if _quotes_user(line[start + 1 : end], said_by_user):
                 quoted[start : end + 1] = [True] * (end + 1 - start)
-    return "".join(" " if inside else char for char, inside in zip(line, quoted, strict=True))
+    if not any(quoted):
+        return line
+    outside = "".join(" " if inside else char for char, inside in zip(line, quoted, strict=True))
+    return _QUOTED.sub(" ", outside)
 
 
 def _quotes_user(quote: str, said_by_user: list[str]) -> bool:

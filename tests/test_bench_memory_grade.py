@@ -65,3 +65,6 @@ def test_a_quote_of_the_user_holding_quotation_marks_of_their_own_shows_no_other
     # Outside a quote of the user's words, it is shown as theirs.
     shown = memory_grade.others_as_user(conversation, ["- The user's choice: Olav."])
     assert [line for line, _ in shown] == ["- The user's choice: Olav."]
+    # The assistant's words quoted beside the user's say whose they are too.
+    took = '- You suggested: "Ask Olav for the van"; the user replied: "Ingrid suggested "Olav"."'
+    assert not memory_grade.others_as_user(conversation, [took])
