@@ -117,7 +117,7 @@ def _outside_user_quotes(line: str, said_by_user: list[str]) -> str:
     quoted = [False] * len(line)
     for n, start in enumerate(marks):
         for end in marks[n + 1 :]:
-            if _quotes_user(line[start + 1 : end], said_by_user):
+            if line[start + 1 : end].strip() and _quotes_user(line[start + 1 : end], said_by_user):
                 quoted[start : end + 1] = [True] * (end + 1 - start)
     if not any(quoted):
         return line

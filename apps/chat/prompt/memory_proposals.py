@@ -19,6 +19,7 @@ from apps.chat.prompt.memory_reading import (
     POSITIONS,
     WORD,
     detail_words,
+    detail_words_of,
     details,
     item_heads,
     read_sentence,
@@ -163,16 +164,11 @@ CONFIRMING_SENTENCES = 2
 
 @lru_cache(maxsize=PROPOSALS_CACHED)
 def _written_as_names(head: str) -> frozenset[str]:
-    """The head's words written as names: capitalised past its first word, or with a capital
-    or a digit inside ("WBC", "Saint-Henri", "2-3-1"), as telling_words reads them."""
+    """The head's words written as names: its names and numbers (detail_words_of), and words
+    with a capital inside ("WBC", "Saint-Henri") even as its first, as telling_words reads them."""
     words = WORD.findall(head)
-    return telling_words(
-        " ".join(
-            w
-            for index, w in enumerate(words)
-            if (index and w[0].isupper()) or any(c.isupper() or c.isdigit() for c in w[1:])
-        )
-    )
+    inner_capital = [w for w in words if any(c.isupper() for c in w[1:])]
+    return telling_words(" ".join([*detail_words_of(words), *inner_capital]))
 
 
 def _names(said: str, option: frozenset[str], head: str) -> bool:
