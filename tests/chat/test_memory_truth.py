@@ -392,6 +392,38 @@ def test_a_correction_that_puts_a_value_of_the_same_kind_in_place_links_to_the_o
     assert [bool(e.later) for e in entries] == [True, False, False]
 
 
+def test_a_corrected_amount_replaces_the_amount_of_its_kind_not_another_number():
+    # The bare numbers are alike to the embedding model; "$265" and "$210" are both dollars,
+    # "7 kW" is not (memory_replaced.measured_values).
+    entries = merged(
+        ("user", "Our average electric bill is about $210 per month."),
+        ("user", "Our neighbour Hector put in a 7 kW system last spring."),
+        ("user", "Linda went through a year of statements; divided by twelve, it comes to $265."),
+    )
+    assert [bool(e.later) for e in entries] == [True, False, False]
+
+
+@pytest.mark.parametrize(
+    "newest_first, window, due",
+    [
+        # u3's answer a3 is in the window: u3 waits to be folded in with it.
+        (["q", "a3", "u3", "a2", "u2", "a1", "u1"], 2, ["u1", "a1", "u2", "a2"]),
+        # u3 was never answered (its request failed): nothing to wait for.
+        (["q", "a3", "u4", "u3", "a2", "u2", "a1", "u1"], 3, ["u1", "a1", "u2", "a2", "u3"]),
+    ],
+)
+def test_a_part_due_for_summary_never_ends_on_a_user_turn_whose_answer_follows(
+    newest_first, window, due
+):
+    uncovered = [
+        Turn(len(newest_first) - n, "user" if name[0] in "qu" else "assistant", f"{name} " * 30)
+        for n, name in enumerate(newest_first)
+    ]
+    budget = sum(memory.estimate_tokens(turn.text) for turn in uncovered[:window])
+    part = memory.due_for_summary(uncovered, budget=budget)
+    assert [t.text.split()[0] for t in part] == due
+
+
 def test_options_written_in_prose_and_taken_by_pointing_at_one_are_kept_with_them():
     options = (
         "A few neighbourhoods: Santo Stefano \u2014 elegant but expensive. Bolognina \u2014 just "

@@ -240,7 +240,10 @@ def after_summary(history: list[Turn], upto: int) -> list[Turn]:
 
 def due_for_summary(uncovered: list[Turn], *, budget: int) -> list[Turn]:
     """The oldest of the not yet summarised turns (newest first in `uncovered`): all but the
-    newest that fit `budget`, at most SUMMARY_INPUT_TOKENS of them, oldest first."""
+    newest that fit `budget`, at most SUMMARY_INPUT_TOKENS of them, oldest first. A part
+    never ends on a user turn that has an answer after it: the answer is what tells whether a
+    reply took one of the options offered before it (memory_proposals.confirmed_choice), and
+    the turn is folded in with it next time."""
     keep = len(_fill(uncovered, budget))
     due, used = [], 0
     for turn in reversed(uncovered[max(keep, 1) :]):
@@ -248,6 +251,11 @@ def due_for_summary(uncovered: list[Turn], *, budget: int) -> list[Turn]:
         if due and used > SUMMARY_INPUT_TOKENS:
             break
         due.append(turn)
+    # `uncovered` is newest first: the turn after the part's last is the one before it there.
+    following = uncovered[len(uncovered) - len(due) - 1] if due else None
+    answered = following is not None and following.role != Message.Role.USER
+    if len(due) > 1 and due[-1].role == Message.Role.USER and answered:
+        due.pop()
     return due
 
 

@@ -21,7 +21,9 @@ LONG_SENTENCE_WORDS = 32
 
 # Sentence ends: an end mark before a space, or a line break (a decimal point is no end).
 _SENTENCE_END = re.compile(r"(?<=[.!?\u2026])[\"')\]\u201d]*\s+|\s*\n+\s*")
-CLAUSE_END = re.compile(r"\s*(?:[,;:]\s+|\s+[-\u2013\u2014]\s+|\s+(?:but|and|so|because)\s+)")
+# Clause ends: a comma, colon or dash, a conjunction, or the ellipsis `shortened` joins kept
+# clauses with.
+CLAUSE_END = re.compile(r"\s*(?:[,;:]\s+|\s+[-\u2013\u2014\u2026]\s+|\s+(?:but|and|so|because)\s+)")
 WORD = re.compile(r"[\w][\w'\u2019-]*")
 # The grammar's first person: subject and possessive forms. The object forms ("me", "us") speak
 # of the user too ("they moved me to Thursdays"), except in what is said to the assistant: a

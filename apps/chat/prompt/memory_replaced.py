@@ -1,7 +1,8 @@
 """Which of the user's statements a newer one replaces (memory_facts.merge): the embedding
 model's similarity of their closest clauses, names and numbers masked (subject_of),
-plus how alike the names and numbers are that differ between them. Never a list of attributes or
-phrasings: "we're in Tartu now" replaces "I live in Tallinn" because both speak of where.
+plus how alike the names and numbers are that differ between them, each number read with what it
+counts ("$265" is like "$210 per month", not "7 kW"). Never a list of attributes or phrasings:
+"we're in Tartu now" replaces "I live in Tallinn" because both speak of where.
 
 A replaced statement is not deleted: the prompt shows it as earlier (it may be out of date), so
 a guess costs a hedge on a true line, never a fact. bench/memory.py counts both sides: old values
@@ -70,6 +71,7 @@ def replaced_forget() -> None:
     """Empties the caches of what statements are about (bench/memory.py: a cold prompt)."""
     user_is_subject.cache_clear()
     subject_of.cache_clear()
+    measured_values.cache_clear()
 
 
 def _subject_vectors(statements: Sequence[Statement]) -> list:
@@ -86,14 +88,42 @@ def _subject_vectors(statements: Sequence[Statement]) -> list:
     return out
 
 
+# A currency sign before a number belongs to it.
+_CURRENCY = "$\u00a3\u20ac\u00a5"
+
+
+@lru_cache(maxsize=READINGS_CACHED)
+def measured_values(text: str) -> tuple[tuple[str, str], ...]:
+    """Each of value_words(text) with what it is a value of: a number with its currency sign
+    and the word after it ("$210 per", "7 kW", "fourteen years"), a name as it is. A
+    correction's number is of the kind it replaces: "$265" is as unlike "7 kW" as "$210" is
+    like it, where the bare numbers are all alike to the embedding model."""
+    text = text.replace("\u2019", "'")
+    values = set(reading.value_words(text))
+    matches = list(WORD.finditer(text))
+    found = []
+    for index, match in enumerate(matches):
+        word = match.group()
+        if word not in values:
+            continue
+        if any(c.isdigit() for c in word) or reading.is_number_word(word):
+            before = text[match.start() - 1 : match.start()]
+            sign = before if before and before in _CURRENCY else ""
+            after = matches[index + 1].group() if index + 1 < len(matches) else ""
+            found.append((word, f"{sign}{word} {after}".strip()))
+        else:
+            found.append((word, word))
+    return tuple(found)
+
+
 def _value_likeness(new: Statement, old: Statement, words: dict[str, object]) -> float:
     """How alike the names and numbers of two statements are that differ between them ("90
-    guests" and "140 people", "N5" and "N4", "Madeira" and "Lanzarote"). `words`: each word's
-    vector."""
-    said_new = {w.lower(): w for w in reading.value_words(new.value)}
-    said_old = {w.lower(): w for w in reading.value_words(old.value)}
-    pairs = [(n, o) for n in said_new for o in said_old if n != o]
-    return max((float(words[said_new[n]] @ words[said_old[o]]) for n, o in pairs), default=0.0)
+    guests" and "140 people", "N5" and "N4", "Madeira" and "Lanzarote"), numbers with what they
+    count (measured_values). `words`: each value's vector."""
+    said_new = measured_values(new.value)
+    said_old = measured_values(old.value)
+    pairs = [(n, o) for w, n in said_new for v, o in said_old if w.lower() != v.lower()]
+    return max((float(words[n] @ words[o]) for n, o in pairs), default=0.0)
 
 
 def _same_subject(a, b) -> bool:
@@ -115,7 +145,7 @@ def replaced_by(
         return []
     vectors = _subject_vectors([*older, *newest])
     old_vectors, new_vectors = vectors[: len(older)], vectors[len(older) :]
-    details = sorted({w for s in [*older, *newest] for w in reading.value_words(s.value)})
+    details = sorted({m for s in [*older, *newest] for _, m in measured_values(s.value)})
     words = dict(zip(details, vectors_of(details), strict=True)) if details else {}
     found = []
     for row, (statement, new, asks) in enumerate(zip(newest, new_vectors, asking, strict=True)):
