@@ -69,6 +69,22 @@ def median_ms(durations: list[float]) -> float:
     return statistics.median(durations) * 1000
 
 
+# A known and an unknown address take the same time when the median of their paired
+# differences (each pair posted back to back, so a slow moment of the machine hits both) stays
+# under the larger of these: a step skipped for one of them, such as hashing the password,
+# takes most of a post and shows far above both, while a loaded machine's noise grows with
+# the time a post takes.
+SAME_TIME_MS = 50
+SAME_TIME_SHARE = 0.15
+
+
+def time_gap_ms(known_times: list[float], unknown_times: list[float]) -> tuple[float, float]:
+    """The median paired difference of the two, and the bound it must stay under (ms)."""
+    paired = statistics.median(k - u for k, u in zip(known_times, unknown_times, strict=True))
+    bound = max(SAME_TIME_MS, SAME_TIME_SHARE * median_ms(known_times + unknown_times))
+    return abs(paired) * 1000, bound
+
+
 def timed(post, *args) -> tuple[float, object]:
     """One post's answer and how long it took, the client made beforehand."""
     client = Client()
@@ -107,12 +123,13 @@ def test_password_reset_says_and_takes_the_same_for_known_and_unknown(unthrottle
     assert "ADDRESS" not in visible(done)
     # Both get a mail: the link to one, a "you have no account here" to the other.
     assert smtp_mail.count_to(known[0]) == 1 and smtp_mail.count_to("stranger0@example.org") == 1
-    gap = abs(median_ms(known_times) - median_ms(unknown_times))
+    gap, bound = time_gap_ms(known_times, unknown_times)
     print(
         f"password reset: known {median_ms(known_times):.1f} ms, unknown "
-        f"{median_ms(unknown_times):.1f} ms (median of {TRIES}), gap {gap:.1f} ms"
+        f"{median_ms(unknown_times):.1f} ms (median of {TRIES}), paired gap {gap:.1f} ms "
+        f"(bound {bound:.0f})"
     )
-    assert gap < 50
+    assert gap < bound
 
 
 def test_sign_up_says_and_takes_the_same_for_a_taken_and_a_free_address(
@@ -131,12 +148,12 @@ def test_sign_up_says_and_takes_the_same_for_a_taken_and_a_free_address(
         pages.add(visible(Client().get(response["Location"])))
     assert len(pages) == 1
     assert smtp_mail.count_to(known[0]) == 1  # "you already have an account"
-    gap = abs(median_ms(known_times) - median_ms(unknown_times))
+    gap, bound = time_gap_ms(known_times, unknown_times)
     print(
         f"sign-up: taken {median_ms(known_times):.1f} ms, free {median_ms(unknown_times):.1f} ms "
-        f"(median of {TRIES}), gap {gap:.1f} ms"
+        f"(median of {TRIES}), paired gap {gap:.1f} ms (bound {bound:.0f})"
     )
-    assert gap < 50
+    assert gap < bound
 
 
 def test_sign_in_says_and_takes_the_same_for_a_known_and_an_unknown_name(unthrottled):
@@ -151,9 +168,10 @@ def test_sign_in_says_and_takes_the_same_for_a_known_and_an_unknown_name(unthrot
     assert visible(real).replace(f"known{TRIES - 1}", "X") == visible(ghost).replace(
         f"ghost{TRIES - 1}", "X"
     )
-    gap = abs(median_ms(known_times) - median_ms(unknown_times))
+    gap, bound = time_gap_ms(known_times, unknown_times)
     print(
         f"sign-in: known {median_ms(known_times):.1f} ms, unknown "
-        f"{median_ms(unknown_times):.1f} ms (median of {TRIES}), gap {gap:.1f} ms"
+        f"{median_ms(unknown_times):.1f} ms (median of {TRIES}), paired gap {gap:.1f} ms "
+        f"(bound {bound:.0f})"
     )
-    assert gap < 50
+    assert gap < bound
