@@ -685,6 +685,30 @@ def test_an_answer_naming_several_options_or_one_asked_about_confirms_no_choice(
     assert not [e for e in compared + asked + by_chance if e.kind == memory_facts.TOOK]
 
 
+def test_an_older_list_named_by_one_plain_word_of_the_answer_needs_the_user_to_point_at_it():
+    """The answer's opening names an option of a list older than the newest by its only telling
+    word: a chance as often as a choice, so the turn took it only if its own words point at it
+    too; a statement about something else stays a statement."""
+    warmth = "Ways to stay warm:\n1. Layers\n2. Insulation\n3. Heating"
+    dinners = "Three dinners:\n1. Red lentil dal\n2. Chickpea curry\n3. Bean chilli"
+    answer = "Insulation under a roof pays back fastest of all."
+
+    def told(statement):
+        return merged(
+            ("assistant", warmth),
+            ("user", "What should I cook this week?"),
+            ("assistant", dinners),
+            ("user", statement),
+            ("assistant", answer),
+        )
+
+    elsewhere = "My flat is on the top floor, right under the roof."
+    assert [e.kind for e in told(elsewhere) if e.value == elsewhere] == [memory_facts.SAID]
+    pointed = "Sorting out the insulation in the loft first, then."
+    [took] = [e for e in told(pointed) if e.kind == memory_facts.TOOK]
+    assert took.value == pointed and "2. Insulation" in took.context
+
+
 def test_a_reply_after_a_list_is_no_choice_when_the_answer_names_no_option():
     """Before the assistant answers, a short reply to a list may have taken one of its options in
     any words; once its answer names none, the reply took nothing (a list of tips)."""

@@ -171,13 +171,13 @@ def _written_as_names(head: str) -> frozenset[str]:
     return telling_words(" ".join([*detail_words_of(words), *inner_capital]))
 
 
-def _names(said: str, option: frozenset[str], head: str) -> bool:
+def _names(said: str, option: frozenset[str], head: str, *, by_its_only_word: bool = True) -> bool:
     """`said` names the option told apart by `option`'s words (its `head`'s): by one of them
-    written as a name, by its only one ("Rosemont"), or by two telling words of the head in a
-    row, one of them its own ("shower over bath"). Such words apart may be a chance ("choose
-    it ... hive" beside "Choose a hive type")."""
+    written as a name, by its only one ("Rosemont"; unless not `by_its_only_word`), or by two
+    telling words of the head in a row, one of them its own ("shower over bath"). Such words
+    apart may be a chance ("choose it ... hive" beside "Choose a hive type")."""
     shared = telling_words(said) & option
-    if shared & _written_as_names(head) or (shared and len(option) == 1):
+    if shared & _written_as_names(head) or (shared and by_its_only_word and len(option) == 1):
         return True
     pairs = [telling_words(pair) for pair in _said_names(head) & _said_names(said) if " " in pair]
     return any(len(words) == 2 and words & option for words in pairs)
@@ -189,25 +189,40 @@ def confirmed_choice(
     """A choice the assistant's `answer` to the turn confirms: its opening names one option
     of the newest of `lists` (assistant turns with options, newest first) it names any of,
     and only one ("No problem - Saint-Henri is a great pick for you!" after "Gut, dann nehme
-    ich das Viertel am Kanal."). The turn must state something (`statements`) and not ask
-    about that option (`questions`: an answer to "is Saint-Henri safe?" names it without a
-    choice). The statement kept is the one that shares most words with the answer's opening
-    (how the user described it), else the first. Returns (statement, the list's text)."""
+    ich das Viertel am Kanal."); an option of an older list named by its only telling word
+    must be pointed at by the user's words too. The turn must state something (`statements`)
+    and not ask about that option (`questions`: an answer to "is Saint-Henri safe?" names it
+    without a choice). The statement kept is the one that shares most words with the answer's
+    opening (how the user described it), else the first. Returns (statement, the list's text)."""
     if not statements or not answer:
         return None
     opening = " ".join(sentences_of(answer)[:CONFIRMING_SENTENCES])
     asked = telling_words(" ".join(questions))
-    for text in lists:
+    for age, text in enumerate(lists):
         told_apart = zip(_options_told_apart(text), proposal_of(text).heads, strict=True)
-        named = [words for words, head in told_apart if _names(opening, words, head)]
+        named = [(words, head) for words, head in told_apart if _names(opening, words, head)]
         if not named:
             continue
-        if len(named) > 1 or named[0] & asked:
+        [(words, head), *others] = named
+        if others or words & asked:
             return None
+        if age and not _names(opening, words, head, by_its_only_word=False):
+            # An older list: an option's only telling word in the answer's opening is as often
+            # a chance ("it's cheap" beside "Use cheap proteins") as a choice, so the user's own
+            # words must point at that option too, by a word of it or its place in the list.
+            statements = [s for s in statements if _points_at_option(s, head)]
+            if not statements:
+                return None
         confirming = telling_words(opening)
         reply = max(statements, key=lambda s: len(telling_words(s) & confirming))
         return reply, text
     return None
+
+
+def _points_at_option(statement: str, head: str) -> bool:
+    """The statement names a word of the option's head or takes an option by its place."""
+    its_words = telling_words(statement) & telling_words(head)
+    return bool(its_words or _said_names(statement) & POSITIONS)
 
 
 def proposals_forget() -> None:
