@@ -689,7 +689,8 @@ def test_an_older_list_named_by_one_plain_word_of_the_answer_needs_the_user_to_p
     """The answer's opening names an option of a list older than the newest by its only telling
     word: a chance as often as a choice, so the turn took it only if its own words point at it
     too; a statement about something else stays a statement."""
-    warmth = "Ways to stay warm:\n1. Layers\n2. Insulation\n3. Heating"
+    # Written in lower case: no option's word is a name the assistant proposed.
+    warmth = "Ways to stay warm:\n1. layers\n2. insulation\n3. heating"
     dinners = "Three dinners:\n1. Red lentil dal\n2. Chickpea curry\n3. Bean chilli"
     answer = "Insulation under a roof pays back fastest of all."
 
@@ -704,9 +705,10 @@ def test_an_older_list_named_by_one_plain_word_of_the_answer_needs_the_user_to_p
 
     elsewhere = "My flat is on the top floor, right under the roof."
     assert [e.kind for e in told(elsewhere) if e.value == elsewhere] == [memory_facts.SAID]
-    pointed = "Sorting out the insulation in the loft first, then."
-    [took] = [e for e in told(pointed) if e.kind == memory_facts.TOOK]
-    assert took.value == pointed and "2. Insulation" in took.context
+    # Not the turn's opening and no name: only the answer says which option it took.
+    pointed = "The loft insulation gets sorted before anything else."
+    [took] = [e for e in told(f"Right. {pointed}") if e.kind == memory_facts.TOOK]
+    assert took.value == pointed and "2. insulation" in took.context
 
 
 def test_a_reply_after_a_list_is_no_choice_when_the_answer_names_no_option():
