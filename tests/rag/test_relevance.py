@@ -4,27 +4,43 @@ retrieval budget, and which sources an answer shows."""
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 from django.conf import settings
 from django.core.management import call_command
+from django.test import override_settings
 
 from apps.rag import caches, retrieval
 from apps.rag.models import Corpus, Document
 from apps.rag.prompting import citations_from, citations_used, passage_tokens, passages_within
 from apps.rag.relevance import choose_floor
-from apps.rag.services import retrieve_for_prompt
+from apps.rag.services import corpus_ingest_paths, retrieve_for_prompt
+from core.redis_client import get_redis
 from tests.conftest import BASE_DIR
 
 QUESTIONS = BASE_DIR / "bench" / "sluice_docs_questions.jsonl"
 
 
-@pytest.fixture
-def demo_corpus(make_corpus) -> Corpus:
-    corpus = make_corpus("sluice-docs", paths=[BASE_DIR / "docs"])
-    call_command("rag_eval", "sluice-docs", str(QUESTIONS), "--calibrate")
-    corpus.refresh_from_db()
-    return corpus
+@pytest.fixture(scope="module")
+def demo_corpus(django_db_setup, django_db_blocker, embedding_model) -> Corpus:
+    """Ingested and calibrated once for the module: embedding all of docs/ takes a minute or
+    two, and no test here changes the corpus. It is committed outside the tests' transactions,
+    so it is deleted at the end, with the Redis keys it wrote under its own prefix."""
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    with django_db_blocker.unblock(), override_settings(SLUICE_REDIS_PREFIX=prefix):
+        corpus = Corpus.objects.create(name="sluice-docs", access=Corpus.Access.EVERYONE)
+        report = corpus_ingest_paths(corpus=corpus, paths=[str(BASE_DIR / "docs")])
+        assert not report.failed, report.lines()
+        call_command("rag_eval", "sluice-docs", str(QUESTIONS), "--calibrate")
+        corpus.refresh_from_db()
+    yield corpus
+    with django_db_blocker.unblock():
+        Corpus.objects.filter(pk=corpus.pk).delete()
+    client = get_redis()
+    stale = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    if stale:
+        client.delete(*stale)
 
 
 @pytest.mark.parametrize(
@@ -60,9 +76,12 @@ def test_on_topic_questions_still_retrieve_their_documents(demo_corpus, user):
 
 
 def test_without_calibration_the_default_floor_applies(make_corpus, user):
-    corpus = make_corpus("sluice-docs", paths=[BASE_DIR / "docs" / "faq.md"])
+    corpus = make_corpus("sluice-faq", paths=[BASE_DIR / "docs" / "faq.md"])
     assert corpus.relevance_floor is None
-    assert retrieve_for_prompt(user=user, query="Which model answers when there is no GPU?")
+    passages = retrieve_for_prompt(user=user, query="Which model answers when there is no GPU?")
+    # From this corpus (the module's calibrated demo corpus may be there too).
+    faq = set(Document.objects.filter(corpus=corpus).values_list("pk", flat=True))
+    assert faq & {p.document_id for p in passages}
 
 
 def test_the_floor_separates_the_two_sets_midway():
