@@ -492,6 +492,17 @@ def test_a_labels_words_leave_the_name_after_it_its_own_words():
     assert "2. Option B \u2013 Via Kimberley and the N12;" in took.context
 
 
+def test_an_options_head_ends_with_its_first_sentence():
+    options = (
+        "Before you sand anything:\n1. **Respirator.** A P3 mask, not a paper one.\n"
+        "2. **Ventilation.** Garage door open and a fan blowing out.\n"
+        "3. **St. Albans dust sheets.** Cheap and they last."
+    )
+    assert proposal_of(options).heads == ("Respirator", "Ventilation", "St. Albans dust sheets")
+    took = taken(options, "The second one, I have a fan already.")
+    assert took.context == "1. Respirator; 2. Ventilation; 3. St. Albans dust sheets"
+
+
 def test_a_reply_to_a_list_that_names_something_of_its_own_is_a_statement():
     tips = "Before you tow:\n1. Check the towing capacity\n2. Fit extension mirrors\n3. Service it"
     entries = merged(

@@ -271,8 +271,10 @@ _LIST_ITEM = re.compile(
     r"(?=\s\d{1,2}[.)]\s|$)",
     re.MULTILINE,
 )
-# An item's head ends at its first dash, comma, colon or bracket: "**Kittiwake** - a seabird".
-_ITEM_HEAD_END = re.compile(r"\s+[-\u2013\u2014]\s+|[,:(]")
+# An item's head ends at its first dash, comma, colon or bracket ("**Kittiwake** - a seabird"),
+# or where its first sentence ends ("**Ventilation.** Garage door open"): what follows describes
+# the option, and its words would name it by chance. "St. Albans" is no sentence's end.
+_ITEM_HEAD_END = re.compile(r"\s+[-\u2013\u2014]\s+|[,:(]|(?<=\w\w\w)[.!?]\s+(?=[A-Z])")
 ITEM_HEAD_WORDS = 6
 # A head that is only a label and its index: one word, then a letter or a number.
 _LABEL = re.compile(r"^\w+\s+(?:[A-Za-z]|\d{1,2})$")
