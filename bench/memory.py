@@ -11,11 +11,12 @@ written in their own words by people who never read the memory's code or this be
 before the first run against them. Two sets to tune on: `dev`, conversations this bench
 generates (bench/memory_data.py), and `tuning`, 156 written conversations in nine files,
 bench/data/memory_tuning*.jsonl, by more writers who never read the memory's code. And
-`heldout`, 140 more written conversations in bench/data/memory_heldout_*.jsonl by eleven more
-such writers (`_g`, 20, and `_i`, `_l`, `_m`, `_n`, `_o`, `_p`, `_q`, `_r`, `_s`, `_t`, 12 each;
-`--heldout-files` picks some), frozen like the independent set and scored; the misses of `_m`
-and `_n` were read while choices were worked on (docs/benchmarks.md, memory steps 14 and 15),
-those of `_o`, `_p`, `_q` and `_r` in step 16, the others' never.
+`heldout`, 156 more written conversations in bench/data/memory_heldout_*.jsonl by thirteen more
+such writers (`_g`, 20; `_i`, `_l`, `_m`, `_n`, `_o`, `_p`, `_q`, `_r`, `_s`, `_t`, 12 each; `_u`
+and `_v`, 8 each; `--heldout-files` picks some), frozen like the independent set and scored; the
+misses of `_m` and `_n` were read while choices were worked on (docs/benchmarks.md, memory steps
+14 and 15), those of `_o`, `_p`, `_q` and `_r` in step 16, some of `_s` and `_t` in step 19; of
+`_u` and `_v` only their writers' one-line accounts of each conversation; the others' never.
 
 The model's work is what takes time: about three summary requests per conversation, and for the
 answers one long prompt per arm (an arm's questions share its prefix, so more `--answers` cost
