@@ -107,6 +107,7 @@ class Built:
     key_lines: str  # the entries about the user (and quoted statements)
     recent: str
     others_lines: str = ""  # the entries about other people
+    sources: PromptSources | None = None  # what the memory block was chosen from
 
 
 def window_prompt(history: list[Turn], budget: int) -> Built:
@@ -140,6 +141,7 @@ def memory_prompt(
         "\n".join(e.text() for e in block.facts),
         recent,
         "\n".join(e.text() for e in block.others),
+        sources,
     )
 
 
@@ -251,6 +253,24 @@ def score(arm: str, fact: Fact, built: Built, tally: Tally) -> None:
     tally.carriers[arm, "recent turns"] += grade.has(fact.value, built.recent)
 
 
+def tally_lost(c: Conversation, built: Built, tally: Tally) -> None:
+    """Why each fact the prompt lacks was lost: its old value shown as current, a statement
+    holding its value read and left out by the block's budget, or none read."""
+    said = None
+    for fact in c.facts:
+        if grade.kept(fact, built.memory_block, built.recent):
+            continue
+        if said is None:
+            said = [e.text() for e in memory.entries_for(built.sources) if e.value]
+        if grade.presents_old(fact, built.memory_block):
+            why = "old shown"
+        elif any(grade.has(fact.value, line) for line in said):
+            why = "left out"
+        else:
+            why = "not read"
+        tally.lost[fact.placement, why] += 1
+
+
 async def ask(engine: LlamaCppEngine, built: Built, n: int) -> str:
     request = EngineRequest(
         id=f"answer-{n}", messages=built.messages, max_tokens=ANSWER_TOKENS, temperature=0.0
@@ -315,6 +335,7 @@ async def run_conversation(c: Conversation, engine, summariser, rng, args, tally
             tally.others_as_user[arm] += 1
             tally.others_shown.append(f"{arm}: {line!r} <- {said!r}")
         if arm == "summaries":
+            tally_lost(c, built, tally)
             tally.others_lines += len(built.others_lines.splitlines())
             words = built.key_lines.splitlines()
             tally.words_lines += len(words)

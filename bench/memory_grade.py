@@ -235,6 +235,10 @@ class Tally:
     prompt_tokens: Counter = field(default_factory=Counter)  # arm → estimated tokens
     examples: list[str] = field(default_factory=list)
     others_shown: list[str] = field(default_factory=list)  # "arm: line <- the turn it is from"
+    # (placement, why) → facts the summaries arm did not keep: "old shown" (as current), "left
+    # out" (a statement holding the value was read, and the block's budget left it out) or
+    # "not read" (none was).
+    lost: Counter = field(default_factory=Counter)
 
 
 def pct(part: float, whole: float) -> float:
@@ -315,6 +319,12 @@ def report(tally: Tally, args, conversations: int, seconds: float, exchanges: in
     )
     for line in [*tally.instruction_lines, *tally.stale_shown][:10]:
         print(f"    {line[:200]!r}")
+    lost = " ".join(
+        f"{why} {sum(tally.lost[p, why] for p in PLACEMENTS)} "
+        f"({'/'.join(str(tally.lost[p, why]) for p in PLACEMENTS)})"
+        for why in ("left out", "not read", "old shown")
+    )
+    print(f"  facts not kept (summaries arm), by placement: {lost}")
     kept_facts = sum(tally.kept["summaries", p] for p in PLACEMENTS)
     # What hedging costs: a line shown as earlier that nothing replaced is still true, but
     # the model is told it may be out of date.
