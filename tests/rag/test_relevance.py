@@ -28,19 +28,22 @@ def demo_corpus(django_db_setup, django_db_blocker, embedding_model) -> Corpus:
     two, and no test here changes the corpus. It is committed outside the tests' transactions,
     so it is deleted at the end, with the Redis keys it wrote under its own prefix."""
     prefix = f"t{uuid.uuid4().hex[:10]}"
-    with django_db_blocker.unblock(), override_settings(SLUICE_REDIS_PREFIX=prefix):
-        corpus = Corpus.objects.create(name="sluice-docs", access=Corpus.Access.EVERYONE)
-        report = corpus_ingest_paths(corpus=corpus, paths=[str(BASE_DIR / "docs")])
-        assert not report.failed, report.lines()
-        call_command("rag_eval", "sluice-docs", str(QUESTIONS), "--calibrate")
-        corpus.refresh_from_db()
-    yield corpus
-    with django_db_blocker.unblock():
-        Corpus.objects.filter(pk=corpus.pk).delete()
-    client = get_redis()
-    stale = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-    if stale:
-        client.delete(*stale)
+    try:
+        with django_db_blocker.unblock(), override_settings(SLUICE_REDIS_PREFIX=prefix):
+            corpus = Corpus.objects.create(name="sluice-docs", access=Corpus.Access.EVERYONE)
+            report = corpus_ingest_paths(corpus=corpus, paths=[str(BASE_DIR / "docs")])
+            assert not report.failed, report.lines()
+            call_command("rag_eval", "sluice-docs", str(QUESTIONS), "--calibrate")
+            corpus.refresh_from_db()
+        yield corpus
+    finally:
+        # Also when the build failed halfway: no other module may find its passages.
+        with django_db_blocker.unblock():
+            Corpus.objects.filter(name="sluice-docs").delete()
+        client = get_redis()
+        stale = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if stale:
+            client.delete(*stale)
 
 
 @pytest.mark.parametrize(
