@@ -272,7 +272,9 @@ def test_models_list_names_the_live_models_and_retrieves_one(
 @pytest.fixture
 def tight_plan(transactional_db):
     force_level(0)
-    return roomy(burst_requests=1, requests_per_minute=1, max_queue_wait_seconds=2)
+    # One request a minute: the second waits far longer than it may, and is refused at once.
+    # The first has room to reach a worker that has only just started, on a loaded machine.
+    return roomy(burst_requests=1, requests_per_minute=1, max_queue_wait_seconds=10)
 
 
 def test_a_rate_limited_request_is_a_429_with_the_plans_limits(

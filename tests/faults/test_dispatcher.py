@@ -100,8 +100,12 @@ def test_one_users_flood_does_not_hold_back_another_user(stack, roomy_plan, make
 
 
 def test_a_rate_limit_holds_across_many_clients_and_says_why(stack, roomy_plan, make_api):
+    # A request held by the rate is charged as a token comes free, with what is left of its
+    # wait to reach a worker: 5 s leaves room for that on a loaded machine (at 2 s, 11 of 20
+    # charged requests timed out for no worker here, with two busy loops beside the test).
+    wait_s = 5
     Plan.objects.filter(pk=roomy_plan.pk).update(
-        requests_per_minute=60, burst_requests=10, max_queue_wait_seconds=2
+        requests_per_minute=60, burst_requests=10, max_queue_wait_seconds=wait_s
     )
     base = stack.up({"w1": 8}, extra=("--sim-tokens", "3", "--sim-decode-ms", "5"))
     api = make_api("alice", base)
@@ -126,8 +130,8 @@ def test_a_rate_limit_holds_across_many_clients_and_says_why(stack, roomy_plan, 
     elapsed = time.monotonic() - started
     ended = assert_every_request_ended(api, stack, ids, timeout=120)
     done = [i for i, state in ended.items() if state == "done"]
-    # The burst, plus one a second while they came and while the last ones may wait (2 s).
-    assert 10 <= len(done) <= 10 + int(elapsed + 2) + 1, (len(done), elapsed)
+    # The burst, plus one a second while they came and while the last ones may wait.
+    assert 10 <= len(done) <= 10 + int(elapsed + wait_s) + 1, (len(done), elapsed)
     keys = Keys(prefix=stack.env["SLUICE_REDIS_PREFIX"])
     client = stack.redis_server.client()
     told = {"rate": 0, "no_worker": 0}
