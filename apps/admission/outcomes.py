@@ -47,7 +47,16 @@ def shed(*, retry_after: int) -> str:
     )
 
 
-def timed_out(*, waited_s: float) -> str:
+def timed_out(*, waited_s: float, held_s: float = 0.0, left_s: float = 0.0) -> str:
+    """No worker took it in time. When its plan's rate held it (`held_s`) for more of its
+    wait than it then had left (`left_s`), the rate is what the user can act on."""
+    if held_s and held_s >= left_s:
+        left = human_seconds(left_s) if left_s >= 1 else "less than a second"
+        return (
+            f"Your plan's rate held this request for {human_seconds(held_s)}, which left it "
+            f"{left} to reach a worker, and none came free in time. "
+            "Send requests more slowly, or try again in a minute."
+        )
     return (
         f"Sluice is very busy: your request waited {human_seconds(waited_s)} without a free "
         "worker. Please try again in a minute."

@@ -64,7 +64,14 @@ class Sweep:
                 metrics.count("background_dropped")
                 continue
             if request.charged:
-                error = outcomes.timed_out(waited_s=(now - request.submitted_ms) / 1000)
+                # A request its plan's rate held was charged when its token came (retry_at_ms),
+                # with what was left of its wait to reach a worker.
+                charged_at = request.retry_at_ms or request.submitted_ms
+                error = outcomes.timed_out(
+                    waited_s=(now - request.submitted_ms) / 1000,
+                    held_s=max(0, charged_at - request.submitted_ms) / 1000,
+                    left_s=max(0, request.deadline_ms - charged_at) / 1000,
+                )
                 retry_after, reason, code = NO_WORKER_RETRY_AFTER, "no_worker", "no_worker"
             else:
                 wait_s = max(1.0, (request.retry_at_ms - now) / 1000)

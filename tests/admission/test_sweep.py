@@ -63,6 +63,31 @@ def test_a_request_its_plans_rate_held_past_its_deadline_is_told_the_rate(
     assert counters()["requests:timed_out:rate"] == 1
 
 
+def test_a_request_charged_late_by_its_plans_rate_is_told_the_rate_held_it(
+    make_dispatcher, user, clock
+):
+    # Its token came 4 s into a 5 s wait: the second left to reach a worker ran out, and
+    # "waited 5 s without a free worker" would hide that the rate took the other four.
+    Plan.objects.filter(slug="free").update(
+        burst_requests=1, requests_per_minute=15, max_queue_wait_seconds=5
+    )
+    first, second = publish(user.id), publish(user.id)
+    dispatcher = make_dispatcher()
+    dispatcher.step()
+    clock.now += 4.01
+    dispatcher.step()
+    assert dispatcher.line.requests[second].charged
+    clock.now += 2
+    dispatcher.step()
+    late = final(second)
+    assert late["state"] == "failed" and late["code"] == "no_worker"
+    assert "rate held this request for 4 s" in late["error"], late["error"]
+    assert "which left it 1 s to reach a worker" in late["error"]
+    # The first was charged at once: no worker is its whole story.
+    assert "without a free worker" in final(first)["error"]
+    assert counters()["requests:timed_out:no_worker"] == 2
+
+
 def test_stop_while_queued_cancels(make_dispatcher, user):
     request_id = publish(user.id)
     dispatcher = make_dispatcher()
